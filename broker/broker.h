@@ -1,0 +1,179 @@
+/* broker.h - the broker's shared types: options, counters, connections and
+ * requests that wait for a reply.  One libuv loop, one thread serves every
+ * client; only the ledger's writer runs beside it (ledger.h). */
+#ifndef COORD_BROKER_H
+#define COORD_BROKER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "enc.h"
+#include "frame.h"
+#include "list.h"
+#include "msg.h"
+
+struct ledger;
+
+struct broker_options {
+    char socket_path[128];
+    char data_dir[4096];
+    bool foreground;
+    unsigned idle_exit_s;          /* 0: never */
+    int ready_fd;                  /* -1: none */
+    uint32_t max_frame;
+    unsigned max_conns;
+    unsigned max_pending;          /* waiting requests per connection */
+    size_t max_outbuf;             /* bytes queued to one client */
+    unsigned handshake_ms;
+};
+
+/* Counters reported by `stats`.  Keep names in sync with stats.c. */
+struct broker_stats {
+    uint64_t conns_accepted;
+    uint64_t conns_rejected_peer;   /* other uid */
+    uint64_t conns_rejected_limit;  /* max_conns */
+    uint64_t bad_frames;
+    uint64_t bad_requests;
+    uint64_t handshake_timeouts;
+    uint64_t pending_limit_hits;
+    uint64_t outbuf_disconnects;
+    uint64_t bytes_in;
+    uint64_t bytes_out;
+    uint64_t requests;
+    uint64_t cancels;
+    uint64_t timeouts;
+};
+
+enum conn_flags {
+    CONN_HELLO_DONE = 1 << 0,
+    CONN_CLOSING = 1 << 1,       /* resources released; closes once flushed */
+    CONN_WRITING = 1 << 2,       /* a uv_write owns 'inflight' */
+    CONN_HANDLE_CLOSED_REQUESTED = 1 << 3, /* uv_close called */
+    CONN_HANDLE_CLOSED = 1 << 4, /* its close callback ran */
+};
+
+struct conn {
+    uv_pipe_t pipe;              /* first: the handle's data is the conn */
+    struct broker *b;
+    uint64_t id;
+    unsigned flags;
+    pid_t peer_pid;
+    uint64_t accepted_ms;
+
+    coord_frame_reader reader;
+    coord_buf out;               /* replies and events not yet written */
+    coord_buf inflight;          /* bytes a uv_write is writing */
+    uv_write_t wreq;
+
+    struct list link;            /* broker.conns */
+    struct list hello_link;      /* broker.awaiting_hello, until hello */
+    struct list dirty_link;      /* broker.dirty, while out has bytes */
+    struct list pending;         /* struct pending, oldest first */
+    unsigned npending;
+    unsigned refs;               /* holders that outlive close (ledger jobs) */
+
+    /* from hello */
+    char *client;                /* NUL-terminated, printable */
+    uint64_t pid;
+    char *instance;
+    uint8_t *scope;              /* any bytes */
+    uint32_t scope_len;
+};
+
+/* A request whose reply comes later (a queued lock, a follower, ...).  The
+ * table that owns it embeds this and answers it through pending_finish. */
+struct pending {
+    uint64_t rid;
+    struct conn *conn;
+    struct list link;            /* conn.pending */
+    const char *op;              /* for logs and lock.query */
+    /* Remove from the owning table and reply with code (ABORTED on cancel,
+     * SHUTTING_DOWN at exit).  Must call pending_finish. */
+    void (*abort)(struct pending *p, int code);
+    /* Drop silently: the connection is gone.  Must call pending_finish. */
+    void (*drop)(struct pending *p);
+};
+
+struct broker {
+    uv_loop_t *loop;
+    struct broker_options opt;
+    struct broker_stats stats;
+    uint64_t requests_by_op[64];
+
+    uv_pipe_t listener;
+    bool listening;
+    int lock_fd;                  /* flock'ed file beside the socket */
+    uv_signal_t sig_term, sig_int;
+    uv_prepare_t flush_prepare;
+    uv_check_t flush_check;
+    uv_timer_t hello_timer;
+    uv_timer_t idle_timer;
+    uv_timer_t shutdown_timer;
+
+    struct list conns;
+    struct list awaiting_hello;   /* in accept order: deadlines ascend */
+    struct list dirty;
+    unsigned nconns;
+    uint64_t next_conn_id;
+    uint64_t started_ms;
+    uint64_t epoch;
+    bool shutting_down;
+
+    struct ledger *ledger;
+    coord_msg msg;                /* the frame being dispatched */
+    uint8_t read_buf[65536];      /* shared by every read callback */
+};
+
+/* conn.c */
+void conn_accepted(struct broker *b, struct conn *c);
+/* Release everything c holds and close it once its output is flushed. */
+void conn_close(struct conn *c, const char *why);
+/* Append a frame built with coord_enc on c->out (see conn_reply_begin). */
+void conn_enc_begin_reply(struct conn *c, coord_enc *e, uint64_t rid);
+void conn_enc_begin_event(struct conn *c, coord_enc *e, const char *ev);
+void conn_enc_finish(struct conn *c, coord_enc *e);
+void conn_reply_ok(struct conn *c, uint64_t rid);
+void conn_reply_error(struct conn *c, uint64_t rid, int code, const char *msg);
+void conn_flush_all(struct broker *b);
+void conn_unref(struct conn *c);
+void conn_hello_done(struct conn *c);
+static inline bool conn_alive(const struct conn *c)
+{
+    return !(c->flags & CONN_CLOSING);
+}
+
+/* pending.c */
+/* Registers p on c.  Returns 0, or -1 after replying LIMIT (too many
+ * waiting) or BAD_REQUEST (rid already waiting). */
+int pending_start(struct conn *c, struct pending *p, uint64_t rid, const char *op);
+/* Unlinks p from its connection (the reply is the caller's). */
+void pending_finish(struct pending *p);
+struct pending *pending_find(struct conn *c, uint64_t rid);
+/* Every waiting request of c: abort with code, or drop when code is 0. */
+void pending_abort_all(struct conn *c, int code);
+
+/* dispatch.c */
+int dispatch_frame(struct conn *c, const uint8_t *body, size_t len);
+int dispatch_op_index(const char *name, size_t len);
+const char *dispatch_op_name(int index);
+
+/* stats.c */
+void stats_reply(struct conn *c, uint64_t rid);
+
+/* broker.c */
+/* Runs the broker until shutdown; returns the exit status. */
+int broker_run(struct broker_options *opt);
+uint64_t broker_now_ms(struct broker *b);
+void broker_conn_count_changed(struct broker *b);
+void broker_shutdown(struct broker *b);
+
+/* log.c */
+enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
+extern int log_min_level;
+int log_parse_level(const char *s);
+void log_event(int level, const char *event, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,219 @@
+/* dispatch.c - from a frame to an op handler: validation, the handshake
+ * rule, rid and op, the op table, and the ops that belong to no table
+ * (hello, ping, cancel). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "broker.h"
+#include "coord-version.h"
+#include "errors.h"
+#include "ops.h"
+
+static void op_hello(struct conn *c, uint64_t rid, coord_fields *f);
+static void op_ping(struct conn *c, uint64_t rid, coord_fields *f);
+static void op_cancel(struct conn *c, uint64_t rid, coord_fields *f);
+static void op_stats(struct conn *c, uint64_t rid, coord_fields *f);
+
+struct op {
+    const char *name;
+    op_fn fn;
+};
+
+static const struct op ops[] = {
+    { "hello", op_hello },
+    { "ping", op_ping },
+    { "cancel", op_cancel },
+    { "stats", op_stats },
+#define OPS_ROW(name, fn) { name, fn },
+    TABLE_OPS(OPS_ROW)
+#undef OPS_ROW
+};
+
+#define NOPS (sizeof ops / sizeof ops[0])
+_Static_assert(NOPS <= 64, "requests_by_op is too small");
+
+int dispatch_op_index(const char *name, size_t len)
+{
+    for (size_t i = 0; i < NOPS; i++)
+        if (strlen(ops[i].name) == len && memcmp(ops[i].name, name, len) == 0)
+            return (int)i;
+    return -1;
+}
+
+const char *dispatch_op_name(int index)
+{
+    return index >= 0 && (size_t)index < NOPS ? ops[index].name : NULL;
+}
+
+bool fields_ok(struct conn *c, uint64_t rid, coord_fields *f)
+{
+    if (!f->failed)
+        return true;
+    c->b->stats.bad_requests++;
+    conn_reply_error(c, rid, COORD_EBAD_REQUEST, f->err);
+    return false;
+}
+
+/* For messages: keep printable ASCII, show the rest as '?'. */
+void printable_copy(char *out, size_t size, const uint8_t *p, size_t n)
+{
+    size_t i = 0;
+    for (; i < n && i + 1 < size; i++)
+        out[i] = (p[i] >= 0x20 && p[i] < 0x7f) ? (char)p[i] : '?';
+    if (size)
+        out[i] = '\0';
+}
+
+int dispatch_frame(struct conn *c, const uint8_t *body, size_t len)
+{
+    struct broker *b = c->b;
+    int st = coord_msg_parse(&b->msg, body, len);
+    if (st != COORD_FRAME_OK) {
+        b->stats.bad_frames++;
+        log_event(LOG_INFO, "conn.bad_frame", "conn=%llu pid=%d why=\"%s\"",
+                  (unsigned long long)c->id, (int)c->peer_pid,
+                  coord_frame_status_text(st));
+        conn_reply_error(c, 0, COORD_EBAD_FRAME, coord_frame_status_text(st));
+        conn_close(c, "bad frame");
+        return -1;
+    }
+
+    coord_fields f;
+    coord_fields_init(&f, b->msg.map);
+    uint64_t rid = 0;
+    coord_bytes opname = { NULL, 0 };
+    bool have_rid = coord_field_uint(&f, "rid", true, &rid);
+    if (have_rid && rid == 0)
+        coord_fields_fail(&f, "rid", "must be greater than 0");
+    bool have_op = coord_field_str(&f, "op", true, &opname);
+
+    if (!(c->flags & CONN_HELLO_DONE) &&
+        !(have_op && coord_bytes_eq(opname, "hello"))) {
+        conn_reply_error(c, have_rid ? rid : 0, COORD_EHELLO_REQUIRED,
+                         "hello must be the first request");
+        conn_close(c, "no hello");
+        return -1;
+    }
+    if (!fields_ok(c, have_rid ? rid : 0, &f)) {
+        if (!(c->flags & CONN_HELLO_DONE))
+            conn_close(c, "bad hello");
+        return 0;
+    }
+
+    int idx = dispatch_op_index((const char *)opname.ptr, opname.len);
+    if (idx < 0) {
+        char name[64], msg[96];
+        printable_copy(name, sizeof name, opname.ptr, opname.len);
+        snprintf(msg, sizeof msg, "unknown op '%s'", name);
+        conn_reply_error(c, rid, COORD_EUNKNOWN_OP, msg);
+        return 0;
+    }
+    b->stats.requests++;
+    b->requests_by_op[idx]++;
+    if (b->shutting_down) {
+        conn_reply_error(c, rid, COORD_ESHUTTING_DOWN, "broker is shutting down");
+        return 0;
+    }
+    ops[idx].fn(c, rid, &f);
+    return 0;
+}
+
+/* Copies a string field into a fresh NUL-terminated, printable string. */
+static char *dup_printable(coord_bytes s)
+{
+    char *p = malloc((size_t)s.len + 1);
+    if (p)
+        printable_copy(p, (size_t)s.len + 1, s.ptr, s.len);
+    return p;
+}
+
+#define MAX_CLIENT_NAME 256
+#define MAX_INSTANCE 128
+#define MAX_SCOPE 1024
+
+static void op_hello(struct conn *c, uint64_t rid, coord_fields *f)
+{
+    struct broker *b = c->b;
+    if (c->flags & CONN_HELLO_DONE) {
+        conn_reply_error(c, rid, COORD_EBAD_REQUEST, "hello: already done");
+        return;
+    }
+    uint64_t proto = 0, pid = 0;
+    coord_bytes client = { (const uint8_t *)"", 0 }, instance = client, scope = client;
+    coord_field_uint(f, "proto", true, &proto);
+    coord_field_str(f, "client", false, &client);
+    coord_field_uint(f, "pid", false, &pid);
+    coord_field_str(f, "instance", false, &instance);
+    coord_field_str(f, "scope", false, &scope);
+    if (!fields_ok(c, rid, f)) {
+        conn_close(c, "bad hello");
+        return;
+    }
+    if (proto != COORD_PROTO_VERSION) {
+        char msg[80];
+        snprintf(msg, sizeof msg, "proto %llu not supported; this broker speaks 1",
+                 (unsigned long long)proto);
+        conn_reply_error(c, rid, COORD_EPROTO_VERSION, msg);
+        conn_close(c, "protocol version");
+        return;
+    }
+    if (client.len > MAX_CLIENT_NAME || instance.len > MAX_INSTANCE ||
+        scope.len > MAX_SCOPE) {
+        conn_reply_error(c, rid, COORD_ETOO_LARGE,
+                         "client (256), instance (128) or scope (1024 bytes) too long");
+        conn_close(c, "bad hello");
+        return;
+    }
+    c->client = dup_printable(client);
+    c->instance = dup_printable(instance);
+    c->scope = malloc(scope.len ? scope.len : 1);
+    if (!c->client || !c->instance || !c->scope) {
+        conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+        conn_close(c, "out of memory");
+        return;
+    }
+    memcpy(c->scope, scope.ptr, scope.len);
+    c->scope_len = scope.len;
+    c->pid = pid;
+    conn_hello_done(c);
+
+    coord_enc e;
+    conn_enc_begin_reply(c, &e, rid);
+    coord_enc_kv_uint(&e, "proto", COORD_PROTO_VERSION);
+    coord_enc_kv_cstr(&e, "broker", "coord " COORD_VERSION);
+    coord_enc_kv_uint(&e, "conn", c->id);
+    coord_enc_kv_uint(&e, "epoch", b->epoch);
+    coord_enc_kv_uint(&e, "max_frame", b->opt.max_frame);
+    conn_enc_finish(c, &e);
+    log_event(LOG_DEBUG, "conn.hello", "conn=%llu client=\"%s\" pid=%llu",
+              (unsigned long long)c->id, c->client, (unsigned long long)pid);
+}
+
+static void op_ping(struct conn *c, uint64_t rid, coord_fields *f)
+{
+    (void)f;
+    conn_reply_ok(c, rid);
+}
+
+static void op_stats(struct conn *c, uint64_t rid, coord_fields *f)
+{
+    (void)f;
+    stats_reply(c, rid);
+}
+
+static void op_cancel(struct conn *c, uint64_t rid, coord_fields *f)
+{
+    uint64_t target = 0;
+    coord_field_uint(f, "target", true, &target);
+    if (!fields_ok(c, rid, f))
+        return;
+    struct pending *p = pending_find(c, target);
+    if (p) {
+        c->b->stats.cancels++;
+        p->abort(p, COORD_EABORTED);
+    }
+    coord_enc e;
+    conn_enc_begin_reply(c, &e, rid);
+    coord_enc_kv_bool(&e, "cancelled", p != NULL);
+    conn_enc_finish(c, &e);
+}

@@ -1,0 +1,69 @@
+/* ledger.h - the broker's durable state in LMDB, and its one writer.
+ *
+ * Writes never run on the loop thread: a job is queued, the writer thread
+ * applies every queued job in one transaction (each in a nested one, so one
+ * refused job does not spoil its batch), commits with a sync, and then hands
+ * the jobs back to the loop, where their done callbacks send the replies.
+ * Many writers, one fsync: that is the group commit.  Reads happen on the
+ * loop thread in short read transactions (LMDB readers never block). */
+#ifndef COORD_LEDGER_H
+#define COORD_LEDGER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <lmdb.h>
+#include <uv.h>
+
+struct ledger;
+
+enum ledger_db {
+    DB_META,            /* "epoch" -> u64 big-endian */
+    DB_COUNT
+};
+
+struct ledger_job {
+    struct ledger_job *next;
+    /* Writer thread, inside a nested transaction.  Return 0 to keep its
+     * writes, a negative COORD_E* code to drop them and fail the job, or a
+     * positive MDB error (MDB_MAP_FULL makes the batch grow the map and
+     * run again, so apply must depend only on the job and the database). */
+    int (*apply)(struct ledger *l, MDB_txn *txn, struct ledger_job *job);
+    /* Loop thread, once the batch is on disk: status is what apply returned,
+     * or COORD_ESTORAGE when the commit failed. */
+    void (*done)(struct ledger_job *job, int status);
+    int status;
+};
+
+/* Opens (creating) the environment in dir.  Returns 0, or -1 with err. */
+int ledger_open(struct ledger **out, const char *dir, uv_loop_t *loop,
+                char *err, size_t errsize);
+/* Synchronously increments and syncs the broker epoch; returns it, 0 on
+ * failure.  Called once at start, before the first client is accepted. */
+uint64_t ledger_next_epoch(struct ledger *l);
+void ledger_submit(struct ledger *l, struct ledger_job *job);
+/* Finishes every queued job (done callbacks included), stops the writer
+ * and closes the environment. */
+void ledger_close(struct ledger *l);
+
+MDB_dbi ledger_dbi(struct ledger *l, enum ledger_db db);
+/* Short read transactions on the loop thread.  Returns 0 or an MDB error. */
+int ledger_read_begin(struct ledger *l, MDB_txn **txn);
+void ledger_read_end(struct ledger *l, MDB_txn *txn);
+
+/* Counters for stats. */
+uint64_t ledger_batches(const struct ledger *l);
+uint64_t ledger_jobs(const struct ledger *l);
+
+static inline void put_be64(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--) { p[i] = (uint8_t)v; v >>= 8; }
+}
+
+static inline uint64_t get_be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+    return v;
+}
+
+#endif

@@ -1,0 +1,166 @@
+/* main.c - coordd's command line. */
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "broker.h"
+#include "coord-version.h"
+#include "paths.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: coordd [options]\n"
+"  --foreground            stay attached to the terminal, log to stderr\n"
+"  --socket PATH           socket (default $COORD_SOCKET, $XDG_RUNTIME_DIR/coord/broker.sock,\n"
+"                          /tmp/coord-$UID/broker.sock)\n"
+"  --data-dir DIR          LMDB ledger (default $COORD_DATA_DIR, $XDG_STATE_HOME/coord,\n"
+"                          ~/.local/state/coord)\n"
+"  --idle-exit SECONDS     exit when no client has been connected that long\n"
+"  --ready-fd N            write \"ready\\n\" to fd N once accepting, then close it\n"
+"  --log-level LEVEL       debug, info, warn or error (default info)\n"
+"  --max-frame BYTES       largest frame accepted (default 1048576)\n"
+"  --max-conns N           connections at once (default 4096)\n"
+"  --max-pending N         waiting requests per connection (default 1024)\n"
+"  --max-outbuf BYTES      bytes queued to one client before it is cut off\n"
+"                          (default 16777216)\n"
+"  --handshake-timeout MS  time allowed for hello (default 5000)\n"
+"  --version, --help\n");
+}
+
+static int parse_num(const char *s, unsigned long long min, unsigned long long max,
+                     unsigned long long *out)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (!*s || *end || s[0] == '-' || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Fork into the background: the parent returns after the child is set up. */
+static void daemonize(const char *data_dir)
+{
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("coordd: fork");
+        exit(1);
+    }
+    if (pid > 0)
+        exit(0);
+    setsid();
+    if (fork() > 0)
+        _exit(0);
+    int null = open("/dev/null", O_RDWR);
+    char logpath[4200];
+    snprintf(logpath, sizeof logpath, "%s/coordd.log", data_dir);
+    int log = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (null >= 0) {
+        dup2(null, 0);
+        dup2(null, 1);
+        dup2(log >= 0 ? log : null, 2);
+        if (null > 2)
+            close(null);
+    }
+    if (log > 2)
+        close(log);
+    if (chdir("/") < 0)
+        _exit(1);
+}
+
+int main(int argc, char **argv)
+{
+    struct broker_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.ready_fd = -1;
+    opt.max_frame = COORD_MAX_FRAME_DEFAULT;
+    opt.max_conns = 4096;
+    opt.max_pending = 1024;
+    opt.max_outbuf = 16u << 20;
+    opt.handshake_ms = 5000;
+    const char *socket_arg = NULL, *data_arg = NULL;
+
+    enum { O_FG = 1, O_SOCK, O_DATA, O_IDLE, O_READY, O_LOG, O_FRAME, O_CONNS,
+           O_PENDING, O_OUTBUF, O_HANDSHAKE, O_VERSION, O_HELP };
+    static const struct option longopts[] = {
+        { "foreground", no_argument, NULL, O_FG },
+        { "socket", required_argument, NULL, O_SOCK },
+        { "data-dir", required_argument, NULL, O_DATA },
+        { "idle-exit", required_argument, NULL, O_IDLE },
+        { "ready-fd", required_argument, NULL, O_READY },
+        { "log-level", required_argument, NULL, O_LOG },
+        { "max-frame", required_argument, NULL, O_FRAME },
+        { "max-conns", required_argument, NULL, O_CONNS },
+        { "max-pending", required_argument, NULL, O_PENDING },
+        { "max-outbuf", required_argument, NULL, O_OUTBUF },
+        { "handshake-timeout", required_argument, NULL, O_HANDSHAKE },
+        { "version", no_argument, NULL, O_VERSION },
+        { "help", no_argument, NULL, O_HELP },
+        { NULL, 0, NULL, 0 },
+    };
+    int ch;
+    unsigned long long v;
+    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        int bad = 0;
+        switch (ch) {
+        case O_FG: opt.foreground = true; break;
+        case O_SOCK: socket_arg = optarg; break;
+        case O_DATA: data_arg = optarg; break;
+        case O_IDLE: bad = parse_num(optarg, 0, 86400 * 365, &v); opt.idle_exit_s = (unsigned)v; break;
+        case O_READY: bad = parse_num(optarg, 0, 65535, &v); opt.ready_fd = (int)v; break;
+        case O_LOG:
+            log_min_level = log_parse_level(optarg);
+            bad = log_min_level < 0;
+            break;
+        case O_FRAME: bad = parse_num(optarg, 1024, 64u << 20, &v); opt.max_frame = (uint32_t)v; break;
+        case O_CONNS: bad = parse_num(optarg, 1, 1000000, &v); opt.max_conns = (unsigned)v; break;
+        case O_PENDING: bad = parse_num(optarg, 1, 1000000, &v); opt.max_pending = (unsigned)v; break;
+        case O_OUTBUF: bad = parse_num(optarg, 4096, 1ull << 34, &v); opt.max_outbuf = (size_t)v; break;
+        case O_HANDSHAKE: bad = parse_num(optarg, 1, 3600000, &v); opt.handshake_ms = (unsigned)v; break;
+        case O_VERSION: printf("coordd %s\n", COORD_VERSION); return 0;
+        case O_HELP: usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "coordd: bad value for --%s: %s\n",
+                    longopts[ch - 1].name, optarg);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        usage(stderr);
+        return 2;
+    }
+    if (socket_arg) {
+        if (strlen(socket_arg) >= sizeof opt.socket_path) {
+            fprintf(stderr, "coordd: socket path too long (limit %d bytes)\n",
+                    COORD_SOCKET_PATH_MAX);
+            return 2;
+        }
+        strcpy(opt.socket_path, socket_arg);
+    } else if (coord_default_socket_path(opt.socket_path, sizeof opt.socket_path) < 0) {
+        fprintf(stderr, "coordd: default socket path too long\n");
+        return 2;
+    }
+    if (data_arg) {
+        if (strlen(data_arg) >= sizeof opt.data_dir) {
+            fprintf(stderr, "coordd: data dir path too long\n");
+            return 2;
+        }
+        strcpy(opt.data_dir, data_arg);
+    } else if (coord_default_data_dir(opt.data_dir, sizeof opt.data_dir) < 0) {
+        fprintf(stderr, "coordd: default data dir path too long\n");
+        return 2;
+    }
+    char err[512];
+    if (coord_prepare_private_dir(opt.data_dir, err, sizeof err) < 0) {
+        fprintf(stderr, "coordd: %s\n", err);
+        return 1;
+    }
+    if (!opt.foreground)
+        daemonize(opt.data_dir);
+    return broker_run(&opt);
+}

@@ -1,0 +1,23 @@
+/* ops.h - the handler signature of every op, and the ops each table adds
+ * to the dispatch table. */
+#ifndef COORD_OPS_H
+#define COORD_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "msg.h"
+
+struct conn;
+
+/* Reads its fields from f, replies now or registers a pending request. */
+typedef void (*op_fn)(struct conn *c, uint64_t rid, coord_fields *f);
+
+/* Replies BAD_REQUEST with f's text when a field was wrong. */
+bool fields_ok(struct conn *c, uint64_t rid, coord_fields *f);
+void printable_copy(char *out, size_t size, const uint8_t *p, size_t n);
+
+/* X(op name, handler) for the ops of the tables. */
+#define TABLE_OPS(X)
+
+#endif

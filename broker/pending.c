@@ -1,0 +1,62 @@
+/* pending.c - requests of a connection that wait for their reply, and the
+ * generic cancel that every waiting op plugs into. */
+#include "broker.h"
+#include "errors.h"
+
+int pending_start(struct conn *c, struct pending *p, uint64_t rid, const char *op)
+{
+    if (c->npending >= c->b->opt.max_pending) {
+        c->b->stats.pending_limit_hits++;
+        conn_reply_error(c, rid, COORD_ELIMIT,
+                         "too many requests waiting on this connection");
+        return -1;
+    }
+    if (pending_find(c, rid)) {
+        c->b->stats.bad_requests++;
+        conn_reply_error(c, rid, COORD_EBAD_REQUEST,
+                         "rid: already used by a waiting request");
+        return -1;
+    }
+    p->rid = rid;
+    p->conn = c;
+    p->op = op;
+    list_append(&c->pending, &p->link);
+    c->npending++;
+    return 0;
+}
+
+void pending_finish(struct pending *p)
+{
+    if (!list_linked(&p->link))
+        return;
+    list_del(&p->link);
+    p->conn->npending--;
+}
+
+struct pending *pending_find(struct conn *c, uint64_t rid)
+{
+    struct list *pos, *tmp;
+    list_for_each_safe(pos, tmp, &c->pending) {
+        struct pending *p = list_entry(pos, struct pending, link);
+        if (p->rid == rid)
+            return p;
+    }
+    return NULL;
+}
+
+void pending_abort_all(struct conn *c, int code)
+{
+    while (!list_empty(&c->pending)) {
+        struct pending *p = list_entry(c->pending.next, struct pending, link);
+        if (code)
+            p->abort(p, code);
+        else
+            p->drop(p);
+        /* a table that forgot pending_finish must not loop us forever
+         * (p itself may be freed by now: compare, don't dereference) */
+        if (c->pending.next == &p->link) {
+            list_del(&p->link);
+            c->npending--;
+        }
+    }
+}

@@ -1,0 +1,46 @@
+/* stats.c - the `stats` op: counters of the broker and of each table. */
+#include <unistd.h>
+#include "broker.h"
+#include "coord-version.h"
+
+void stats_reply(struct conn *c, uint64_t rid)
+{
+    struct broker *b = c->b;
+    const struct broker_stats *s = &b->stats;
+    coord_enc e;
+    conn_enc_begin_reply(c, &e, rid);
+    coord_enc_kv_cstr(&e, "version", "coord " COORD_VERSION);
+    coord_enc_kv_uint(&e, "pid", (uint64_t)getpid());
+    coord_enc_kv_uint(&e, "uptime_ms", broker_now_ms(b) - b->started_ms);
+    coord_enc_kv_uint(&e, "epoch", b->epoch);
+    coord_enc_kv_uint(&e, "connections", b->nconns);
+    coord_enc_kv_uint(&e, "conns_accepted", s->conns_accepted);
+    coord_enc_kv_uint(&e, "rejected_peers", s->conns_rejected_peer);
+    coord_enc_kv_uint(&e, "rejected_conn_limit", s->conns_rejected_limit);
+    coord_enc_kv_uint(&e, "bad_frames", s->bad_frames);
+    coord_enc_kv_uint(&e, "bad_requests", s->bad_requests);
+    coord_enc_kv_uint(&e, "handshake_timeouts", s->handshake_timeouts);
+    coord_enc_kv_uint(&e, "pending_limit_hits", s->pending_limit_hits);
+    coord_enc_kv_uint(&e, "outbuf_disconnects", s->outbuf_disconnects);
+    coord_enc_kv_uint(&e, "cancels", s->cancels);
+    coord_enc_kv_uint(&e, "timeouts", s->timeouts);
+    coord_enc_kv_uint(&e, "bytes_in", s->bytes_in);
+    coord_enc_kv_uint(&e, "bytes_out", s->bytes_out);
+    coord_enc_kv_uint(&e, "requests_total", s->requests);
+    coord_enc_key(&e, "requests");
+    coord_enc_map_begin(&e);
+    for (int i = 0; dispatch_op_name(i); i++) {
+        if (b->requests_by_op[i])
+            coord_enc_kv_uint(&e, dispatch_op_name(i), b->requests_by_op[i]);
+    }
+    coord_enc_map_end(&e);
+    coord_enc_key(&e, "limits");
+    coord_enc_map_begin(&e);
+    coord_enc_kv_uint(&e, "max_frame", b->opt.max_frame);
+    coord_enc_kv_uint(&e, "max_conns", b->opt.max_conns);
+    coord_enc_kv_uint(&e, "max_pending", b->opt.max_pending);
+    coord_enc_kv_uint(&e, "max_outbuf", b->opt.max_outbuf);
+    coord_enc_kv_uint(&e, "handshake_ms", b->opt.handshake_ms);
+    coord_enc_map_end(&e);
+    conn_enc_finish(c, &e);
+}

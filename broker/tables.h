@@ -1,0 +1,15 @@
+/* tables.h - the hooks every state table of the broker (locks, flights,
+ * leaders, channels) provides for a connection's life and for shutdown. */
+#ifndef COORD_TABLES_H
+#define COORD_TABLES_H
+
+struct conn;
+struct broker;
+
+int tables_init(struct broker *b);
+/* A connection came or went: the tables release what it held at once. */
+void tables_conn_opened(struct conn *c);
+void tables_conn_closed(struct conn *c);
+void tables_shutdown(struct broker *b);
+
+#endif

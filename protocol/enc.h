@@ -1,0 +1,78 @@
+/* enc.h - building frames: a growable byte buffer and an encoder that writes
+ * length-prefixed MessagePack maps into it.
+ *
+ * Containers are written with 16/32-bit count headers and patched when they
+ * are closed, so callers never count fields ahead of time.  Scalars go
+ * through msgpack-c's packer. */
+#ifndef COORD_PROTO_ENC_H
+#define COORD_PROTO_ENC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <msgpack.h>
+#include "frame.h"
+
+typedef struct coord_buf {
+    uint8_t *data;
+    size_t len;
+    size_t cap;
+} coord_buf;
+
+void coord_buf_init(coord_buf *b);
+void coord_buf_free(coord_buf *b);
+/* Make room for extra more bytes; 0 or -1 (out of memory). */
+int coord_buf_reserve(coord_buf *b, size_t extra);
+int coord_buf_append(coord_buf *b, const void *p, size_t n);
+/* Drop the first n bytes. */
+void coord_buf_consume(coord_buf *b, size_t n);
+
+typedef struct coord_enc {
+    coord_buf *buf;
+    msgpack_packer pk;
+    size_t frame_start;
+    int depth;
+    bool failed;                               /* out of memory */
+    size_t open_at[COORD_MAX_DEPTH + 1];        /* header offset per level */
+    uint32_t count[COORD_MAX_DEPTH + 1];
+    bool is_map[COORD_MAX_DEPTH + 1];
+} coord_enc;
+
+/* Start a frame at the end of buf: length placeholder and the top map. */
+void coord_enc_begin(coord_enc *e, coord_buf *buf);
+/* Close the top map, patch the length.  Returns the frame's total size, or
+ * 0 after an error (the partial frame is removed from buf). */
+size_t coord_enc_end(coord_enc *e);
+/* Remove the frame being built from buf. */
+void coord_enc_abort(coord_enc *e);
+
+void coord_enc_key(coord_enc *e, const char *key);
+void coord_enc_str(coord_enc *e, const void *s, size_t len);
+void coord_enc_cstr(coord_enc *e, const char *s);
+void coord_enc_bin(coord_enc *e, const void *p, size_t len);
+void coord_enc_uint(coord_enc *e, uint64_t v);
+void coord_enc_int(coord_enc *e, int64_t v);
+void coord_enc_bool(coord_enc *e, bool v);
+void coord_enc_nil(coord_enc *e);
+void coord_enc_map_begin(coord_enc *e);
+void coord_enc_map_end(coord_enc *e);
+void coord_enc_array_begin(coord_enc *e);
+void coord_enc_array_end(coord_enc *e);
+
+/* Shorthands for key + value pairs. */
+void coord_enc_kv_uint(coord_enc *e, const char *key, uint64_t v);
+void coord_enc_kv_bool(coord_enc *e, const char *key, bool v);
+void coord_enc_kv_str(coord_enc *e, const char *key, const void *s, size_t n);
+void coord_enc_kv_cstr(coord_enc *e, const char *key, const char *s);
+void coord_enc_kv_bin(coord_enc *e, const char *key, const void *p, size_t n);
+
+/* {rid, ok:true, ...}: the caller adds fields and calls coord_enc_end. */
+void coord_enc_reply_begin(coord_enc *e, coord_buf *buf, uint64_t rid);
+/* {ev: name, ...}: the caller adds fields and calls coord_enc_end. */
+void coord_enc_event_begin(coord_enc *e, coord_buf *buf, const char *name);
+/* A whole error reply {rid, ok:false, code, message}.  Returns its size or
+ * 0 (out of memory). */
+size_t coord_enc_error(coord_buf *buf, uint64_t rid, int code,
+                       const char *message);
+
+#endif

@@ -1,0 +1,277 @@
+/* frame.c - the incremental frame reader and the validating walk.
+ *
+ * msgpack-c reserves memory for whatever count a header announces, so no
+ * byte from a peer reaches it before coord_frame_validate has checked that
+ * every count fits in the bytes that are really there. */
+#include <stdlib.h>
+#include <string.h>
+#include "frame.h"
+
+const char *coord_frame_status_text(int status)
+{
+    switch (status) {
+    case COORD_FRAME_OK:             return "ok";
+    case COORD_FRAME_EMPTY:          return "frame length is zero";
+    case COORD_FRAME_TOO_LONG:       return "frame longer than max_frame";
+    case COORD_FRAME_NOT_MAP:        return "frame body is not a map";
+    case COORD_FRAME_KEY_NOT_STRING: return "map key is not a string";
+    case COORD_FRAME_TRAILING:       return "trailing bytes after the map";
+    case COORD_FRAME_TRUNCATED:      return "truncated MessagePack";
+    case COORD_FRAME_INVALID:        return "invalid MessagePack byte";
+    case COORD_FRAME_TOO_DEEP:       return "nesting too deep";
+    case COORD_FRAME_NOMEM:          return "out of memory";
+    }
+    return "unknown frame status";
+}
+
+/* ---- validating walk ---- */
+
+static uint64_t read_be(const uint8_t *p, unsigned n)
+{
+    uint64_t v = 0;
+    for (unsigned i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+enum elem_kind { ELEM_SCALAR, ELEM_STR, ELEM_ARRAY, ELEM_MAP, ELEM_INVALID };
+
+/* Decodes the header of one element at p (avail bytes there).  On success
+ * sets *hdr (header bytes), *payload (bytes after the header for scalars and
+ * strings) or *count (elements for containers).  Returns ELEM_* or -1 when
+ * the header itself is cut off. */
+static int elem_header(const uint8_t *p, size_t avail, size_t *hdr,
+                       uint64_t *payload, uint64_t *count)
+{
+    uint8_t b = p[0];
+    unsigned lenbytes = 0;
+    int kind = ELEM_SCALAR;
+    *payload = 0;
+    *count = 0;
+
+    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+        *hdr = 1;
+        return ELEM_SCALAR;
+    }
+    if (b >= 0x80 && b <= 0x8f) { *hdr = 1; *count = b & 0x0f; return ELEM_MAP; }
+    if (b >= 0x90 && b <= 0x9f) { *hdr = 1; *count = b & 0x0f; return ELEM_ARRAY; }
+    if (b >= 0xa0 && b <= 0xbf) { *hdr = 1; *payload = b & 0x1f; return ELEM_STR; }
+
+    switch (b) {
+    case 0xc1: return ELEM_INVALID;
+    case 0xc4: case 0xc5: case 0xc6:            /* bin 8/16/32 */
+        lenbytes = 1u << (b - 0xc4);
+        break;
+    case 0xc7: case 0xc8: case 0xc9:            /* ext 8/16/32 + type byte */
+        lenbytes = 1u << (b - 0xc7);
+        break;
+    case 0xca: *hdr = 1; *payload = 4; return ELEM_SCALAR;
+    case 0xcb: *hdr = 1; *payload = 8; return ELEM_SCALAR;
+    case 0xcc: case 0xcd: case 0xce: case 0xcf:
+        *hdr = 1; *payload = 1u << (b - 0xcc); return ELEM_SCALAR;
+    case 0xd0: case 0xd1: case 0xd2: case 0xd3:
+        *hdr = 1; *payload = 1u << (b - 0xd0); return ELEM_SCALAR;
+    case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:   /* fixext */
+        *hdr = 1; *payload = 1 + (1u << (b - 0xd4)); return ELEM_SCALAR;
+    case 0xd9: case 0xda: case 0xdb:
+        lenbytes = 1u << (b - 0xd9); kind = ELEM_STR;
+        break;
+    case 0xdc: case 0xdd:
+        lenbytes = 2u << (b - 0xdc); kind = ELEM_ARRAY;
+        break;
+    case 0xde: case 0xdf:
+        lenbytes = 2u << (b - 0xde); kind = ELEM_MAP;
+        break;
+    }
+    if (avail < 1 + (size_t)lenbytes)
+        return -1;
+    uint64_t v = read_be(p + 1, lenbytes);
+    *hdr = 1 + lenbytes;
+    if (kind == ELEM_ARRAY || kind == ELEM_MAP) {
+        *count = v;
+    } else {
+        *payload = v;
+        if (b >= 0xc7 && b <= 0xc9)
+            *payload += 1;                      /* ext type byte */
+    }
+    return kind == ELEM_STR ? ELEM_STR : kind;
+}
+
+int coord_frame_validate(const uint8_t *body, size_t len, int max_depth)
+{
+    /* items left in each open container; maps count keys and values */
+    uint64_t left[COORD_MAX_DEPTH + 1];
+    uint8_t in_map[COORD_MAX_DEPTH + 1];
+    int sp = 0;
+    size_t pos = 0;
+
+    if (len == 0)
+        return COORD_FRAME_EMPTY;
+    if (max_depth < 1 || max_depth > COORD_MAX_DEPTH)
+        max_depth = COORD_MAX_DEPTH;
+
+    do {
+        int is_key = 0;
+        if (sp > 0) {
+            if (left[sp - 1] == 0) {
+                sp--;
+                continue;
+            }
+            left[sp - 1]--;
+            is_key = in_map[sp - 1] && (left[sp - 1] & 1);
+        }
+        if (pos >= len)
+            return COORD_FRAME_TRUNCATED;
+
+        size_t hdr;
+        uint64_t payload, count;
+        int kind = elem_header(body + pos, len - pos, &hdr, &payload, &count);
+        /* a map16/map32 header cut off is a truncated map, not a non-map */
+        if (kind < 0 && (sp > 0 || body[pos] == 0xde || body[pos] == 0xdf))
+            return COORD_FRAME_TRUNCATED;
+        if (sp == 0 && kind != ELEM_MAP)
+            return kind == ELEM_INVALID ? COORD_FRAME_INVALID
+                                        : COORD_FRAME_NOT_MAP;
+        if (kind == ELEM_INVALID)
+            return COORD_FRAME_INVALID;
+        if (kind < 0)
+            return COORD_FRAME_TRUNCATED;
+        if (is_key && kind != ELEM_STR)
+            return COORD_FRAME_KEY_NOT_STRING;
+        pos += hdr;
+        size_t rest = len - pos;
+
+        if (kind == ELEM_ARRAY || kind == ELEM_MAP) {
+            if (sp >= max_depth)
+                return COORD_FRAME_TOO_DEEP;
+            uint64_t items = kind == ELEM_MAP ? count * 2 : count;
+            /* every element takes at least one byte */
+            if (items > rest)
+                return COORD_FRAME_TRUNCATED;
+            left[sp] = items;
+            in_map[sp] = kind == ELEM_MAP;
+            sp++;
+        } else {
+            if (payload > rest)
+                return COORD_FRAME_TRUNCATED;
+            pos += (size_t)payload;
+        }
+    } while (sp > 0);
+
+    return pos == len ? COORD_FRAME_OK : COORD_FRAME_TRAILING;
+}
+
+/* ---- incremental reader ---- */
+
+void coord_frame_reader_init(coord_frame_reader *r, uint32_t max_frame)
+{
+    memset(r, 0, sizeof *r);
+    r->max_frame = max_frame ? max_frame : COORD_MAX_FRAME_DEFAULT;
+}
+
+void coord_frame_reader_free(coord_frame_reader *r)
+{
+    free(r->partial);
+    r->partial = NULL;
+    r->have = r->cap = 0;
+}
+
+size_t coord_frame_reader_pending(const coord_frame_reader *r)
+{
+    return r->cap;
+}
+
+static int check_length(const coord_frame_reader *r, uint32_t n)
+{
+    if (n == 0)
+        return COORD_FRAME_EMPTY;
+    if (n > r->max_frame)
+        return COORD_FRAME_TOO_LONG;
+    return COORD_FRAME_OK;
+}
+
+static int ensure_cap(coord_frame_reader *r, size_t need)
+{
+    if (need <= r->cap)
+        return 0;
+    uint8_t *p = realloc(r->partial, need);
+    if (!p)
+        return -1;
+    r->partial = p;
+    r->cap = need;
+    return 0;
+}
+
+/* A big buffer kept for an idle connection costs memory for nothing. */
+#define KEEP_PARTIAL_CAP 4096
+
+int coord_frame_feed(coord_frame_reader *r, const uint8_t *data, size_t n,
+                     coord_frame_cb cb, void *ud)
+{
+    /* first finish a frame that an earlier read left incomplete */
+    if (r->have > 0) {
+        if (r->have < COORD_FRAME_HEADER) {
+            size_t take = COORD_FRAME_HEADER - r->have;
+            if (take > n)
+                take = n;
+            if (ensure_cap(r, KEEP_PARTIAL_CAP) < 0)
+                return COORD_FRAME_NOMEM;
+            memcpy(r->partial + r->have, data, take);
+            r->have += take;
+            data += take;
+            n -= take;
+            if (r->have < COORD_FRAME_HEADER)
+                return COORD_FRAME_OK;
+            int st = check_length(r, coord_be32(r->partial));
+            if (st != COORD_FRAME_OK)
+                return st;
+        }
+        size_t total = COORD_FRAME_HEADER + (size_t)coord_be32(r->partial);
+        if (ensure_cap(r, total) < 0)
+            return COORD_FRAME_NOMEM;
+        size_t take = total - r->have;
+        if (take > n)
+            take = n;
+        memcpy(r->partial + r->have, data, take);
+        r->have += take;
+        data += take;
+        n -= take;
+        if (r->have < total)
+            return COORD_FRAME_OK;
+        r->have = 0;
+        int stop = cb(ud, r->partial + COORD_FRAME_HEADER,
+                      total - COORD_FRAME_HEADER);
+        if (r->cap > KEEP_PARTIAL_CAP) {
+            free(r->partial);
+            r->partial = NULL;
+            r->cap = 0;
+        }
+        if (stop)
+            return -1;
+    }
+
+    /* then whole frames straight from the caller's bytes */
+    while (n >= COORD_FRAME_HEADER) {
+        uint32_t len = coord_be32(data);
+        int st = check_length(r, len);
+        if (st != COORD_FRAME_OK)
+            return st;
+        if (n - COORD_FRAME_HEADER < len)
+            break;
+        if (cb(ud, data + COORD_FRAME_HEADER, len))
+            return -1;
+        data += COORD_FRAME_HEADER + len;
+        n -= COORD_FRAME_HEADER + len;
+    }
+
+    if (n > 0) {
+        size_t want = n;
+        if (n >= COORD_FRAME_HEADER)
+            want = COORD_FRAME_HEADER + (size_t)coord_be32(data);
+        if (ensure_cap(r, want > KEEP_PARTIAL_CAP ? want : KEEP_PARTIAL_CAP) < 0)
+            return COORD_FRAME_NOMEM;
+        memcpy(r->partial, data, n);
+        r->have = n;
+    }
+    return COORD_FRAME_OK;
+}

@@ -1,0 +1,75 @@
+/* frame.h - framing of the coord wire protocol and the validating walk that
+ * every untrusted frame passes before msgpack-c is allowed to decode it.
+ *
+ * A frame is a 4-byte big-endian length N, then N bytes holding exactly one
+ * MessagePack map with string keys (see protocol/PROTOCOL.md). */
+#ifndef COORD_PROTO_FRAME_H
+#define COORD_PROTO_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define COORD_FRAME_HEADER 4u
+#define COORD_MAX_FRAME_DEFAULT (1u << 20)
+/* The deepest nesting protocol v1 uses: reply map -> array -> entry map. */
+#define COORD_MAX_DEPTH 3
+
+/* Why a frame was refused.  Each has a distinct value and text; all of them
+ * are protocol violations (the broker answers BAD_FRAME and closes). */
+enum coord_frame_status {
+    COORD_FRAME_OK = 0,
+    COORD_FRAME_EMPTY,          /* length prefix is 0 */
+    COORD_FRAME_TOO_LONG,       /* length prefix above max_frame */
+    COORD_FRAME_NOT_MAP,        /* body does not start with a map */
+    COORD_FRAME_KEY_NOT_STRING, /* a map key is not a str */
+    COORD_FRAME_TRAILING,       /* bytes left after the top-level map */
+    COORD_FRAME_TRUNCATED,      /* body ends inside a value, or a count
+                                   announces more elements than bytes left */
+    COORD_FRAME_INVALID,        /* byte 0xc1, never used by MessagePack */
+    COORD_FRAME_TOO_DEEP,       /* nesting deeper than COORD_MAX_DEPTH */
+    COORD_FRAME_NOMEM,          /* could not buffer a partial frame */
+};
+
+const char *coord_frame_status_text(int status);
+
+/* Walk body[0..len) without allocating and without recursion; returns
+ * COORD_FRAME_OK only when msgpack-c may safely decode it. */
+int coord_frame_validate(const uint8_t *body, size_t len, int max_depth);
+
+/* Incremental frame reader.  Bytes are fed as they arrive; complete frames
+ * are handed to a callback straight from the caller's buffer, and only the
+ * tail of a frame split across reads is copied into the reader. */
+typedef struct coord_frame_reader {
+    uint8_t *partial;       /* header + body bytes of an incomplete frame */
+    size_t have;            /* bytes in partial */
+    size_t cap;             /* allocated size of partial */
+    uint32_t max_frame;
+} coord_frame_reader;
+
+/* Return 0 to go on, non-zero to stop feeding (the rest is dropped). */
+typedef int (*coord_frame_cb)(void *ud, const uint8_t *body, size_t len);
+
+void coord_frame_reader_init(coord_frame_reader *r, uint32_t max_frame);
+void coord_frame_reader_free(coord_frame_reader *r);
+/* Bytes held for an incomplete frame (for memory accounting). */
+size_t coord_frame_reader_pending(const coord_frame_reader *r);
+
+/* Returns COORD_FRAME_OK, or the status that stopped reading (EMPTY,
+ * TOO_LONG, NOMEM); -1 when the callback asked to stop.  Frame bodies are
+ * not validated here: the callback calls coord_frame_validate. */
+int coord_frame_feed(coord_frame_reader *r, const uint8_t *data, size_t n,
+                     coord_frame_cb cb, void *ud);
+
+static inline uint32_t coord_be32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
+           ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+static inline void coord_put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);  p[3] = (uint8_t)v;
+}
+
+#endif

@@ -1,0 +1,70 @@
+/* msg.h - decoding a validated frame with msgpack-c, and typed access to its
+ * fields with error texts fit for a BAD_REQUEST reply.
+ *
+ * Strings and bins point into the frame buffer: they live as long as the
+ * frame does, carry a length, and are not NUL-terminated. */
+#ifndef COORD_PROTO_MSG_H
+#define COORD_PROTO_MSG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <msgpack.h>
+
+typedef struct coord_bytes {
+    const uint8_t *ptr;
+    uint32_t len;
+} coord_bytes;
+
+/* A decoded frame.  The zone is reused from frame to frame. */
+typedef struct coord_msg {
+    msgpack_zone zone;
+    msgpack_object root;
+    const msgpack_object_map *map;   /* root.via.map once parsed */
+} coord_msg;
+
+int coord_msg_init(coord_msg *m);          /* 0, or -1 out of memory */
+void coord_msg_destroy(coord_msg *m);
+/* Validates body (see coord_frame_validate) and decodes it.  Returns
+ * COORD_FRAME_OK or a COORD_FRAME_* status.  The result points into body. */
+int coord_msg_parse(coord_msg *m, const uint8_t *body, size_t len);
+
+/* The value stored under key in map, or NULL. */
+const msgpack_object *coord_map_find(const msgpack_object_map *map,
+                                     const char *key);
+
+/* Field reader: reads several fields and keeps the first problem as text
+ * ("rid: missing", "mode: expected string").  A nil value counts as absent,
+ * so optional fields may be sent as nil. */
+typedef struct coord_fields {
+    const msgpack_object_map *map;
+    const char *prefix;      /* "error." for nested maps, else "" */
+    bool failed;
+    char err[128];
+} coord_fields;
+
+void coord_fields_init(coord_fields *f, const msgpack_object_map *map);
+/* Each getter returns true when the field was present and well typed.  A
+ * missing required field or any wrongly typed field sets f->failed. */
+bool coord_field_uint(coord_fields *f, const char *key, bool required,
+                      uint64_t *out);
+bool coord_field_bool(coord_fields *f, const char *key, bool required,
+                      bool *out);
+/* str: a MessagePack str or bin (names may hold any bytes, NUL included). */
+bool coord_field_str(coord_fields *f, const char *key, bool required,
+                     coord_bytes *out);
+/* bin: a MessagePack bin or str. */
+bool coord_field_bin(coord_fields *f, const char *key, bool required,
+                     coord_bytes *out);
+/* A nested map, read with coord_fields_nested. */
+bool coord_field_map(coord_fields *f, const char *key, bool required,
+                     const msgpack_object_map **out);
+void coord_fields_nested(coord_fields *child, const coord_fields *parent,
+                         const char *key, const msgpack_object_map *map);
+/* Marks a field as refused for a reason other than its type. */
+void coord_fields_fail(coord_fields *f, const char *key, const char *why);
+
+/* Compare bytes with a C string. */
+bool coord_bytes_eq(coord_bytes b, const char *s);
+
+#endif
