@@ -1,0 +1,857 @@
+/* client.c - the core of libcoord: building requests, writing frames,
+ * reading and dispatching replies and events, blocking calls.
+ *
+ * Reading and dispatching are separate steps.  Bytes read from the socket
+ * are cut into frames, decoded and appended to c->inbound; only then are
+ * they delivered, one at a time, from process_inbound.  No user callback
+ * ever runs while the frame reader is in the middle of a buffer, so a
+ * callback may call coord_call, coord_send or coord_close on its own
+ * handle (coord_close there is deferred until the outermost call returns). */
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include "errors.h"
+#include "internal.h"
+
+int64_t coord__now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Milliseconds left until deadline (-1: none) as a poll timeout. */
+static int remaining_ms(int64_t deadline)
+{
+    if (deadline < 0)
+        return -1;
+    int64_t left = deadline - coord__now_ms();
+    if (left <= 0)
+        return 0;
+    return left > 1000000000 ? 1000000000 : (int)left;
+}
+
+/* ---- errors ---- */
+
+COORD_API const char *coord_strerror(int err)
+{
+    return coord_code_text(err);
+}
+
+COORD_API const char *coord_error_message(const coord_t *c)
+{
+    if (!c)
+        return coord__connect_error();
+    return c->errmsg[0] ? c->errmsg : "no error";
+}
+
+void coord__set_error(coord_t *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
+    va_end(ap);
+}
+
+/* The message of an error reply, or the code's own text. */
+static void error_from_reply(coord_t *c, const struct coord_reply *r)
+{
+    const char *msg;
+    size_t n;
+    coord_map m = coord_reply_map(r);
+    if (coord_map_str(m, "message", &msg, &n) && n > 0)
+        coord__set_error(c, "%.*s", (int)(n < COORD_ERRMSG_MAX ? n : COORD_ERRMSG_MAX), msg);
+    else
+        coord__set_error(c, "%s", coord_code_text(r->status));
+}
+
+/* ---- the handle ---- */
+
+coord_t *coord__alloc(int fd)
+{
+    coord_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->fd = fd;
+    c->next_rid = 1;
+    c->max_frame = COORD_MAX_FRAME_DEFAULT;
+    coord_frame_reader_init(&c->reader, COORD_CLIENT_MAX_INBOUND);
+    coord_buf_init(&c->wbuf);
+    return c;
+}
+
+static void rqueue_push(struct coord_rqueue *q, struct coord_reply *r)
+{
+    r->next = NULL;
+    if (q->tail)
+        q->tail->next = r;
+    else
+        q->head = r;
+    q->tail = r;
+    q->count++;
+}
+
+static struct coord_reply *rqueue_pop(struct coord_rqueue *q)
+{
+    struct coord_reply *r = q->head;
+    if (r) {
+        q->head = r->next;
+        if (!q->head)
+            q->tail = NULL;
+        q->count--;
+        r->next = NULL;
+    }
+    return r;
+}
+
+static void rqueue_clear(struct coord_rqueue *q)
+{
+    struct coord_reply *r;
+    while ((r = rqueue_pop(q)))
+        coord_reply_free(r);
+}
+
+void coord__free(coord_t *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    rqueue_clear(&c->inbound);
+    rqueue_clear(&c->events);
+    free(c->pending.slots);
+    coord_frame_reader_free(&c->reader);
+    coord_buf_free(&c->wbuf);
+    free(c);
+}
+
+COORD_API uint64_t coord_conn_id(const coord_t *c)   { return c ? c->conn_id : 0; }
+COORD_API uint64_t coord_epoch(const coord_t *c)     { return c ? c->epoch : 0; }
+COORD_API uint32_t coord_max_frame(const coord_t *c) { return c ? c->max_frame : 0; }
+COORD_API const char *coord_broker_version(const coord_t *c)
+{
+    return c ? c->broker : "";
+}
+COORD_API int coord_fd(const coord_t *c)             { return c ? c->fd : -1; }
+
+/* ---- pending requests: rid -> callback ---- */
+
+static size_t home_slot(uint64_t rid, size_t cap)
+{
+    return (size_t)((rid * 0x9e3779b97f4a7c15ull) >> 32) & (cap - 1);
+}
+
+static int ptable_grow(struct coord_ptable *t)
+{
+    size_t ncap = t->cap ? t->cap * 2 : 16;
+    struct coord_pending *ns = calloc(ncap, sizeof *ns);
+    if (!ns)
+        return -1;
+    for (size_t i = 0; i < t->cap; i++) {
+        if (!t->slots[i].rid)
+            continue;
+        size_t j = home_slot(t->slots[i].rid, ncap);
+        while (ns[j].rid)
+            j = (j + 1) & (ncap - 1);
+        ns[j] = t->slots[i];
+    }
+    free(t->slots);
+    t->slots = ns;
+    t->cap = ncap;
+    return 0;
+}
+
+static int ptable_put(struct coord_ptable *t, const struct coord_pending *p)
+{
+    if ((t->count + 1) * 2 > t->cap && ptable_grow(t) < 0)
+        return -1;
+    size_t j = home_slot(p->rid, t->cap);
+    while (t->slots[j].rid)
+        j = (j + 1) & (t->cap - 1);
+    t->slots[j] = *p;
+    t->count++;
+    return 0;
+}
+
+/* Removes rid's entry into *out; false when there is none. */
+static bool ptable_take(struct coord_ptable *t, uint64_t rid,
+                        struct coord_pending *out)
+{
+    if (!t->count || !rid)
+        return false;
+    size_t mask = t->cap - 1;
+    size_t j = home_slot(rid, t->cap);
+    while (t->slots[j].rid != rid) {
+        if (!t->slots[j].rid)
+            return false;
+        j = (j + 1) & mask;
+    }
+    *out = t->slots[j];
+    t->count--;
+    /* backward-shift deletion: pull later entries of the run into the hole */
+    size_t hole = j;
+    for (size_t k = (j + 1) & mask; t->slots[k].rid; k = (k + 1) & mask) {
+        size_t home = home_slot(t->slots[k].rid, t->cap);
+        /* k's entry may move to hole unless its home lies in (hole, k] */
+        bool stays = hole <= k ? (home > hole && home <= k)
+                               : (home > hole || home <= k);
+        if (!stays) {
+            t->slots[hole] = t->slots[k];
+            hole = k;
+        }
+    }
+    memset(&t->slots[hole], 0, sizeof t->slots[hole]);
+    return true;
+}
+
+static int cmp_rid(const void *a, const void *b)
+{
+    uint64_t x = ((const struct coord_pending *)a)->rid;
+    uint64_t y = ((const struct coord_pending *)b)->rid;
+    return x < y ? -1 : x > y;
+}
+
+/* Answers every pending request with code, oldest first. */
+static void fail_pending(coord_t *c, int code)
+{
+    struct coord_ptable old = c->pending;
+    memset(&c->pending, 0, sizeof c->pending);
+    if (!old.count) {
+        free(old.slots);
+        return;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < old.cap; i++)
+        if (old.slots[i].rid)
+            old.slots[n++] = old.slots[i];      /* compact in place */
+    qsort(old.slots, n, sizeof *old.slots, cmp_rid);
+    for (size_t i = 0; i < n; i++) {
+        struct coord_pending *p = &old.slots[i];
+        if (p->sync) {
+            p->sync->done = true;
+            p->sync->status = code;
+            p->sync->reply = NULL;
+        } else if (p->cb) {
+            p->cb(c, code, NULL, p->ud);
+        }
+    }
+    free(old.slots);
+}
+
+/* ---- connection state ---- */
+
+/* Nesting of public calls that may run callbacks; coord_close inside one
+ * only marks the handle, and the outermost call frees it on the way out. */
+static void enter(coord_t *c)
+{
+    c->depth++;
+}
+
+static int leave(coord_t *c, int rc)
+{
+    if (--c->depth == 0 && c->closing) {
+        coord__free(c);
+        return COORD_ECLOSED;
+    }
+    return rc;
+}
+
+/* No more requests can be sent. */
+static void mark_dead(coord_t *c, int code)
+{
+    if (!c->dead) {
+        c->dead = true;
+        c->dead_code = code;
+    }
+}
+
+/* No more input either: what is queued is delivered, then every pending
+ * request fails (process_inbound). */
+static void mark_rx_done(coord_t *c, int code)
+{
+    mark_dead(c, code);
+    c->rx_done = true;
+}
+
+static int on_frame(void *ud, const uint8_t *body, size_t len)
+{
+    coord_t *c = ud;
+    int st;
+    struct coord_reply *r = coord__reply_new(body, len, &st);
+    if (!r) {
+        c->frame_error = st;
+        return 1;
+    }
+    if (!r->is_event && r->rid == 0 && r->status) {
+        /* the broker's last words before it closes (BAD_FRAME...) */
+        const char *name = coord_code_name(r->status);
+        const char *msg;
+        size_t n;
+        if (!coord_map_str(coord_reply_map(r), "message", &msg, &n)) {
+            msg = coord_code_text(r->status);
+            n = strlen(msg);
+        }
+        coord__set_error(c, "%s: %.*s", name ? name : "UNKNOWN",
+                         (int)(n < COORD_ERRMSG_MAX ? n : COORD_ERRMSG_MAX), msg);
+        c->got_bye = true;
+        c->bye_code = r->status;
+    }
+    rqueue_push(&c->inbound, r);
+    return 0;
+}
+
+static int wait_readable(coord_t *c, int timeout_ms);
+
+/* One read, cut into frames on c->inbound.  The socket is left blocking
+ * (a blocking call then costs one send and one recv); reads that must not
+ * block say MSG_DONTWAIT, and a blocking read copes with a descriptor made
+ * non-blocking by an event loop (uv_poll_init does that).  Returns 1 when
+ * bytes came, 0 when there were none (EAGAIN), -1 when input has ended. */
+static int pump_once(coord_t *c, bool block)
+{
+    uint8_t buf[65536];
+    ssize_t n;
+    if (c->rx_done)
+        return -1;
+    for (;;) {
+        n = recv(c->fd, buf, sizeof buf, block ? 0 : MSG_DONTWAIT);
+        if (n >= 0)
+            break;
+        if (errno == EINTR)
+            continue;
+        if (block && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            wait_readable(c, -1);
+            continue;
+        }
+        break;
+    }
+    if (n > 0) {
+        c->frame_error = COORD_FRAME_OK;
+        int st = coord_frame_feed(&c->reader, buf, (size_t)n, on_frame, c);
+        if (st != COORD_FRAME_OK) {
+            if (st == -1)
+                st = c->frame_error;
+            if (st == COORD_FRAME_NOMEM)
+                coord__set_error(c, "out of memory reading a frame");
+            else
+                coord__set_error(c, "broker sent a malformed frame: %s",
+                                 coord_frame_status_text(st));
+            mark_rx_done(c, COORD_EPROTOCOL);
+            shutdown(c->fd, SHUT_RDWR);
+            return -1;
+        }
+        return 1;
+    }
+    if (n == 0) {
+        if (!c->got_bye)
+            coord__set_error(c, "connection closed by the broker");
+        mark_rx_done(c, COORD_ECLOSED);
+        return -1;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+        return 0;
+    if (!c->got_bye)
+        coord__set_error(c, "reading from the broker: %s", strerror(errno));
+    mark_rx_done(c, COORD_ECLOSED);
+    return -1;
+}
+
+static void deliver(coord_t *c, struct coord_reply *r)
+{
+    if (r->is_event) {
+        if (c->event_cb) {
+            c->event_cb(c, r, c->event_ud);
+            coord_reply_free(r);
+        } else {
+            rqueue_push(&c->events, r);
+        }
+        return;
+    }
+    struct coord_pending p;
+    if (!ptable_take(&c->pending, r->rid, &p)) {
+        /* rid 0 (connection error, recorded in on_frame), a reply to a
+         * call that timed out, or a broker bug: nobody waits for it */
+        coord_reply_free(r);
+        return;
+    }
+    if (p.sync) {
+        p.sync->done = true;
+        p.sync->status = r->status;
+        p.sync->reply = r;
+        return;
+    }
+    if (r->status)
+        error_from_reply(c, r);
+    if (p.cb)
+        p.cb(c, r->status, r, p.ud);
+    coord_reply_free(r);
+}
+
+/* Delivers everything decoded so far; once input has ended, fails what is
+ * still pending. */
+static void process_inbound(coord_t *c)
+{
+    struct coord_reply *r;
+    while (!c->closing && (r = rqueue_pop(&c->inbound)))
+        deliver(c, r);
+    if (!c->closing && c->rx_done && c->pending.count)
+        fail_pending(c, c->dead_code);
+}
+
+/* Waits up to timeout_ms for input.  1: readable, 0: timed out. */
+static int wait_readable(coord_t *c, int timeout_ms)
+{
+    struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
+    int n;
+    int64_t deadline = timeout_ms < 0 ? -1 : coord__now_ms() + timeout_ms;
+    for (;;) {
+        n = poll(&pfd, 1, timeout_ms);
+        if (n >= 0)
+            return n > 0;
+        if (errno != EINTR)
+            return 1;               /* let recv report the problem */
+        timeout_ms = remaining_ms(deadline);
+    }
+}
+
+/* ---- writing ---- */
+
+static int write_all(coord_t *c, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            /* The broker never stops reading while it writes to us (a slow
+             * reader is disconnected instead), so waiting only for
+             * POLLOUT cannot deadlock; reading here would strand decoded
+             * replies that no readable event would announce. */
+            struct pollfd pfd = { .fd = c->fd, .events = POLLOUT };
+            if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+                break;
+            continue;
+        }
+        break;
+    }
+    if (n == 0)
+        return 0;
+    if (!c->got_bye)
+        coord__set_error(c, "writing to the broker: %s",
+                         errno ? strerror(errno) : "short write");
+    mark_dead(c, COORD_ECLOSED);
+    return COORD_ECLOSED;
+}
+
+/* Encodes v as the smallest MessagePack unsigned integer; returns bytes. */
+static size_t pack_uint(uint8_t *out, uint64_t v)
+{
+    if (v < 0x80) {
+        out[0] = (uint8_t)v;
+        return 1;
+    }
+    if (v <= 0xff) {
+        out[0] = 0xcc;
+        out[1] = (uint8_t)v;
+        return 2;
+    }
+    if (v <= 0xffff) {
+        out[0] = 0xcd;
+        out[1] = (uint8_t)(v >> 8);
+        out[2] = (uint8_t)v;
+        return 3;
+    }
+    if (v <= 0xffffffffu) {
+        out[0] = 0xce;
+        coord_put_be32(out + 1, (uint32_t)v);
+        return 5;
+    }
+    out[0] = 0xcf;
+    coord_put_be32(out + 1, (uint32_t)(v >> 32));
+    coord_put_be32(out + 5, (uint32_t)v);
+    return 9;
+}
+
+/* Where the fields start in a request's buffer: length + map16 header. */
+#define REQ_FIELDS_AT (COORD_FRAME_HEADER + 3)
+
+static int send_req(coord_t *c, const coord_req_t *req, uint64_t rid)
+{
+    if (req->err) {
+        coord__set_error(c, "building the request: %s", coord_code_text(req->err));
+        return req->err;
+    }
+    const uint8_t *fields = req->buf.data + REQ_FIELDS_AT;
+    size_t flen = req->buf.len - REQ_FIELDS_AT;
+    uint32_t keys = req->enc.count[0] + 1;          /* + rid */
+    if (keys > 0xffff) {
+        coord__set_error(c, "request has too many fields");
+        return COORD_ETOO_LARGE;
+    }
+    uint8_t head[COORD_FRAME_HEADER + 3 + 4 + 9];
+    size_t hn = COORD_FRAME_HEADER;
+    head[hn++] = 0xde;
+    head[hn++] = (uint8_t)(keys >> 8);
+    head[hn++] = (uint8_t)keys;
+    head[hn++] = 0xa3;                               /* fixstr "rid" */
+    memcpy(head + hn, "rid", 3);
+    hn += 3;
+    hn += pack_uint(head + hn, rid);
+    size_t body = hn - COORD_FRAME_HEADER + flen;
+    if (body > c->max_frame) {
+        coord__set_error(c, "request of %zu bytes exceeds the broker's max_frame %u",
+                         body, (unsigned)c->max_frame);
+        return COORD_ETOO_LARGE;
+    }
+    coord_put_be32(head, (uint32_t)body);
+
+    c->wbuf.len = 0;
+    if (coord_buf_append(&c->wbuf, head, hn) < 0 ||
+        coord_buf_append(&c->wbuf, fields, flen) < 0) {
+        coord__set_error(c, "out of memory");
+        return COORD_ENOMEM;
+    }
+    int rc = write_all(c, c->wbuf.data, c->wbuf.len);
+    if (c->wbuf.cap > 65536)
+        coord_buf_free(&c->wbuf);                    /* don't keep a big one */
+    return rc;
+}
+
+/* Registers rid and sends.  The entry is removed again on failure. */
+static int start_request(coord_t *c, const coord_req_t *req,
+                         struct coord_pending *p)
+{
+    if (c->closing || c->dead)
+        return c->closing ? COORD_ECLOSED : c->dead_code;
+    p->rid = c->next_rid++;
+    if (ptable_put(&c->pending, p) < 0) {
+        coord__set_error(c, "out of memory");
+        return COORD_ENOMEM;
+    }
+    int rc = send_req(c, req, p->rid);
+    if (rc < 0) {
+        struct coord_pending gone;
+        ptable_take(&c->pending, p->rid, &gone);
+    }
+    return rc;
+}
+
+/* ---- requests ---- */
+
+COORD_API coord_req_t *coord_req_new(const char *op)
+{
+    if (!op)
+        return NULL;
+    coord_req_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    coord_buf_init(&r->buf);
+    coord_enc_begin(&r->enc, &r->buf);
+    coord_enc_kv_cstr(&r->enc, "op", op);
+    if (r->enc.failed) {
+        coord_req_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+COORD_API void coord_req_free(coord_req_t *r)
+{
+    if (!r)
+        return;
+    coord_buf_free(&r->buf);
+    free(r);
+}
+
+/* Checks a key before a field is added; false (and r->err) when refused. */
+static bool req_key(coord_req_t *r, const char *key)
+{
+    if (!r)
+        return false;
+    if (r->err)
+        return false;
+    if (!key || strcmp(key, "rid") == 0 || strcmp(key, "op") == 0 ||
+        r->enc.count[0] >= 0xfffe) {
+        r->err = COORD_EINVAL;
+        return false;
+    }
+    coord_enc_key(&r->enc, key);
+    return true;
+}
+
+static void req_done(coord_req_t *r)
+{
+    if (r->enc.failed && !r->err)
+        r->err = COORD_ENOMEM;
+}
+
+COORD_API void coord_req_str(coord_req_t *r, const char *key, const void *s, size_t n)
+{
+    if (r && !s && n) {
+        r->err = r->err ? r->err : COORD_EINVAL;
+        return;
+    }
+    if (!req_key(r, key))
+        return;
+    coord_enc_str(&r->enc, s ? s : "", n);
+    req_done(r);
+}
+
+COORD_API void coord_req_cstr(coord_req_t *r, const char *key, const char *s)
+{
+    if (!req_key(r, key))
+        return;
+    if (s)
+        coord_enc_cstr(&r->enc, s);
+    else
+        coord_enc_nil(&r->enc);                  /* nil: the field is absent */
+    req_done(r);
+}
+
+COORD_API void coord_req_bin(coord_req_t *r, const char *key, const void *p, size_t n)
+{
+    if (r && !p && n) {
+        r->err = r->err ? r->err : COORD_EINVAL;
+        return;
+    }
+    if (!req_key(r, key))
+        return;
+    coord_enc_bin(&r->enc, p ? p : "", n);
+    req_done(r);
+}
+
+COORD_API void coord_req_uint(coord_req_t *r, const char *key, uint64_t v)
+{
+    if (!req_key(r, key))
+        return;
+    coord_enc_uint(&r->enc, v);
+    req_done(r);
+}
+
+COORD_API void coord_req_bool(coord_req_t *r, const char *key, bool v)
+{
+    if (!req_key(r, key))
+        return;
+    coord_enc_bool(&r->enc, v);
+    req_done(r);
+}
+
+COORD_API void coord_req_strmap2(coord_req_t *r, const char *key,
+                                 const char *k1, const char *s1,
+                                 const char *k2, const char *s2)
+{
+    if (r && (!k1 || !k2)) {
+        r->err = r->err ? r->err : COORD_EINVAL;
+        return;
+    }
+    if (!req_key(r, key))
+        return;
+    coord_enc_map_begin(&r->enc);
+    coord_enc_kv_cstr(&r->enc, k1, s1 ? s1 : "");
+    coord_enc_kv_cstr(&r->enc, k2, s2 ? s2 : "");
+    coord_enc_map_end(&r->enc);
+    req_done(r);
+}
+
+/* ---- blocking calls ---- */
+
+int coord__call_timeout(coord_t *c, const coord_req_t *req,
+                        coord_reply_t **reply, int timeout_ms)
+{
+    if (reply)
+        *reply = NULL;
+    if (!c || !req)
+        return COORD_EINVAL;
+    if (c->closing)
+        return COORD_ECLOSED;
+    enter(c);
+    struct coord_sync s = { .done = false };
+    struct coord_pending p = { .sync = &s };
+    int rc = start_request(c, req, &p);
+    if (rc < 0)
+        return leave(c, rc);
+
+    int64_t deadline = timeout_ms < 0 ? -1 : coord__now_ms() + timeout_ms;
+    for (;;) {
+        process_inbound(c);          /* may answer s, or fail it at the end */
+        if (s.done || c->closing)
+            break;
+        if (deadline < 0) {
+            pump_once(c, true);
+            continue;
+        }
+        int wait = remaining_ms(deadline);
+        if (wait == 0 || !wait_readable(c, wait)) {
+            struct coord_pending gone;
+            ptable_take(&c->pending, p.rid, &gone);
+            coord__set_error(c, "no reply within %d ms", timeout_ms);
+            return leave(c, COORD_ETIMEOUT);
+        }
+        pump_once(c, false);
+    }
+
+    if (!s.done) {
+        rc = COORD_ECLOSED;
+    } else if (s.status == 0) {
+        if (reply)
+            *reply = s.reply;
+        else
+            coord_reply_free(s.reply);
+        rc = 0;
+    } else {
+        if (s.reply)
+            error_from_reply(c, s.reply);
+        coord_reply_free(s.reply);
+        rc = s.status;
+    }
+    return leave(c, rc);
+}
+
+COORD_API int coord_call(coord_t *c, const coord_req_t *req, coord_reply_t **reply)
+{
+    return coord__call_timeout(c, req, reply, -1);
+}
+
+COORD_API int coord_ping(coord_t *c)
+{
+    coord_req_t *r = coord_req_new("ping");
+    if (!r)
+        return COORD_ENOMEM;
+    int rc = coord_call(c, r, NULL);
+    coord_req_free(r);
+    return rc;
+}
+
+/* ---- event-loop mode ---- */
+
+COORD_API int coord_send(coord_t *c, const coord_req_t *req, coord_reply_cb cb,
+                         void *ud, uint64_t *rid_out)
+{
+    if (rid_out)
+        *rid_out = 0;
+    if (!c || !req)
+        return COORD_EINVAL;
+    struct coord_pending p = { .cb = cb, .ud = ud };
+    int rc = start_request(c, req, &p);
+    if (rc < 0)
+        return rc;
+    if (rid_out)
+        *rid_out = p.rid;
+    return 0;
+}
+
+COORD_API int coord_cancel(coord_t *c, uint64_t rid)
+{
+    if (!c || !rid)
+        return COORD_EINVAL;
+    coord_req_t *r = coord_req_new("cancel");
+    if (!r)
+        return COORD_ENOMEM;
+    coord_req_uint(r, "target", rid);
+    int rc = coord_send(c, r, NULL, NULL, NULL);   /* its reply is ignored */
+    coord_req_free(r);
+    return rc;
+}
+
+/* The connection's state after a dispatch: 0 while it lives. */
+static int conn_status(const coord_t *c)
+{
+    if (c->closing)
+        return COORD_ECLOSED;
+    return c->rx_done ? c->dead_code : 0;
+}
+
+COORD_API int coord_dispatch(coord_t *c)
+{
+    if (!c)
+        return COORD_EINVAL;
+    if (c->closing)
+        return COORD_ECLOSED;
+    enter(c);
+    process_inbound(c);
+    while (!c->closing && pump_once(c, false) > 0)
+        process_inbound(c);
+    process_inbound(c);
+    return leave(c, conn_status(c));
+}
+
+COORD_API int coord_wait(coord_t *c, int timeout_ms)
+{
+    if (!c)
+        return COORD_EINVAL;
+    if (c->closing)
+        return COORD_ECLOSED;
+    if (!c->inbound.head && !c->rx_done)
+        wait_readable(c, timeout_ms);
+    return coord_dispatch(c);
+}
+
+COORD_API void coord_set_event_cb(coord_t *c, coord_event_cb cb, void *ud)
+{
+    if (!c)
+        return;
+    c->event_cb = cb;
+    c->event_ud = ud;
+}
+
+COORD_API int coord_next_event(coord_t *c, int timeout_ms, coord_reply_t **event)
+{
+    if (event)
+        *event = NULL;
+    if (!c || !event)
+        return COORD_EINVAL;
+    if (c->closing)
+        return COORD_ECLOSED;
+    enter(c);
+    int64_t deadline = timeout_ms < 0 ? -1 : coord__now_ms() + timeout_ms;
+    int rc;
+    for (;;) {
+        process_inbound(c);
+        if (c->closing) {
+            rc = COORD_ECLOSED;
+            break;
+        }
+        if (c->events.head) {
+            *event = rqueue_pop(&c->events);
+            rc = 0;
+            break;
+        }
+        if (c->rx_done) {
+            rc = conn_status(c);
+            break;
+        }
+        if (deadline < 0) {
+            pump_once(c, true);
+            continue;
+        }
+        int wait = remaining_ms(deadline);
+        if (wait == 0 || !wait_readable(c, wait)) {
+            rc = COORD_EAGAIN;
+            break;
+        }
+        pump_once(c, false);
+    }
+    return leave(c, rc);
+}
+
+COORD_API void coord_close(coord_t *c)
+{
+    if (!c || c->closing)
+        return;
+    c->closing = true;
+    mark_dead(c, COORD_ECLOSED);
+    c->depth++;
+    fail_pending(c, COORD_ECLOSED);
+    c->depth--;
+    if (c->depth == 0)
+        coord__free(c);
+}

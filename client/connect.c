@@ -1,0 +1,511 @@
+/* connect.c - finding the broker's socket, connecting, starting coordd
+ * when nobody answers (autostart), and the hello handshake. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "errors.h"
+#include "internal.h"
+
+#define DEFAULT_IDLE_EXIT_S 60
+#define DEFAULT_CONNECT_TIMEOUT_MS 2000
+/* The broker closes a connection without hello after 5 s; a loaded broker
+ * may take a while to answer, a frozen one never does. */
+#define MIN_HELLO_TIMEOUT_MS 5000
+#define MAX_BACKOFF_MS 50
+
+/* ---- the last connect failure, per thread ---- */
+
+static __thread char connect_err[COORD_ERRMSG_MAX];
+
+const char *coord__connect_error(void)
+{
+    return connect_err[0] ? connect_err : "no error";
+}
+
+__attribute__((format(printf, 1, 2)))
+static void cerr(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(connect_err, sizeof connect_err, fmt, ap);
+    va_end(ap);
+}
+
+COORD_API void coord_options_init(coord_options *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->idle_exit_s = DEFAULT_IDLE_EXIT_S;
+    o->connect_timeout_ms = DEFAULT_CONNECT_TIMEOUT_MS;
+}
+
+/* ---- the instance id: 128 random bits, new in every process ---- */
+
+static pthread_mutex_t instance_lock = PTHREAD_MUTEX_INITIALIZER;
+static char instance_hex[33];
+static pid_t instance_pid;
+
+static void fill_random(uint8_t *p, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = getrandom(p + got, n - got, 0);
+        if (r > 0) {
+            got += (size_t)r;
+            continue;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        break;
+    }
+    if (got == n)
+        return;
+    /* no getrandom (old kernel, seccomp): not secret, only distinct */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec ^
+                 ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&ts;
+    for (size_t i = got; i < n; i++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;          /* xorshift64 */
+        p[i] = (uint8_t)(x >> 24);
+    }
+}
+
+static void instance_id(char out[33])
+{
+    static const char hex[] = "0123456789abcdef";
+    pthread_mutex_lock(&instance_lock);
+    if (instance_pid != getpid()) {
+        uint8_t raw[16];
+        fill_random(raw, sizeof raw);
+        for (size_t i = 0; i < sizeof raw; i++) {
+            instance_hex[2 * i] = hex[raw[i] >> 4];
+            instance_hex[2 * i + 1] = hex[raw[i] & 15];
+        }
+        instance_hex[32] = '\0';
+        instance_pid = getpid();
+    }
+    memcpy(out, instance_hex, 33);
+    pthread_mutex_unlock(&instance_lock);
+}
+
+/* ---- sockets ---- */
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+/* One connect attempt.  Returns 0 with *fd_out, or an errno value.  The
+ * socket is non-blocking from the start: a blocking connect would sleep
+ * inside the kernel while the broker's backlog is full (EAGAIN here). */
+static int try_connect(const char *path, int *fd_out)
+{
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return errno;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        int e = errno;
+        close(fd);
+        return e == EWOULDBLOCK ? EAGAIN : e;
+    }
+    *fd_out = fd;
+    return 0;
+}
+
+/* The broker must run as our own user: anything else listening on our
+ * path (a directory planted in /tmp by someone else) must not get our
+ * requests. */
+static int check_peer(int fd, const char *path)
+{
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+        cerr("SO_PEERCRED on %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (cred.uid != getuid()) {
+        cerr("the broker at %s runs as uid %u, not as uid %u: refusing it",
+             path, (unsigned)cred.uid, (unsigned)getuid());
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- autostart ---- */
+
+/* Full path of the broker to run: name as is when it holds a slash, else
+ * searched in $PATH (before fork, so the child only calls execv). */
+static int resolve_broker(const char *name, char *out, size_t size)
+{
+    if (strchr(name, '/'))
+        return snprintf(out, size, "%s", name) < (int)size ? 0 : -1;
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    while (*path) {
+        const char *end = strchr(path, ':');
+        size_t n = end ? (size_t)(end - path) : strlen(path);
+        int w = n ? snprintf(out, size, "%.*s/%s", (int)n, path, name)
+                  : snprintf(out, size, "./%s", name);
+        if (w > 0 && (size_t)w < size && access(out, X_OK) == 0) {
+            struct stat st;
+            if (stat(out, &st) == 0 && S_ISREG(st.st_mode))
+                return 0;
+        }
+        path += n;
+        if (*path == ':')
+            path++;
+    }
+    return -1;
+}
+
+static void close_from(int lowfd)
+{
+#ifdef SYS_close_range
+    if (syscall(SYS_close_range, (unsigned)lowfd, ~0u, 0u) == 0)
+        return;
+#endif
+    long max = sysconf(_SC_OPEN_MAX);
+    if (max < 0 || max > 65536)
+        max = 65536;
+    for (int fd = lowfd; fd < max; fd++)
+        close(fd);
+}
+
+/* In the grandchild: only async-signal-safe calls from here on. */
+__attribute__((noreturn))
+static void exec_broker(const char *broker, char *const argv[], int ready_w)
+{
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int s = 1; s < NSIG; s++)
+        if (s != SIGKILL && s != SIGSTOP)
+            sigaction(s, &dfl, NULL);          /* ignored signals survive exec */
+
+    int w = fcntl(ready_w, F_DUPFD, 4);        /* out of the way of 0..3 */
+    int nul = open("/dev/null", O_RDWR);
+    if (w < 0 || nul < 0)
+        _exit(127);
+    dup2(nul, 0);
+    dup2(nul, 1);
+    dup2(nul, 2);
+    dup2(w, 3);                                /* w >= 4: clears CLOEXEC */
+    close_from(4);
+    execv(broker, argv);
+
+    /* tell the client why: "E<errno>\n" on the ready pipe */
+    char msg[16];
+    int e = errno, i = sizeof msg;
+    msg[--i] = '\n';
+    do {
+        msg[--i] = (char)('0' + e % 10);
+        e /= 10;
+    } while (e && i > 1);
+    msg[--i] = 'E';
+    ssize_t wr = write(3, msg + i, sizeof msg - (size_t)i);
+    (void)wr;
+    _exit(127);
+}
+
+/* Starts the broker detached (double fork + setsid).  Returns the read end
+ * of its ready pipe, or -1 with connect_err set. */
+static int spawn_broker(const char *broker, const char *sock, unsigned idle_s)
+{
+    char idle[16];
+    snprintf(idle, sizeof idle, "%u", idle_s);
+    char *argv[] = {
+        (char *)broker, "--foreground", "--socket", (char *)sock,
+        "--idle-exit", idle, "--ready-fd", "3", NULL,
+    };
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0) {
+        cerr("pipe: %s", strerror(errno));
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        cerr("fork: %s", strerror(errno));
+        close(p[0]);
+        close(p[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        setsid();
+        pid_t gc = fork();
+        if (gc != 0)
+            _exit(gc < 0 ? 1 : 0);            /* the middle child */
+        exec_broker(broker, argv, p[1]);
+    }
+    close(p[1]);
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return p[0];
+}
+
+enum ready { READY_OK, READY_EOF, READY_TIMEOUT };
+
+/* Reads the ready pipe until "ready\n", EOF or the deadline.  *exec_errno
+ * is set when the broker could not be executed. */
+static enum ready await_ready(int rfd, int64_t deadline, int *exec_errno)
+{
+    char buf[64];
+    size_t have = 0;
+    *exec_errno = 0;
+    for (;;) {
+        int64_t left = deadline - coord__now_ms();
+        if (left <= 0)
+            return READY_TIMEOUT;
+        struct pollfd pfd = { .fd = rfd, .events = POLLIN };
+        int n = poll(&pfd, 1, (int)(left > INT_MAX ? INT_MAX : left));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n == 0)
+            return READY_TIMEOUT;
+        ssize_t r = read(rfd, buf + have, sizeof buf - 1 - have);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r > 0)
+            have += (size_t)r;
+        buf[have] = '\0';
+        if (strstr(buf, "ready\n"))
+            return READY_OK;
+        if (r <= 0 || have == sizeof buf - 1) {
+            if (buf[0] == 'E')
+                *exec_errno = atoi(buf + 1);
+            return READY_EOF;
+        }
+    }
+}
+
+/* Connects to path, autostarting the broker when allowed.  Returns the
+ * socket or -1 (connect_err set). */
+static int open_socket(const char *path, const coord_options *o)
+{
+    unsigned timeout = o->connect_timeout_ms ? o->connect_timeout_ms
+                                             : DEFAULT_CONNECT_TIMEOUT_MS;
+    int64_t deadline = coord__now_ms() + timeout;
+    int backoff = 1;
+    bool spawned = false;
+    int rfd = -1;
+    char broker[PATH_MAX];
+    int fd = -1;
+
+    for (;;) {
+        int err = try_connect(path, &fd);
+        if (err == 0)
+            break;
+        if (err == ENOENT || err == ECONNREFUSED) {
+            if (o->no_autostart) {
+                cerr("no broker at %s: %s", path, strerror(err));
+                goto fail;
+            }
+            if (!spawned) {
+                char dir[PATH_MAX], why[256];
+                const char *name = o->broker_path;
+                if (!name || !*name)
+                    name = getenv("COORD_BROKER");
+                if (!name || !*name)
+                    name = "coordd";
+                if (coord_dirname(path, dir, sizeof dir) < 0 ||
+                    coord_prepare_private_dir(dir, why, sizeof why) < 0) {
+                    cerr("cannot prepare the socket directory: %s", why);
+                    goto fail;
+                }
+                if (resolve_broker(name, broker, sizeof broker) < 0) {
+                    cerr("cannot start the broker: %s not found%s", name,
+                         strchr(name, '/') ? "" : " in PATH");
+                    goto fail;
+                }
+                spawned = true;
+                rfd = spawn_broker(broker, path, o->idle_exit_s ? o->idle_exit_s
+                                                                : DEFAULT_IDLE_EXIT_S);
+                if (rfd < 0)
+                    goto fail;
+                continue;
+            }
+            if (rfd >= 0) {
+                int exec_errno;
+                enum ready r = await_ready(rfd, deadline, &exec_errno);
+                close(rfd);
+                rfd = -1;
+                if (exec_errno) {
+                    cerr("cannot start the broker %s: %s", broker,
+                         strerror(exec_errno));
+                    goto fail;
+                }
+                if (r == READY_OK)
+                    continue;                 /* connect again at once */
+                /* EOF: another broker won the race (or this one failed);
+                 * keep trying until the deadline */
+            }
+        } else if (err != EAGAIN && err != EINTR) {
+            cerr("cannot connect to %s: %s", path, strerror(err));
+            goto fail;
+        }
+        int left = (int)(deadline - coord__now_ms());
+        if (left <= 0) {
+            if (spawned)
+                cerr("the broker started for %s did not answer within %u ms",
+                     path, timeout);
+            else
+                cerr("the broker at %s did not accept within %u ms (%s)", path,
+                     timeout, strerror(err));
+            goto fail;
+        }
+        sleep_ms(backoff < left ? backoff : left);
+        backoff = backoff * 2 > MAX_BACKOFF_MS ? MAX_BACKOFF_MS : backoff * 2;
+    }
+    if (rfd >= 0)
+        close(rfd);
+    if (check_peer(fd, path) < 0) {
+        close(fd);
+        return -1;
+    }
+    /* blocking from now on: reads that must not block use MSG_DONTWAIT */
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0)
+        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+
+fail:
+    if (rfd >= 0)
+        close(rfd);
+    return -1;
+}
+
+/* ---- hello ---- */
+
+static int hello(coord_t *c, const coord_options *o, unsigned timeout_ms)
+{
+    char inst[33];
+    instance_id(inst);
+    const char *name = o->client_name;
+    if (!name || !*name)
+        name = program_invocation_short_name;
+    coord_req_t *r = coord_req_new("hello");
+    if (!r) {
+        cerr("out of memory");
+        return COORD_ENOMEM;
+    }
+    coord_req_uint(r, "proto", COORD_PROTO_VERSION);
+    coord_req_cstr(r, "client", name ? name : "");
+    coord_req_uint(r, "pid", (uint64_t)getpid());
+    coord_req_cstr(r, "instance", inst);
+    coord_req_cstr(r, "scope", o->scope ? o->scope : "");
+
+    coord_reply_t *rep = NULL;
+    int rc = coord__call_timeout(c, r, &rep, (int)timeout_ms);
+    coord_req_free(r);
+    if (rc == COORD_ETIMEOUT) {
+        cerr("the broker did not answer hello within %u ms", timeout_ms);
+        return COORD_ECONNECT;
+    }
+    if (rc == COORD_ECLOSED || rc == COORD_EPROTOCOL) {
+        cerr("hello: %s", coord_error_message(c));
+        return c->bye_code ? c->bye_code : COORD_ECONNECT;
+    }
+    if (rc < 0) {
+        const char *wire = coord_code_name(rc);
+        cerr("hello refused: %s: %s", wire ? wire : "UNKNOWN",
+             coord_error_message(c));
+        return rc;
+    }
+    coord_map m = coord_reply_map(rep);
+    uint64_t v;
+    const char *s;
+    size_t n;
+    if (coord_map_uint(m, "conn", &v))
+        c->conn_id = v;
+    if (coord_map_uint(m, "epoch", &v))
+        c->epoch = v;
+    if (coord_map_uint(m, "max_frame", &v) && v > 0)
+        c->max_frame = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+    if (c->max_frame > c->reader.max_frame)
+        c->reader.max_frame = c->max_frame;
+    if (coord_map_str(m, "broker", &s, &n)) {
+        if (n >= sizeof c->broker)
+            n = sizeof c->broker - 1;
+        memcpy(c->broker, s, n);
+        c->broker[n] = '\0';
+    }
+    coord_reply_free(rep);
+    return 0;
+}
+
+COORD_API int coord_connect(coord_t **out, const coord_options *opts)
+{
+    coord_options o;
+    char path[COORD_SOCKET_PATH_MAX + 1];
+
+    connect_err[0] = '\0';
+    if (!out)
+        return COORD_EINVAL;
+    *out = NULL;
+    if (opts)
+        o = *opts;
+    else
+        coord_options_init(&o);
+
+    if (o.socket_path) {
+        size_t n = strlen(o.socket_path);
+        if (n == 0 || n > COORD_SOCKET_PATH_MAX) {
+            cerr("socket path must be 1..%d bytes, not %zu",
+                 COORD_SOCKET_PATH_MAX, n);
+            return COORD_EINVAL;
+        }
+        memcpy(path, o.socket_path, n + 1);
+    } else if (coord_default_socket_path(path, sizeof path) < 0) {
+        cerr("the default socket path is longer than %d bytes",
+             COORD_SOCKET_PATH_MAX);
+        return COORD_EINVAL;
+    }
+
+    int fd = open_socket(path, &o);
+    if (fd < 0)
+        return COORD_ECONNECT;
+    coord_t *c = coord__alloc(fd);
+    if (!c) {
+        close(fd);
+        cerr("out of memory");
+        return COORD_ENOMEM;
+    }
+    unsigned hello_ms = o.connect_timeout_ms ? o.connect_timeout_ms
+                                             : DEFAULT_CONNECT_TIMEOUT_MS;
+    if (hello_ms < MIN_HELLO_TIMEOUT_MS)
+        hello_ms = MIN_HELLO_TIMEOUT_MS;
+    int rc = hello(c, &o, hello_ms);
+    if (rc < 0) {
+        coord_close(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}

@@ -1,0 +1,223 @@
+/* coord.h - libcoord, the client library of the coord broker.
+ *
+ * One coord_t is one connection to the per-user broker.  Every call exists
+ * once: the blocking form (coord_call) and the event-loop form (coord_send
+ * plus coord_fd/coord_dispatch) share the same core, so a program may mix
+ * them on one handle.
+ *
+ * Threading rule: a coord_t belongs to one thread at a time.  Use one handle
+ * per thread (connections are cheap), or serialise all calls on a handle
+ * yourself.  Distinct handles share nothing.
+ *
+ * Errors: functions return 0 (or a count) on success and a negative
+ * COORD_E* code on failure; coord_strerror() names it, and
+ * coord_error_message() gives the broker's own text for the last failure. */
+#ifndef COORD_H
+#define COORD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "coord-codes.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define COORD_API __attribute__((visibility("default")))
+#else
+#define COORD_API
+#endif
+
+typedef struct coord coord_t;             /* a connection */
+typedef struct coord_req coord_req_t;     /* a request being built */
+typedef struct coord_reply coord_reply_t; /* a decoded reply or event */
+
+/* A view of one map inside a reply or event.  Valid as long as the
+ * coord_reply_t it came from; copying the struct is fine. */
+typedef struct coord_map {
+    const void *impl;
+} coord_map;
+
+typedef struct coord_options {
+    const char *socket_path;  /* NULL: $COORD_SOCKET, $XDG_RUNTIME_DIR/coord/broker.sock,
+                                 else /tmp/coord-$UID/broker.sock */
+    const char *scope;        /* NULL: "" (see the protocol's scopes) */
+    const char *client_name;  /* NULL: the program's name */
+    bool no_autostart;        /* true: never start coordd */
+    const char *broker_path;  /* coordd to start; NULL: $COORD_BROKER, else
+                                 "coordd" from PATH */
+    unsigned idle_exit_s;     /* --idle-exit for an autostarted broker; 0: 60 */
+    unsigned connect_timeout_ms; /* how long autostart retries; 0: 2000 */
+} coord_options;
+
+/* ---- connection ---- */
+
+/* Fills o with the defaults above (idle_exit_s 60, connect_timeout_ms 2000,
+ * everything else NULL/false). */
+COORD_API void coord_options_init(coord_options *o);
+
+/* Connects (autostarting the broker unless told not to) and says hello.
+ * opts may be NULL.  On success *out owns the connection: free it with
+ * coord_close.  On failure *out is NULL; COORD_ECONNECT when no broker
+ * could be reached, or the code the broker refused hello with. */
+COORD_API int coord_connect(coord_t **out, const coord_options *opts);
+
+/* Closes the connection and frees c, every queued event and every pending
+ * request (their callbacks are called with COORD_ECLOSED). NULL is fine. */
+COORD_API void coord_close(coord_t *c);
+
+/* Short text for any code ("stale fence or generation"): a static string,
+ * never NULL. */
+COORD_API const char *coord_strerror(int err);
+
+/* The broker's message for the last failed call on c ("name: missing"), or
+ * a library text.  Owned by c; valid until the next call on c.
+ * With c == NULL (an addition): why the last coord_connect of this thread
+ * failed ("cannot start coordd: not found in PATH").  Thread-local; valid
+ * until that thread's next coord_connect. */
+COORD_API const char *coord_error_message(const coord_t *c);
+
+/* Values from hello's reply.  The string is owned by c. */
+COORD_API uint64_t coord_conn_id(const coord_t *c);
+COORD_API uint64_t coord_epoch(const coord_t *c);
+COORD_API uint32_t coord_max_frame(const coord_t *c);
+COORD_API const char *coord_broker_version(const coord_t *c);
+
+/* ---- building requests ---- */
+
+/* A new request for op ("ping", "lock.acquire", ...).  The caller owns it;
+ * coord_call and coord_send do not take ownership: free with
+ * coord_req_free.  Returns NULL when out of memory. */
+COORD_API coord_req_t *coord_req_new(const char *op);
+COORD_API void coord_req_free(coord_req_t *r);
+/* Add fields.  Strings are copied.  Memory errors are remembered and make
+ * the call fail with COORD_ENOMEM; a NULL key, or the keys "rid" and "op"
+ * (the library writes those), make it fail with COORD_EINVAL.
+ * coord_req_cstr with s == NULL sends nil, which the broker reads as an
+ * absent field. */
+COORD_API void coord_req_str(coord_req_t *r, const char *key, const void *s, size_t n);
+COORD_API void coord_req_cstr(coord_req_t *r, const char *key, const char *s);
+COORD_API void coord_req_bin(coord_req_t *r, const char *key, const void *p, size_t n);
+COORD_API void coord_req_uint(coord_req_t *r, const char *key, uint64_t v);
+COORD_API void coord_req_bool(coord_req_t *r, const char *key, bool v);
+/* A nested map {k1: s1, k2: s2} of strings, as flight.fail's error. */
+COORD_API void coord_req_strmap2(coord_req_t *r, const char *key,
+                                 const char *k1, const char *s1,
+                                 const char *k2, const char *s2);
+
+/* ---- blocking calls ---- */
+
+/* Sends req and waits for its reply.  On ok:true returns 0 and, when reply
+ * is not NULL, *reply (the caller frees it with coord_reply_free).  On
+ * ok:false returns the broker's code (coord_error_message has its text) and
+ * *reply is NULL.  Replies to other requests and events that arrive while
+ * waiting are dispatched to their callbacks or queued (see events). */
+COORD_API int coord_call(coord_t *c, const coord_req_t *req, coord_reply_t **reply);
+
+/* Shorthands. */
+COORD_API int coord_ping(coord_t *c);
+
+/* ---- event-loop mode ---- */
+
+/* Called once per request with its reply.  status is 0 for ok:true, else a
+ * negative code (COORD_ECLOSED when the connection went away first,
+ * COORD_EPROTOCOL when it was dropped because the broker sent a malformed
+ * frame).
+ * reply is borrowed: valid only during the callback (NULL on errors that
+ * did not come from the broker). */
+typedef void (*coord_reply_cb)(coord_t *c, int status, const coord_reply_t *reply,
+                               void *ud);
+
+/* Sends req and returns at once; cb runs from coord_dispatch (or from a
+ * blocking call on the same handle).  cb may be NULL: the reply is then
+ * dropped.  *rid_out (may be NULL) receives the request id, for
+ * coord_cancel.  A request larger than coord_max_frame fails here with
+ * COORD_ETOO_LARGE.  Callbacks may call any function on c, coord_close
+ * included (the handle is then freed when the outermost call returns). */
+COORD_API int coord_send(coord_t *c, const coord_req_t *req, coord_reply_cb cb,
+                         void *ud, uint64_t *rid_out);
+
+/* Asks the broker to cancel a waiting request of this connection.  Does not
+ * wait: the cancelled request's own callback reports COORD_EABORTED. */
+COORD_API int coord_cancel(coord_t *c, uint64_t rid);
+
+/* The socket to poll for readability. */
+COORD_API int coord_fd(const coord_t *c);
+
+/* Reads what has arrived without blocking and runs the callbacks.  Returns
+ * 0, or COORD_ECLOSED / COORD_EPROTOCOL when the connection is gone. */
+COORD_API int coord_dispatch(coord_t *c);
+
+/* Blocks up to timeout_ms (-1: forever) for input, then dispatches.
+ * Returns 0 (something or nothing arrived) or an error as coord_dispatch. */
+COORD_API int coord_wait(coord_t *c, int timeout_ms);
+
+/* ---- events ({ev: ...} frames: lock.lost, message, ...) ---- */
+
+/* With a callback set, events are delivered to it (event borrowed for the
+ * call).  Without one they are queued for coord_next_event. */
+typedef void (*coord_event_cb)(coord_t *c, const coord_reply_t *event, void *ud);
+COORD_API void coord_set_event_cb(coord_t *c, coord_event_cb cb, void *ud);
+
+/* Takes the oldest queued event, waiting up to timeout_ms (-1: forever).
+ * Returns 0 and *event (caller frees with coord_reply_free), COORD_EAGAIN
+ * when none came in time, or a connection error. */
+COORD_API int coord_next_event(coord_t *c, int timeout_ms, coord_reply_t **event);
+
+/* ---- reading replies and events ---- */
+
+COORD_API void coord_reply_free(coord_reply_t *r);
+/* Event name ("lock.lost"), or NULL for a reply.  Owned by r, NUL-ended. */
+COORD_API const char *coord_reply_event(const coord_reply_t *r);
+/* The top-level map of r. */
+COORD_API coord_map coord_reply_map(const coord_reply_t *r);
+
+/* Getters return true when key is present with that type.  Strings and
+ * bins point into the reply: not NUL-terminated, valid while it lives. */
+COORD_API bool coord_map_uint(coord_map m, const char *key, uint64_t *out);
+COORD_API bool coord_map_bool(coord_map m, const char *key, bool *out);
+COORD_API bool coord_map_str(coord_map m, const char *key, const char **s, size_t *n);
+COORD_API bool coord_map_bin(coord_map m, const char *key, const void **p, size_t *n);
+COORD_API bool coord_map_map(coord_map m, const char *key, coord_map *out);
+/* Arrays of maps (lock.query's held, record.list's records, ...). */
+COORD_API size_t coord_map_array_len(coord_map m, const char *key);
+COORD_API bool coord_map_array_at(coord_map m, const char *key, size_t i, coord_map *out);
+
+/* Walking a map in the order the broker sent it (for generic printing:
+ * coordctl stats, watch).  Added to the original interface. */
+typedef enum coord_type {
+    COORD_TYPE_NONE = 0,   /* no such entry */
+    COORD_TYPE_NIL,
+    COORD_TYPE_BOOL,
+    COORD_TYPE_UINT,
+    COORD_TYPE_INT,        /* negative integer */
+    COORD_TYPE_FLOAT,
+    COORD_TYPE_STR,
+    COORD_TYPE_BIN,
+    COORD_TYPE_ARRAY,
+    COORD_TYPE_MAP,
+    COORD_TYPE_OTHER       /* MessagePack ext */
+} coord_type;
+COORD_API size_t coord_map_size(coord_map m);
+/* Entry i (0 <= i < coord_map_size): key and keylen (may be NULL) get its
+ * key, which points into the reply and is not NUL-terminated.  Returns the
+ * type of its value, COORD_TYPE_NONE when i is out of range. */
+COORD_API coord_type coord_map_entry(coord_map m, size_t i, const char **key,
+                                     size_t *keylen);
+/* Entry i's value when it is a map. */
+COORD_API bool coord_map_map_at(coord_map m, size_t i, coord_map *out);
+/* Entry i's value as JSON (as coord_map_json does it): "12", "true",
+ * "\"text\"".  The caller frees it with free().  NULL: out of range or no
+ * memory. */
+COORD_API char *coord_map_value_json(coord_map m, size_t i);
+
+/* m as one line of JSON (bins as base64 strings, non-UTF-8 bytes escaped
+ * as \u00XX).  The caller frees the string with free().  NULL: no memory. */
+COORD_API char *coord_map_json(coord_map m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,123 @@
+/* internal.h - the inside of libcoord, shared by its source files.  Nothing
+ * here is exported (the library is built with hidden visibility; only
+ * COORD_API functions of coord.h leave it). */
+#ifndef COORD_CLIENT_INTERNAL_H
+#define COORD_CLIENT_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "coord.h"
+#include "enc.h"
+#include "frame.h"
+#include "msg.h"
+#include "paths.h"
+
+/* Frames the library accepts from the broker.  Requests are bounded by the
+ * broker's max_frame; replies (lock.query of a busy broker) may be larger,
+ * so the reader allows more, but not without limit. */
+#define COORD_CLIENT_MAX_INBOUND (64u << 20)
+
+#define COORD_ERRMSG_MAX 256
+
+/* A request being built: its fields (op first) are encoded as the body of an
+ * open top-level map; coord_send prepends the header and rid. */
+struct coord_req {
+    coord_buf buf;
+    coord_enc enc;     /* open map at depth 1; enc.count[0] = keys so far */
+    int err;           /* first error while building (NOMEM, INVAL) */
+};
+
+/* A decoded reply or event.  Owns a copy of the frame bytes (msgpack-c's
+ * strings point into them) and the zone of the decoded objects. */
+struct coord_reply {
+    struct coord_reply *next;   /* inbound queue / event queue link */
+    coord_msg msg;
+    uint64_t rid;               /* 0 for events */
+    bool is_event;
+    int status;                 /* 0, or the broker's negative code */
+    char *ev;                   /* event name, NUL-ended (malloc'd), or NULL */
+    size_t len;
+    uint8_t bytes[];            /* the frame body */
+};
+
+struct coord_sync;                /* a blocking call waiting for its reply */
+
+struct coord_pending {
+    uint64_t rid;                 /* 0: empty slot */
+    coord_reply_cb cb;            /* NULL: reply ignored (cancel) */
+    void *ud;
+    struct coord_sync *sync;      /* non-NULL for coord_call */
+};
+
+struct coord_sync {
+    bool done;
+    int status;
+    struct coord_reply *reply;    /* owned once done (ok or broker error) */
+};
+
+/* rid -> pending request: open addressing, linear probing, backward-shift
+ * deletion.  Power-of-two capacity, load kept under 1/2. */
+struct coord_ptable {
+    struct coord_pending *slots;
+    size_t cap;
+    size_t count;
+};
+
+struct coord_rqueue {
+    struct coord_reply *head, *tail;
+    size_t count;
+};
+
+struct coord {
+    int fd;
+    bool dead;                    /* nothing more can be sent: calls fail
+                                     with dead_code */
+    bool rx_done;                 /* nothing more will be read (EOF, error,
+                                     malformed frame) */
+    bool got_bye;                 /* the broker sent a rid-0 error frame */
+    int bye_code;                 /* and its code (LIMIT, SHUTTING_DOWN...) */
+    int dead_code;                /* COORD_ECLOSED or COORD_EPROTOCOL */
+    bool closing;                 /* coord_close called inside a callback */
+    int depth;                    /* nesting of calls that run callbacks */
+
+    uint64_t next_rid;
+    struct coord_ptable pending;
+
+    coord_frame_reader reader;
+    int frame_error;              /* set by the frame callback */
+    struct coord_rqueue inbound;  /* decoded, not dispatched yet */
+    struct coord_rqueue events;   /* for coord_next_event */
+    coord_event_cb event_cb;
+    void *event_ud;
+
+    coord_buf wbuf;               /* frame being written */
+
+    uint64_t conn_id, epoch;
+    uint32_t max_frame;
+    char broker[64];
+    char errmsg[COORD_ERRMSG_MAX];
+};
+
+/* ---- client.c ---- */
+coord_t *coord__alloc(int fd);
+void coord__free(coord_t *c);
+void coord__set_error(coord_t *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Blocking call with a deadline (-1: none); COORD_ETIMEOUT when it passes
+ * (the request stays pending and its late reply is dropped). */
+int coord__call_timeout(coord_t *c, const coord_req_t *req,
+                        coord_reply_t **reply, int timeout_ms);
+int64_t coord__now_ms(void);
+
+/* ---- connect.c ---- */
+/* Text of the last coord_connect failure of this thread. */
+const char *coord__connect_error(void);
+
+/* ---- reply.c ---- */
+/* Copies body and decodes it.  Returns NULL with *frame_status set
+ * (a COORD_FRAME_* value) on a bad frame or no memory. */
+struct coord_reply *coord__reply_new(const uint8_t *body, size_t len,
+                                     int *frame_status);
+
+#endif

@@ -1,0 +1,364 @@
+/* coordctl.c - the command line of coord: global flags, the command table,
+ * and the helpers every command uses (see coordctl.h). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "coordctl.h"
+#include "paths.h"
+
+static const struct ctl_command commands[] = {
+    { "status", "", "is the broker up? version, pid, uptime, epoch, connections "
+                    "(exit 1 when not running; never starts it)", cmd_status },
+    { "stats",  "", "the broker's counters", cmd_stats },
+    { "ping",   "[-c COUNT]", "round trip time to the broker", cmd_ping },
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static void help(FILE *f)
+{
+    fprintf(f,
+        "usage: coordctl [GLOBAL FLAGS] COMMAND [ARGS]\n"
+        "\n"
+        "Talks to the per-user coord broker (starting it when needed).\n"
+        "\n"
+        "Global flags (before the command):\n"
+        "  --socket PATH    broker socket (default: $COORD_SOCKET,\n"
+        "                   $XDG_RUNTIME_DIR/coord/broker.sock, /tmp/coord-$UID/broker.sock)\n"
+        "  --scope S        scope of names, keys and channels (default \"\")\n"
+        "  --json           machine-readable output: one JSON line\n"
+        "  --no-autostart   never start the broker\n"
+        "  -h, --help       this text\n"
+        "\n"
+        "Commands:\n");
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        char syn[64];
+        snprintf(syn, sizeof syn, "%s%s%s", commands[i].name,
+                 commands[i].args[0] ? " " : "", commands[i].args);
+        fprintf(f, "  %-18s %s\n", syn, commands[i].summary);
+    }
+    fprintf(f,
+        "\n"
+        "Errors are one line on stderr: coordctl: WHAT: CODE: MESSAGE.\n"
+        "Exit status: 0 ok, 1 refused or not running, 2 usage, 3 broker unreachable.\n");
+}
+
+/* ---- errors ---- */
+
+const char *ctl_code_name(int code)
+{
+    switch (code) {
+    case COORD_OK: return "OK";
+#define CTL_X_NAME(name, value, wire, text) case value: return #name;
+    COORD_ERRORS(CTL_X_NAME)
+#undef CTL_X_NAME
+    }
+    return "UNKNOWN";
+}
+
+static void error_line(const char *what, int code, const char *msg)
+{
+    fprintf(stderr, "coordctl: %s: %s: %s\n", what, ctl_code_name(code), msg);
+}
+
+int ctl_fail_connect(struct ctl *ctl, int code)
+{
+    (void)ctl;
+    error_line("connect", code, coord_error_message(NULL));
+    if (code == COORD_EINVAL)
+        return CTL_EXIT_USAGE;
+    return CTL_EXIT_UNREACHABLE;
+}
+
+int ctl_fail_call(struct ctl *ctl, const char *what, int code)
+{
+    error_line(what, code, ctl->c ? coord_error_message(ctl->c)
+                                  : coord_strerror(code));
+    if (code == COORD_ECLOSED || code == COORD_EPROTOCOL ||
+        code == COORD_ECONNECT || code == COORD_ESHUTTING_DOWN)
+        return CTL_EXIT_UNREACHABLE;
+    return CTL_EXIT_FAIL;
+}
+
+int ctl_usage(struct ctl *ctl, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "coordctl: %s: ", ctl->cmd ? ctl->cmd->name : "usage");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    if (ctl->cmd)
+        fprintf(stderr, "usage: coordctl %s%s%s\n", ctl->cmd->name,
+                ctl->cmd->args[0] ? " " : "", ctl->cmd->args);
+    return CTL_EXIT_USAGE;
+}
+
+/* ---- connecting and calling ---- */
+
+int ctl_try_connect(struct ctl *ctl, bool no_autostart)
+{
+    if (ctl->c)
+        return 0;
+    coord_options o = ctl->opts;
+    if (no_autostart)
+        o.no_autostart = true;
+    return coord_connect(&ctl->c, &o);
+}
+
+int ctl_connect(struct ctl *ctl)
+{
+    int rc = ctl_try_connect(ctl, false);
+    return rc < 0 ? ctl_fail_connect(ctl, rc) : 0;
+}
+
+int ctl_simple_call(struct ctl *ctl, const char *op, coord_reply_t **reply)
+{
+    coord_req_t *req = coord_req_new(op);
+    if (!req) {
+        error_line(op, COORD_ENOMEM, coord_strerror(COORD_ENOMEM));
+        return CTL_EXIT_FAIL;
+    }
+    int rc = coord_call(ctl->c, req, reply);
+    coord_req_free(req);
+    return rc < 0 ? ctl_fail_call(ctl, op, rc) : 0;
+}
+
+int ctl_print_json(coord_map m)
+{
+    char *j = coord_map_json(m);
+    if (!j) {
+        error_line("json", COORD_ENOMEM, coord_strerror(COORD_ENOMEM));
+        return CTL_EXIT_FAIL;
+    }
+    puts(j);
+    free(j);
+    return CTL_EXIT_OK;
+}
+
+/* ---- tables ---- */
+
+void ctl_table_add(struct ctl_table *t, const char *name, const char *value)
+{
+    if (t->failed)
+        return;
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 16;
+        void *p = realloc(t->rows, cap * sizeof *t->rows);
+        if (!p) {
+            t->failed = true;
+            return;
+        }
+        t->rows = p;
+        t->cap = cap;
+    }
+    char *n = strdup(name), *v = strdup(value);
+    if (!n || !v) {
+        free(n);
+        free(v);
+        t->failed = true;
+        return;
+    }
+    t->rows[t->n].name = n;
+    t->rows[t->n].value = v;
+    t->n++;
+}
+
+void ctl_table_addf(struct ctl_table *t, const char *name, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    ctl_table_add(t, name, buf);
+}
+
+/* A value for a table: strings without their JSON quotes (but still
+ * escaped, so nothing reaches the terminal raw), the rest as JSON. */
+static char *table_value(coord_map m, size_t i, coord_type type)
+{
+    char *j = coord_map_value_json(m, i);
+    if (j && (type == COORD_TYPE_STR || type == COORD_TYPE_BIN)) {
+        size_t n = strlen(j);
+        if (n >= 2 && j[0] == '"' && j[n - 1] == '"') {
+            memmove(j, j + 1, n - 2);
+            j[n - 2] = '\0';
+        }
+    }
+    return j;
+}
+
+void ctl_table_add_map(struct ctl_table *t, coord_map m, const char *prefix)
+{
+    size_t n = coord_map_size(m);
+    for (size_t i = 0; i < n; i++) {
+        const char *k;
+        size_t kn;
+        coord_type type = coord_map_entry(m, i, &k, &kn);
+        if (!prefix[0] && ((kn == 3 && !memcmp(k, "rid", 3)) ||
+                           (kn == 2 && !memcmp(k, "ok", 2))))
+            continue;
+        char name[256];
+        snprintf(name, sizeof name, "%s%.*s", prefix, (int)kn, k);
+        if (type == COORD_TYPE_MAP) {
+            coord_map sub;
+            char sub_prefix[260];
+            coord_map_map_at(m, i, &sub);
+            snprintf(sub_prefix, sizeof sub_prefix, "%s.", name);
+            ctl_table_add_map(t, sub, sub_prefix);
+            continue;
+        }
+        char *v = table_value(m, i, type);
+        if (!v) {
+            t->failed = true;
+            return;
+        }
+        ctl_table_add(t, name, v);
+        free(v);
+    }
+}
+
+int ctl_table_print(struct ctl_table *t)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        size_t l = strlen(t->rows[i].name);
+        if (l > w)
+            w = l;
+    }
+    for (size_t i = 0; i < t->n; i++) {
+        if (!t->failed)
+            printf("%-*s  %s\n", (int)w, t->rows[i].name, t->rows[i].value);
+        free(t->rows[i].name);
+        free(t->rows[i].value);
+    }
+    free(t->rows);
+    bool failed = t->failed;
+    memset(t, 0, sizeof *t);
+    if (failed) {
+        error_line("output", COORD_ENOMEM, coord_strerror(COORD_ENOMEM));
+        return CTL_EXIT_FAIL;
+    }
+    return CTL_EXIT_OK;
+}
+
+void ctl_format_duration(char *out, size_t size, uint64_t ms)
+{
+    uint64_t s = ms / 1000;
+    if (ms < 1000)
+        snprintf(out, size, "%llu ms", (unsigned long long)ms);
+    else if (s < 60)
+        snprintf(out, size, "%llu.%llu s", (unsigned long long)s,
+                 (unsigned long long)(ms % 1000 / 100));
+    else if (s < 3600)
+        snprintf(out, size, "%llum %02llus", (unsigned long long)(s / 60),
+                 (unsigned long long)(s % 60));
+    else if (s < 86400)
+        snprintf(out, size, "%lluh %02llum", (unsigned long long)(s / 3600),
+                 (unsigned long long)(s / 60 % 60));
+    else
+        snprintf(out, size, "%llud %lluh", (unsigned long long)(s / 86400),
+                 (unsigned long long)(s / 3600 % 24));
+}
+
+/* ---- main ---- */
+
+/* "--flag VALUE" or "--flag=VALUE"; advances *i past what it used. */
+static const char *flag_value(int argc, char **argv, int *i, const char *flag,
+                              bool *bad)
+{
+    size_t n = strlen(flag);
+    const char *a = argv[*i];
+    if (strncmp(a, flag, n) != 0)
+        return NULL;
+    if (a[n] == '=')
+        return a + n + 1;
+    if (a[n] != '\0')
+        return NULL;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "coordctl: %s needs a value\n", flag);
+        *bad = true;
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+int main(int argc, char **argv)
+{
+    struct ctl ctl;
+    memset(&ctl, 0, sizeof ctl);
+    coord_options_init(&ctl.opts);
+    ctl.opts.client_name = "coordctl";
+
+    int i = 1;
+    for (; i < argc; i++) {
+        const char *a = argv[i], *v;
+        bool bad = false;
+        if (a[0] != '-')
+            break;
+        if (!strcmp(a, "--")) {
+            i++;
+            break;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            help(stdout);
+            return CTL_EXIT_OK;
+        }
+        if (!strcmp(a, "--json")) {
+            ctl.json = true;
+        } else if (!strcmp(a, "--no-autostart")) {
+            ctl.opts.no_autostart = true;
+        } else if ((v = flag_value(argc, argv, &i, "--socket", &bad))) {
+            ctl.opts.socket_path = v;
+        } else if ((v = flag_value(argc, argv, &i, "--scope", &bad))) {
+            ctl.opts.scope = v;
+        } else {
+            if (!bad)
+                fprintf(stderr, "coordctl: unknown flag %s (try coordctl --help)\n", a);
+            return CTL_EXIT_USAGE;
+        }
+    }
+    if (i >= argc) {
+        help(stderr);
+        return CTL_EXIT_USAGE;
+    }
+    if (!strcmp(argv[i], "help")) {
+        help(stdout);
+        return CTL_EXIT_OK;
+    }
+
+    if (ctl.opts.socket_path) {
+        size_t n = strlen(ctl.opts.socket_path);
+        if (n == 0 || n > COORD_SOCKET_PATH_MAX) {
+            fprintf(stderr, "coordctl: --socket: path must be 1..%d bytes\n",
+                    COORD_SOCKET_PATH_MAX);
+            return CTL_EXIT_USAGE;
+        }
+        snprintf(ctl.socket, sizeof ctl.socket, "%s", ctl.opts.socket_path);
+    } else if (coord_default_socket_path(ctl.socket, COORD_SOCKET_PATH_MAX + 1) < 0) {
+        fprintf(stderr, "coordctl: the default socket path is longer than %d "
+                        "bytes: use --socket\n", COORD_SOCKET_PATH_MAX);
+        return CTL_EXIT_USAGE;
+    }
+
+    for (size_t k = 0; k < N_COMMANDS; k++) {
+        if (strcmp(argv[i], commands[k].name) != 0)
+            continue;
+        ctl.cmd = &commands[k];
+        if (i + 1 < argc && (!strcmp(argv[i + 1], "-h") ||
+                             !strcmp(argv[i + 1], "--help"))) {
+            printf("usage: coordctl %s%s%s\n  %s\n", ctl.cmd->name,
+                   ctl.cmd->args[0] ? " " : "", ctl.cmd->args,
+                   ctl.cmd->summary);
+            return CTL_EXIT_OK;
+        }
+        int rc = ctl.cmd->fn(&ctl, argc - i, argv + i);
+        coord_close(ctl.c);
+        if (fflush(stdout) != 0 && rc == CTL_EXIT_OK)
+            rc = CTL_EXIT_FAIL;
+        return rc;
+    }
+    fprintf(stderr, "coordctl: unknown command %s (try coordctl --help)\n", argv[i]);
+    return CTL_EXIT_USAGE;
+}

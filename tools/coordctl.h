@@ -1,0 +1,85 @@
+/* coordctl.h - what the command files of coordctl share: the context built
+ * from the global flags, the command table entry, and output helpers.
+ *
+ * Adding a command: write `int cmd_NAME(struct ctl *ctl, int argc, char
+ * **argv)` (argv[0] is the command's name; parse its own flags with
+ * getopt_long and a "+" optstring), declare it below, and add one row to
+ * the table in coordctl.c.  Return an exit status (CTL_EXIT_*).  Connect
+ * with ctl_connect, report failures with ctl_fail_call / ctl_usage. */
+#ifndef COORDCTL_H
+#define COORDCTL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "coord.h"
+
+enum {
+    CTL_EXIT_OK = 0,
+    CTL_EXIT_FAIL = 1,        /* the broker refused, or "not running" */
+    CTL_EXIT_USAGE = 2,
+    CTL_EXIT_UNREACHABLE = 3, /* the broker cannot be reached */
+};
+
+struct ctl {
+    coord_options opts;       /* from the global flags */
+    bool json;                /* --json */
+    char socket[256];         /* the socket path, for messages */
+    coord_t *c;               /* once connected; closed by main */
+    const struct ctl_command *cmd;
+};
+
+struct ctl_command {
+    const char *name;
+    const char *args;         /* synopsis of the arguments */
+    const char *summary;      /* one line for the help text */
+    int (*fn)(struct ctl *ctl, int argc, char **argv);
+};
+
+/* Connects (autostart as the flags say, never when no_autostart is true).
+ * Returns 0, or the coord code of the failure without printing anything;
+ * ctl_fail_connect prints it. */
+int ctl_try_connect(struct ctl *ctl, bool no_autostart);
+/* Connects or prints the error; returns 0 or an exit status. */
+int ctl_connect(struct ctl *ctl);
+/* Prints "coordctl: connect: CODE: message" and returns the exit status. */
+int ctl_fail_connect(struct ctl *ctl, int code);
+/* Prints "coordctl: <what>: CODE: message" for a failed call on ctl->c and
+ * returns the exit status (3 when the connection is gone, else 1). */
+int ctl_fail_call(struct ctl *ctl, const char *what, int code);
+/* Prints "coordctl: <command>: <message>" and the command's usage line to
+ * stderr; returns CTL_EXIT_USAGE. */
+int ctl_usage(struct ctl *ctl, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Name of any coord code: "FENCED", "CONNECT"... */
+const char *ctl_code_name(int code);
+/* Sends op with no fields and waits: 0 and *reply, or prints the failure
+ * and returns its exit status. */
+int ctl_simple_call(struct ctl *ctl, const char *op, coord_reply_t **reply);
+/* Prints m as one JSON line on stdout; returns an exit status. */
+int ctl_print_json(coord_map m);
+
+/* Aligned "name  value" lines. */
+struct ctl_table {
+    struct { char *name, *value; } *rows;
+    size_t n, cap;
+    bool failed;
+};
+void ctl_table_add(struct ctl_table *t, const char *name, const char *value);
+void ctl_table_addf(struct ctl_table *t, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Adds every entry of m (nested maps flattened as parent.child), in the
+ * order received, skipping the keys "rid" and "ok" at the top level. */
+void ctl_table_add_map(struct ctl_table *t, coord_map m, const char *prefix);
+/* Prints and frees the rows; returns an exit status. */
+int ctl_table_print(struct ctl_table *t);
+
+/* Durations for people: "812 ms", "4.2 s", "5m 12s", "3h 05m", "2d 4h". */
+void ctl_format_duration(char *out, size_t size, uint64_t ms);
+
+/* ---- commands (ctl-info.c) ---- */
+int cmd_status(struct ctl *ctl, int argc, char **argv);
+int cmd_stats(struct ctl *ctl, int argc, char **argv);
+int cmd_ping(struct ctl *ctl, int argc, char **argv);
+
+#endif

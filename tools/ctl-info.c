@@ -1,0 +1,165 @@
+/* ctl-info.c - coordctl's introspection commands: status, stats, ping. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "coordctl.h"
+
+/* Commands without arguments refuse any. */
+static int no_args(struct ctl *ctl, int argc, char **argv)
+{
+    if (argc > 1)
+        return ctl_usage(ctl, "unexpected argument %s", argv[1]);
+    return 0;
+}
+
+int cmd_status(struct ctl *ctl, int argc, char **argv)
+{
+    int rc = no_args(ctl, argc, argv);
+    if (rc)
+        return rc;
+    /* status observes: it never starts a broker */
+    rc = ctl_try_connect(ctl, true);
+    if (rc == COORD_ECONNECT) {
+        if (ctl->json) {
+            /* the socket path as a JSON string, via the library's escaping
+             * is overkill here: paths from the flags are printed as given */
+            printf("{\"running\":false,\"socket\":\"");
+            for (const char *p = ctl->socket; *p; p++) {
+                unsigned char ch = (unsigned char)*p;
+                if (ch == '"' || ch == '\\')
+                    printf("\\%c", ch);
+                else if (ch < 0x20 || ch == 0x7f)
+                    printf("\\u%04x", ch);
+                else
+                    putchar(ch);
+            }
+            printf("\"}\n");
+        } else {
+            printf("coord broker not running (socket %s)\n", ctl->socket);
+        }
+        return CTL_EXIT_FAIL;
+    }
+    if (rc < 0) {
+        rc = ctl_fail_connect(ctl, rc);
+        return rc == CTL_EXIT_UNREACHABLE ? CTL_EXIT_FAIL : rc;
+    }
+
+    coord_reply_t *reply = NULL;
+    rc = ctl_simple_call(ctl, "stats", &reply);
+    if (rc)
+        return rc == CTL_EXIT_UNREACHABLE ? CTL_EXIT_FAIL : rc;
+    coord_map m = coord_reply_map(reply);
+    if (ctl->json) {
+        rc = ctl_print_json(m);
+        coord_reply_free(reply);
+        return rc;
+    }
+
+    struct ctl_table t = { 0 };
+    const char *s;
+    size_t n;
+    uint64_t v;
+    if (coord_map_str(m, "version", &s, &n))
+        ctl_table_addf(&t, "broker", "%.*s", (int)n, s);
+    else
+        ctl_table_add(&t, "broker", coord_broker_version(ctl->c));
+    if (coord_map_uint(m, "pid", &v))
+        ctl_table_addf(&t, "pid", "%llu", (unsigned long long)v);
+    if (coord_map_uint(m, "uptime_ms", &v)) {
+        char d[64];
+        ctl_format_duration(d, sizeof d, v);
+        ctl_table_add(&t, "uptime", d);
+    }
+    if (!coord_map_uint(m, "epoch", &v))
+        v = coord_epoch(ctl->c);
+    ctl_table_addf(&t, "epoch", "%llu", (unsigned long long)v);
+    if (coord_map_uint(m, "connections", &v))
+        ctl_table_addf(&t, "connections", "%llu", (unsigned long long)v);
+    ctl_table_add(&t, "socket", ctl->socket);
+    rc = ctl_table_print(&t);
+    coord_reply_free(reply);
+    return rc;
+}
+
+int cmd_stats(struct ctl *ctl, int argc, char **argv)
+{
+    int rc = no_args(ctl, argc, argv);
+    if (rc || (rc = ctl_connect(ctl)))
+        return rc;
+    coord_reply_t *reply = NULL;
+    if ((rc = ctl_simple_call(ctl, "stats", &reply)))
+        return rc;
+    coord_map m = coord_reply_map(reply);
+    if (ctl->json) {
+        rc = ctl_print_json(m);
+    } else {
+        struct ctl_table t = { 0 };
+        ctl_table_add_map(&t, m, "");
+        rc = ctl_table_print(&t);
+    }
+    coord_reply_free(reply);
+    return rc;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+int cmd_ping(struct ctl *ctl, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "count", required_argument, NULL, 'c' },
+        { NULL, 0, NULL, 0 },
+    };
+    long count = 1;
+    int opt;
+    optind = 1;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "+c:", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'c': {
+            char *end;
+            count = strtol(optarg, &end, 10);
+            if (*end || count < 1 || count > 1000000)
+                return ctl_usage(ctl, "-c needs a count from 1 to 1000000");
+            break;
+        }
+        default:
+            return ctl_usage(ctl, "unknown flag %s", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return ctl_usage(ctl, "unexpected argument %s", argv[optind]);
+
+    int rc = ctl_connect(ctl);
+    if (rc)
+        return rc;
+    double min = 0, max = 0, sum = 0;
+    for (long i = 0; i < count; i++) {
+        double t0 = now_ms();
+        rc = coord_ping(ctl->c);
+        double dt = now_ms() - t0;
+        if (rc < 0)
+            return ctl_fail_call(ctl, "ping", rc);
+        if (i == 0 || dt < min)
+            min = dt;
+        if (dt > max)
+            max = dt;
+        sum += dt;
+        if (!ctl->json)
+            printf("reply from %s: seq=%ld time=%.3f ms\n",
+                   coord_broker_version(ctl->c), i + 1, dt);
+    }
+    if (ctl->json)
+        printf("{\"count\":%ld,\"min_ms\":%.3f,\"avg_ms\":%.3f,\"max_ms\":%.3f}\n",
+               count, min, sum / (double)count, max);
+    else if (count > 1)
+        printf("%ld pings: min/avg/max = %.3f/%.3f/%.3f ms\n", count, min,
+               sum / (double)count, max);
+    return CTL_EXIT_OK;
+}
