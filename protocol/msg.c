@@ -40,8 +40,9 @@ const msgpack_object *coord_map_find(const msgpack_object_map *map,
     size_t klen = strlen(key);
     for (uint32_t i = 0; i < map->size; i++) {
         const msgpack_object *k = &map->ptr[i].key;
+        /* msgpack-c leaves ptr NULL for an empty str: no memcmp then */
         if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == klen &&
-            memcmp(k->via.str.ptr, key, klen) == 0)
+            (klen == 0 || memcmp(k->via.str.ptr, key, klen) == 0))
             return &map->ptr[i].val;
     }
     return NULL;
@@ -129,7 +130,10 @@ static bool field_bytes(coord_fields *f, const char *key, bool required,
     if (!v)
         return false;
     if (v->type == MSGPACK_OBJECT_STR) {
-        out->ptr = (const uint8_t *)v->via.str.ptr;
+        /* msgpack-c gives an empty str a NULL ptr; callers may memcpy or
+         * memcmp ptr with len 0, which is undefined with NULL */
+        out->ptr = v->via.str.ptr ? (const uint8_t *)v->via.str.ptr
+                                  : (const uint8_t *)"";
         out->len = v->via.str.size;
     } else if (v->type == MSGPACK_OBJECT_BIN) {
         out->ptr = (const uint8_t *)v->via.bin.ptr;
