@@ -1,0 +1,16 @@
+#!/bin/sh
+# run-fuzzer.sh - runs the libFuzzer binary on a work corpus under the build dir, seeded from the repo's corpus.
+# usage: run-fuzzer.sh FUZZER WORKDIR SEED_CORPUS [libFuzzer flags...]
+#   WORKDIR/corpus receives the seeds (copied) and every new input the
+#   fuzzer finds; WORKDIR/artifacts receives crashes.  The repo's seed
+#   corpus is only read.
+set -eu
+if [ $# -lt 3 ]; then
+    echo "usage: $0 FUZZER WORKDIR SEED_CORPUS [libFuzzer flags...]" >&2
+    exit 2
+fi
+fuzzer=$1 work=$2 seeds=$3
+shift 3
+mkdir -p "$work/corpus" "$work/artifacts"
+cp "$seeds"/* "$work/corpus/"
+exec "$fuzzer" -artifact_prefix="$work/artifacts/" "$@" "$work/corpus"
