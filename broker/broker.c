@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include "broker.h"
 #include "errors.h"
+#include "deadline.h"
 #include "ledger.h"
 #include "listener.h"
 #include "paths.h"
@@ -164,6 +165,7 @@ int broker_run(struct broker_options *opt)
     uv_walk(b->loop, close_any, NULL);
     uv_run(b->loop, UV_RUN_DEFAULT);
     rc = uv_loop_close(b->loop);
+    deadlines_free();
     coord_msg_destroy(&b->msg);
     log_event(LOG_INFO, "broker.exit", "clean=%d", rc == 0);
     return 0;

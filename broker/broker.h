@@ -73,6 +73,7 @@ struct conn {
     struct list pending;         /* struct pending, oldest first */
     unsigned npending;
     unsigned refs;               /* holders that outlive close (ledger jobs) */
+    struct list locks;           /* struct lock_req held by this client */
 
     /* from hello */
     char *client;                /* NUL-terminated, printable */
@@ -150,6 +151,9 @@ static inline bool conn_alive(const struct conn *c)
 int pending_start(struct conn *c, struct pending *p, uint64_t rid, const char *op);
 /* Unlinks p from its connection (the reply is the caller's). */
 void pending_finish(struct pending *p);
+/* The checks of pending_start alone (replies on refusal): for ops that
+ * must know before acting that they may wait. */
+int pending_check(struct conn *c, uint64_t rid);
 struct pending *pending_find(struct conn *c, uint64_t rid);
 /* Every waiting request of c: abort with code, or drop when code is 0. */
 void pending_abort_all(struct conn *c, int code);

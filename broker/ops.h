@@ -18,6 +18,15 @@ bool fields_ok(struct conn *c, uint64_t rid, coord_fields *f);
 void printable_copy(char *out, size_t size, const uint8_t *p, size_t n);
 
 /* X(op name, handler) for the ops of the tables. */
-#define TABLE_OPS(X)
+#define TABLE_OPS(X) \
+    X("lock.acquire", op_lock_acquire) \
+    X("lock.release", op_lock_release) \
+    X("lock.renew", op_lock_renew) \
+    X("lock.query", op_lock_query)
+
+void op_lock_acquire(struct conn *c, uint64_t rid, coord_fields *f);
+void op_lock_release(struct conn *c, uint64_t rid, coord_fields *f);
+void op_lock_renew(struct conn *c, uint64_t rid, coord_fields *f);
+void op_lock_query(struct conn *c, uint64_t rid, coord_fields *f);
 
 #endif

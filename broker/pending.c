@@ -3,7 +3,7 @@
 #include "broker.h"
 #include "errors.h"
 
-int pending_start(struct conn *c, struct pending *p, uint64_t rid, const char *op)
+int pending_check(struct conn *c, uint64_t rid)
 {
     if (c->npending >= c->b->opt.max_pending) {
         c->b->stats.pending_limit_hits++;
@@ -17,6 +17,13 @@ int pending_start(struct conn *c, struct pending *p, uint64_t rid, const char *o
                          "rid: already used by a waiting request");
         return -1;
     }
+    return 0;
+}
+
+int pending_start(struct conn *c, struct pending *p, uint64_t rid, const char *op)
+{
+    if (pending_check(c, rid) < 0)
+        return -1;
     p->rid = rid;
     p->conn = c;
     p->op = op;

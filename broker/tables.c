@@ -1,10 +1,13 @@
 /* tables.c - fans the connection and shutdown hooks out to every table. */
 #include "broker.h"
+#include "deadline.h"
+#include "locks.h"
 #include "tables.h"
 
 int tables_init(struct broker *b)
 {
-    (void)b;
+    deadlines_init(b->loop);
+    locks_init(b);
     return 0;
 }
 
@@ -15,7 +18,7 @@ void tables_conn_opened(struct conn *c)
 
 void tables_conn_closed(struct conn *c)
 {
-    (void)c;
+    locks_conn_closed(c);
 }
 
 void tables_shutdown(struct broker *b)

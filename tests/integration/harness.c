@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -24,6 +25,8 @@ uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+static void kill_tracked(void);
+
 int run_tests(int argc, char **argv, const struct test_case *tests)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -39,6 +42,7 @@ int run_tests(int argc, char **argv, const struct test_case *tests)
         int before = harness_failures;
         uint64_t t0 = now_ms();
         t->fn();
+        kill_tracked();
         int bad = harness_failures != before;
         fprintf(stderr, "%s %s (%llu ms)\n", bad ? "FAIL" : "ok  ", t->name,
                 (unsigned long long)(now_ms() - t0));
@@ -70,6 +74,30 @@ void broker_paths(struct broker_proc *bp)
     snprintf(bp->log, sizeof bp->log, "%s/broker.log", bp->dir);
 }
 
+/* brokers started by the current test, killed after it whatever happened */
+static struct broker_proc *tracked[32];
+
+static void track(struct broker_proc *bp)
+{
+    for (int i = 0; i < 32; i++)
+        if (tracked[i] == bp)
+            return;
+    for (int i = 0; i < 32; i++)
+        if (!tracked[i]) {
+            tracked[i] = bp;
+            return;
+        }
+}
+
+static void kill_tracked(void)
+{
+    for (int i = 0; i < 32; i++) {
+        if (tracked[i] && tracked[i]->pid > 0)
+            broker_cleanup(tracked[i]);
+        tracked[i] = NULL;
+    }
+}
+
 int broker_start(struct broker_proc *bp, const char *const *extra)
 {
     if (!bp->dir[0])
@@ -95,6 +123,8 @@ int broker_start(struct broker_proc *bp, const char *const *extra)
             args[n++] = extra[i];
         args[n] = NULL;
         close(pfd[0]);
+        /* a test that dies or fails early must not leave brokers behind */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (pfd[1] != 3) {
             dup2(pfd[1], 3);
             close(pfd[1]);
@@ -110,6 +140,7 @@ int broker_start(struct broker_proc *bp, const char *const *extra)
     }
     close(pfd[1]);
     bp->pid = pid;
+    track(bp);
     char line[16] = { 0 };
     struct pollfd p = { pfd[0], POLLIN, 0 };
     int ok = poll(&p, 1, 10000) == 1 && read(pfd[0], line, sizeof line - 1) > 0 &&
@@ -331,4 +362,203 @@ long rss_kb(pid_t pid)
             break;
     fclose(f);
     return kb;
+}
+
+/* ---- rcl ---- */
+
+struct frame_node {
+    struct frame_node *next;
+    uint32_t len;
+    uint8_t body[];
+};
+
+struct rcl {
+    int fd;
+    coord_buf out;
+    coord_enc enc;
+    struct frame_node *head, *tail;
+    uint8_t *taken;          /* body of the frame last handed out */
+};
+
+struct rcl *rcl_open(const char *sock, const char *scope)
+{
+    int fd = raw_connect(sock);
+    if (fd < 0)
+        return NULL;
+    if (raw_hello(fd, scope) != 0) {
+        close(fd);
+        return NULL;
+    }
+    struct rcl *c = calloc(1, sizeof *c);
+    c->fd = fd;
+    coord_buf_init(&c->out);
+    return c;
+}
+
+void rcl_close(struct rcl *c)
+{
+    if (!c)
+        return;
+    close(c->fd);
+    while (c->head) {
+        struct frame_node *n = c->head->next;
+        free(c->head);
+        c->head = n;
+    }
+    free(c->taken);
+    coord_buf_free(&c->out);
+    free(c);
+}
+
+int rcl_fd(const struct rcl *c) { return c->fd; }
+
+coord_enc *rcl_begin(struct rcl *c, const char *op, uint64_t rid)
+{
+    c->out.len = 0;
+    coord_enc_begin(&c->enc, &c->out);
+    coord_enc_kv_cstr(&c->enc, "op", op);
+    coord_enc_kv_uint(&c->enc, "rid", rid);
+    return &c->enc;
+}
+
+int rcl_send(struct rcl *c)
+{
+    if (coord_enc_end(&c->enc) == 0)
+        return -1;
+    return raw_send(c->fd, c->out.data, c->out.len);
+}
+
+/* Reads one frame into the queue; 0, -1 closed, -2 timeout. */
+static int read_one(struct rcl *c, int timeout_ms)
+{
+    uint64_t deadline = now_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
+    uint8_t hdr[4];
+    int rc = read_full(c->fd, hdr, 4, deadline);
+    if (rc)
+        return rc;
+    uint32_t n = coord_be32(hdr);
+    struct frame_node *f = malloc(sizeof *f + n);
+    f->next = NULL;
+    f->len = n;
+    rc = read_full(c->fd, f->body, n, deadline + 5000);
+    if (rc) {
+        free(f);
+        return -1;
+    }
+    if (c->tail)
+        c->tail->next = f;
+    else
+        c->head = f;
+    c->tail = f;
+    return 0;
+}
+
+typedef bool (*frame_pred)(coord_msg *m, const void *arg);
+
+static int take_matching(struct rcl *c, frame_pred pred, const void *arg,
+                         int timeout_ms, coord_msg *m)
+{
+    uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
+    struct frame_node **pp = &c->head, *prev = NULL;
+    for (;;) {
+        while (*pp) {
+            struct frame_node *f = *pp;
+            if (coord_msg_parse(m, f->body, f->len) == COORD_FRAME_OK && pred(m, arg)) {
+                *pp = f->next;
+                if (c->tail == f)
+                    c->tail = prev;
+                free(c->taken);
+                /* keep the body alive for m: move it into 'taken' */
+                c->taken = malloc(f->len ? f->len : 1);
+                memcpy(c->taken, f->body, f->len);
+                coord_msg_parse(m, c->taken, f->len);
+                free(f);
+                return 0;
+            }
+            prev = f;
+            pp = &f->next;
+        }
+        int left = (int)(deadline > now_ms() ? deadline - now_ms() : 0);
+        int rc = read_one(c, left);
+        if (rc)
+            return rc;
+    }
+}
+
+static bool is_rid(coord_msg *m, const void *arg)
+{
+    return coord_map_find(m->map, "ev") == NULL &&
+           msg_uint(m, "rid") == *(const uint64_t *)arg;
+}
+
+static bool is_event(coord_msg *m, const void *arg)
+{
+    const msgpack_object *v = coord_map_find(m->map, "ev");
+    const char *name = arg;
+    return v && v->type == MSGPACK_OBJECT_STR && v->via.str.size == strlen(name) &&
+           memcmp(v->via.str.ptr, name, v->via.str.size) == 0;
+}
+
+int rcl_reply(struct rcl *c, uint64_t rid, int timeout_ms, coord_msg *m)
+{
+    return take_matching(c, is_rid, &rid, timeout_ms, m);
+}
+
+int rcl_event(struct rcl *c, const char *ev, int timeout_ms, coord_msg *m)
+{
+    return take_matching(c, is_event, ev, timeout_ms, m);
+}
+
+size_t rcl_queued(struct rcl *c)
+{
+    while (read_one(c, 0) == 0)
+        ;
+    size_t n = 0;
+    for (struct frame_node *f = c->head; f; f = f->next)
+        n++;
+    return n;
+}
+
+int rcl_acquire(struct rcl *c, uint64_t rid, const void *name, size_t nlen,
+                const char *opts, uint64_t timeout_ms, uint64_t lease_ms)
+{
+    coord_enc *e = rcl_begin(c, "lock.acquire", rid);
+    coord_enc_kv_str(e, "name", name, nlen);
+    if (opts && strstr(opts, "shared"))
+        coord_enc_kv_cstr(e, "mode", "shared");
+    if (opts && strstr(opts, "if_available"))
+        coord_enc_kv_bool(e, "if_available", true);
+    if (opts && strstr(opts, "steal"))
+        coord_enc_kv_bool(e, "steal", true);
+    if (timeout_ms)
+        coord_enc_kv_uint(e, "timeout_ms", timeout_ms);
+    if (lease_ms)
+        coord_enc_kv_uint(e, "lease_ms", lease_ms);
+    return rcl_send(c);
+}
+
+bool msg_bool(coord_msg *m, const char *key)
+{
+    const msgpack_object *v = coord_map_find(m->map, key);
+    return v && v->type == MSGPACK_OBJECT_BOOLEAN && v->via.boolean;
+}
+
+bool msg_str_is(coord_msg *m, const char *key, const void *s, size_t n)
+{
+    const msgpack_object *v = coord_map_find(m->map, key);
+    return v && (v->type == MSGPACK_OBJECT_STR || v->type == MSGPACK_OBJECT_BIN) &&
+           v->via.str.size == n && (n == 0 || memcmp(v->via.str.ptr, s, n) == 0);
+}
+
+int rcl_sync(struct rcl *c)
+{
+    static uint64_t rid = 1ull << 40;
+    coord_msg m;
+    coord_msg_init(&m);
+    rcl_begin(c, "ping", ++rid);
+    int rc = rcl_send(c);
+    if (rc == 0)
+        rc = rcl_reply(c, rid, 10000, &m);
+    coord_msg_destroy(&m);
+    return rc;
 }

@@ -39,7 +39,8 @@ struct broker_proc {
 const char *broker_binary(void);
 /* A fresh temp dir with socket and data paths in it. */
 void broker_paths(struct broker_proc *bp);
-/* Starts coordd in the foreground on bp's paths (fresh ones if bp->dir is
+/* Starts coordd in the foreground (bp must outlive the test function: the
+ * runner kills every broker a test started once it returns) on bp's paths (fresh ones if bp->dir is
  * empty) and waits for its ready line.  extra: NULL-terminated arguments.
  * Returns 0 or -1. */
 int broker_start(struct broker_proc *bp, const char *const *extra);
@@ -70,3 +71,30 @@ uint64_t now_ms(void);
 long rss_kb(pid_t pid);
 
 #endif
+
+/* A raw protocol client that keeps frames it was not asked for yet, so a
+ * test can wait for one rid or one event while others arrive. */
+struct rcl;
+struct rcl *rcl_open(const char *sock, const char *scope);
+void rcl_close(struct rcl *c);
+int rcl_fd(const struct rcl *c);
+/* Start a request; add fields with coord_enc_kv_* on the returned encoder,
+ * then rcl_send. */
+coord_enc *rcl_begin(struct rcl *c, const char *op, uint64_t rid);
+int rcl_send(struct rcl *c);
+/* Wait for the reply to rid (or the event named ev); m points into the
+ * client's storage until the next call.  0, -1 closed, -2 timeout. */
+int rcl_reply(struct rcl *c, uint64_t rid, int timeout_ms, coord_msg *m);
+int rcl_event(struct rcl *c, const char *ev, int timeout_ms, coord_msg *m);
+/* Number of frames already received and not yet taken, after reading what
+ * the socket holds right now. */
+size_t rcl_queued(struct rcl *c);
+/* lock.acquire shorthand: opts like "shared", "if_available", "steal"
+ * separated by commas; timeout/lease 0 = absent. */
+int rcl_acquire(struct rcl *c, uint64_t rid, const void *name, size_t nlen,
+                const char *opts, uint64_t timeout_ms, uint64_t lease_ms);
+/* Helpers on a message. */
+bool msg_bool(coord_msg *m, const char *key);
+bool msg_str_is(coord_msg *m, const char *key, const void *s, size_t n);
+/* Round trip a ping: everything sent before on c has been processed. */
+int rcl_sync(struct rcl *c);

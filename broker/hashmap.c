@@ -1,0 +1,103 @@
+/* hashmap.c - see hashmap.h. */
+#include <stdlib.h>
+#include <string.h>
+#include "hashmap.h"
+
+uint64_t hash_bytes(const void *p, size_t n)
+{
+    /* FNV-1a: clients are the same user, so no flooding defence needed */
+    const uint8_t *b = p;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h ^ (h >> 29);
+}
+
+void hashmap_init(struct hashmap *m)
+{
+    m->buckets = NULL;
+    m->nbuckets = 0;
+    m->count = 0;
+}
+
+void hashmap_free(struct hashmap *m)
+{
+    free(m->buckets);
+    hashmap_init(m);
+}
+
+struct hentry *hashmap_get(const struct hashmap *m, const void *key, size_t n)
+{
+    if (!m->nbuckets)
+        return NULL;
+    uint64_t h = hash_bytes(key, n);
+    for (struct hentry *e = m->buckets[h & (m->nbuckets - 1)]; e; e = e->next)
+        if (e->hash == h && e->keylen == n && (n == 0 || memcmp(e->key, key, n) == 0))
+            return e;
+    return NULL;
+}
+
+static int grow(struct hashmap *m)
+{
+    size_t nb = m->nbuckets ? m->nbuckets * 2 : 16;
+    struct hentry **b = calloc(nb, sizeof *b);
+    if (!b)
+        return -1;
+    for (size_t i = 0; i < m->nbuckets; i++) {
+        struct hentry *e = m->buckets[i];
+        while (e) {
+            struct hentry *next = e->next;
+            size_t j = e->hash & (nb - 1);
+            e->next = b[j];
+            b[j] = e;
+            e = next;
+        }
+    }
+    free(m->buckets);
+    m->buckets = b;
+    m->nbuckets = nb;
+    return 0;
+}
+
+int hashmap_put(struct hashmap *m, struct hentry *e)
+{
+    if (m->count >= m->nbuckets && grow(m) < 0 && m->nbuckets == 0)
+        return -1;
+    e->hash = hash_bytes(e->key, e->keylen);
+    size_t i = e->hash & (m->nbuckets - 1);
+    e->next = m->buckets[i];
+    m->buckets[i] = e;
+    m->count++;
+    return 0;
+}
+
+void hashmap_del(struct hashmap *m, struct hentry *e)
+{
+    struct hentry **pp = &m->buckets[e->hash & (m->nbuckets - 1)];
+    while (*pp && *pp != e)
+        pp = &(*pp)->next;
+    if (*pp) {
+        *pp = e->next;
+        m->count--;
+    }
+    e->next = NULL;
+}
+
+size_t scoped_key(uint8_t **out, const uint8_t *scope, uint32_t scope_len,
+                  const uint8_t *name, size_t name_len)
+{
+    size_t n = 4 + (size_t)scope_len + name_len;
+    uint8_t *k = malloc(n);
+    if (!k)
+        return 0;
+    k[0] = (uint8_t)(scope_len >> 24); k[1] = (uint8_t)(scope_len >> 16);
+    k[2] = (uint8_t)(scope_len >> 8);  k[3] = (uint8_t)scope_len;
+    if (scope_len)
+        memcpy(k + 4, scope, scope_len);
+    if (name_len)
+        memcpy(k + 4 + scope_len, name, name_len);
+    *out = k;
+    return n;
+}
