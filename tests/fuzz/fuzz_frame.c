@@ -171,7 +171,8 @@ static void reencode(coord_enc *e, const msgpack_object *o, bool *exact)
             FUZZ_ASSERT(k->type == MSGPACK_OBJECT_STR);
             size_t n = k->via.str.size < sizeof key - 1 ? k->via.str.size
                                                          : sizeof key - 1;
-            memcpy(key, k->via.str.ptr, n);
+            if (n)                 /* ptr may be NULL when empty */
+                memcpy(key, k->via.str.ptr, n);
             key[n] = '\0';
             if (n != k->via.str.size || strlen(key) != n)
                 *exact = false;
@@ -246,7 +247,8 @@ static void check_reencode(struct ctx *c)
         char key[64];
         size_t n = kv->key.via.str.size < sizeof key - 1 ? kv->key.via.str.size
                                                          : sizeof key - 1;
-        memcpy(key, kv->key.via.str.ptr, n);
+        if (n)                 /* ptr may be NULL when empty */
+            memcpy(key, kv->key.via.str.ptr, n);
         key[n] = '\0';
         if (n != kv->key.via.str.size || strlen(key) != n)
             exact = false;
