@@ -74,6 +74,7 @@ struct conn {
     unsigned npending;
     unsigned refs;               /* holders that outlive close (ledger jobs) */
     struct list locks;           /* struct lock_req held by this client */
+    struct list flights;         /* flights this client owns */
 
     /* from hello */
     char *client;                /* NUL-terminated, printable */

@@ -280,6 +280,7 @@ void conn_accepted(struct broker *b, struct conn *c)
     coord_frame_reader_init(&c->reader, b->opt.max_frame);
     list_init(&c->pending);
     list_init(&c->locks);
+    list_init(&c->flights);
     list_init(&c->dirty_link);
     list_append(&b->conns, &c->link);
     b->nconns++;

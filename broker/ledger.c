@@ -31,7 +31,7 @@ struct ledger {
     uint64_t batches, jobs;
 };
 
-static const char *db_names[DB_COUNT] = { "meta" };
+static const char *db_names[DB_COUNT] = { "meta", "records", "expiry" };
 
 MDB_dbi ledger_dbi(struct ledger *l, enum ledger_db db) { return l->dbi[db]; }
 uint64_t ledger_batches(const struct ledger *l) { return l->batches; }

@@ -18,6 +18,8 @@ struct ledger;
 
 enum ledger_db {
     DB_META,            /* "epoch" -> u64 big-endian */
+    DB_RECORDS,         /* scoped key -> record (records.c) */
+    DB_EXPIRY,          /* expires_ms BE + scoped key -> "" (sweeps) */
     DB_COUNT
 };
 

@@ -22,11 +22,25 @@ void printable_copy(char *out, size_t size, const uint8_t *p, size_t n);
     X("lock.acquire", op_lock_acquire) \
     X("lock.release", op_lock_release) \
     X("lock.renew", op_lock_renew) \
-    X("lock.query", op_lock_query)
+    X("lock.query", op_lock_query) \
+    X("flight.join", op_flight_join) \
+    X("flight.complete", op_flight_complete) \
+    X("flight.fail", op_flight_fail) \
+    X("flight.list", op_flight_list) \
+    X("record.get", op_record_get) \
+    X("record.list", op_record_list) \
+    X("record.purge", op_record_purge)
 
 void op_lock_acquire(struct conn *c, uint64_t rid, coord_fields *f);
 void op_lock_release(struct conn *c, uint64_t rid, coord_fields *f);
 void op_lock_renew(struct conn *c, uint64_t rid, coord_fields *f);
 void op_lock_query(struct conn *c, uint64_t rid, coord_fields *f);
+void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f);
+void op_flight_complete(struct conn *c, uint64_t rid, coord_fields *f);
+void op_flight_fail(struct conn *c, uint64_t rid, coord_fields *f);
+void op_flight_list(struct conn *c, uint64_t rid, coord_fields *f);
+void op_record_get(struct conn *c, uint64_t rid, coord_fields *f);
+void op_record_list(struct conn *c, uint64_t rid, coord_fields *f);
+void op_record_purge(struct conn *c, uint64_t rid, coord_fields *f);
 
 #endif

@@ -2,6 +2,11 @@
 #include <unistd.h>
 #include "broker.h"
 #include "coord-version.h"
+#include "deadline.h"
+#include "flights.h"
+#include "ledger.h"
+#include "locks.h"
+#include "records.h"
 
 void stats_reply(struct conn *c, uint64_t rid)
 {
@@ -27,6 +32,16 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_uint(&e, "bytes_in", s->bytes_in);
     coord_enc_kv_uint(&e, "bytes_out", s->bytes_out);
     coord_enc_kv_uint(&e, "requests_total", s->requests);
+    uint64_t held, pending, names;
+    locks_counts(&held, &pending, &names);
+    coord_enc_kv_uint(&e, "locks_held", held);
+    coord_enc_kv_uint(&e, "locks_pending", pending);
+    coord_enc_kv_uint(&e, "lock_names", names);
+    flights_stats(&e);
+    coord_enc_kv_uint(&e, "records", records_count());
+    coord_enc_kv_uint(&e, "ledger_batches", b->ledger ? ledger_batches(b->ledger) : 0);
+    coord_enc_kv_uint(&e, "ledger_jobs", b->ledger ? ledger_jobs(b->ledger) : 0);
+    coord_enc_kv_uint(&e, "timers", deadlines_count());
     coord_enc_key(&e, "requests");
     coord_enc_map_begin(&e);
     for (int i = 0; dispatch_op_name(i); i++) {

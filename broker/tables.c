@@ -1,13 +1,17 @@
 /* tables.c - fans the connection and shutdown hooks out to every table. */
 #include "broker.h"
 #include "deadline.h"
+#include "flights.h"
 #include "locks.h"
+#include "records.h"
 #include "tables.h"
 
 int tables_init(struct broker *b)
 {
     deadlines_init(b->loop);
     locks_init(b);
+    flights_init(b);
+    records_init(b);
     return 0;
 }
 
@@ -19,9 +23,11 @@ void tables_conn_opened(struct conn *c)
 void tables_conn_closed(struct conn *c)
 {
     locks_conn_closed(c);
+    flights_conn_closed(c);
 }
 
 void tables_shutdown(struct broker *b)
 {
     (void)b;
+    records_stop();
 }

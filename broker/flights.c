@@ -1,0 +1,635 @@
+/* flights.c - single-flight with follower refcounting.
+ *
+ * Per (scope, key) at most one owner runs the work; everyone who joins
+ * meanwhile is a follower whose join is answered with the owner's result.
+ * A follower leaving only drops that follower.  An owner that disconnects
+ * or passes its deadline is replaced: the fence advances and the
+ * longest-waiting follower is promoted, so a late result from the old
+ * owner carries a stale fence and is refused (FENCED).
+ *
+ * Flight ids and fences are epoch<<32 | counter: unique across restarts,
+ * so a result for a flight of an earlier broker life is FENCED too. */
+#include <stdlib.h>
+#include <string.h>
+#include "deadline.h"
+#include "errors.h"
+#include "events.h"
+#include "flights.h"
+#include "hashmap.h"
+#include "ops.h"
+#include "records.h"
+
+#define MAX_KEY 1024
+#define MAX_TTL_MS (24ull * 3600 * 1000)
+
+struct flight;
+
+struct member {
+    struct pending p;              /* a follower's waiting join */
+    struct flight *f;
+    struct conn *conn;
+    struct list link;              /* f->followers, oldest first */
+    struct deadline wait;          /* follower: wait_ms */
+    uint64_t owner_ttl_ms;         /* used if promoted */
+    bool abort_when_orphaned;
+    uint64_t joined_ms;
+};
+
+struct flight {
+    struct hentry by_key;
+    struct hentry by_id;
+    uint8_t *skey;
+    uint32_t scope_len;
+    uint64_t id;
+    uint64_t fence;
+    struct member *owner;          /* NULL while completing */
+    struct list owner_link;        /* owner conn's flights */
+    struct deadline deadline;      /* owner_ttl_ms */
+    struct list followers;
+    unsigned nfollowers;
+    bool completing;               /* record being written */
+    bool had_followers;
+    uint64_t started_ms;
+    struct list order;             /* flight.list */
+};
+
+static struct {
+    struct broker *b;
+    struct hashmap by_key, by_id;
+    struct list all;
+    uint64_t counter;              /* ids and fences */
+    uint64_t started, joined, completed, failed, promoted, fenced, from_record;
+} F;
+
+void flights_init(struct broker *b)
+{
+    F.b = b;
+    hashmap_init(&F.by_key);
+    hashmap_init(&F.by_id);
+    list_init(&F.all);
+}
+
+static uint64_t next_number(void)
+{
+    return (F.b->epoch << 32) | ++F.counter;
+}
+
+void flights_stats(coord_enc *e)
+{
+    coord_enc_kv_uint(e, "flights", F.by_id.count);
+    coord_enc_kv_uint(e, "flights_started", F.started);
+    coord_enc_kv_uint(e, "followers_joined", F.joined);
+    coord_enc_kv_uint(e, "flights_completed", F.completed);
+    coord_enc_kv_uint(e, "flights_failed", F.failed);
+    coord_enc_kv_uint(e, "owners_promoted", F.promoted);
+    coord_enc_kv_uint(e, "fenced", F.fenced);
+    coord_enc_kv_uint(e, "results_from_records", F.from_record);
+    /* owner/follower ratio, as followers per owner run */
+    coord_enc_kv_uint(e, "followers_per_100_owners",
+                      F.started ? F.joined * 100 / F.started : 0);
+}
+
+static const uint8_t *flight_key(const struct flight *f, uint32_t *len)
+{
+    *len = (uint32_t)(f->by_key.keylen - 4 - f->scope_len);
+    return f->skey + 4 + f->scope_len;
+}
+
+static void flight_free(struct flight *f)
+{
+    deadline_cancel(&f->deadline);
+    hashmap_del(&F.by_key, &f->by_key);
+    hashmap_del(&F.by_id, &f->by_id);
+    list_del(&f->order);
+    if (list_linked(&f->owner_link))
+        list_del(&f->owner_link);
+    free(f->owner);
+    free(f->skey);
+    free(f);
+}
+
+static void send_abort_event(struct conn *c, const struct flight *f, const char *reason)
+{
+    coord_enc e;
+    conn_enc_begin_event(c, &e, "flight.abort");
+    coord_enc_kv_uint(&e, "flight", f->id);
+    coord_enc_kv_cstr(&e, "reason", reason);
+    coord_enc_kv_uint(&e, "fence", f->fence);
+    conn_enc_finish(c, &e);
+}
+
+static void reply_owner(struct conn *c, uint64_t rid, const struct flight *f)
+{
+    coord_enc e;
+    conn_enc_begin_reply(c, &e, rid);
+    coord_enc_kv_cstr(&e, "role", "owner");
+    coord_enc_kv_uint(&e, "flight", f->id);
+    coord_enc_kv_uint(&e, "fence", f->fence);
+    conn_enc_finish(c, &e);
+}
+
+static void on_owner_deadline(struct deadline *d);
+
+static void make_owner(struct flight *f, struct member *m)
+{
+    f->owner = m;
+    list_append(&m->conn->flights, &f->owner_link);
+    deadline_set(&f->deadline, broker_now_ms(F.b) + m->owner_ttl_ms, on_owner_deadline);
+}
+
+/* The owner is gone (disconnect, deadline): advance the fence and promote
+ * the longest-waiting follower, or drop the flight when nobody waits. */
+static void owner_lost(struct flight *f, const char *reason)
+{
+    struct member *old = f->owner;
+    f->owner = NULL;
+    if (list_linked(&f->owner_link))
+        list_del(&f->owner_link);
+    deadline_cancel(&f->deadline);
+    f->fence = next_number();
+    if (old && strcmp(reason, "deadline") == 0)
+        send_abort_event(old->conn, f, "deadline");
+    free(old);
+    events_flight(F.b, "owner_lost", f->id, f->fence, f->skey, f->by_key.keylen,
+                  f->scope_len, reason);
+    if (list_empty(&f->followers)) {
+        flight_free(f);
+        return;
+    }
+    struct member *m = list_entry(f->followers.next, struct member, link);
+    list_del(&m->link);
+    f->nfollowers--;
+    deadline_cancel(&m->wait);
+    pending_finish(&m->p);
+    F.promoted++;
+    make_owner(f, m);
+    events_flight(F.b, "promoted", f->id, f->fence, f->skey, f->by_key.keylen,
+                  f->scope_len, NULL);
+    reply_owner(m->conn, m->p.rid, f);
+}
+
+static void on_owner_deadline(struct deadline *d)
+{
+    struct flight *f = list_entry(d, struct flight, deadline);
+    owner_lost(f, "deadline");
+}
+
+/* A follower leaves (cancel, timeout, disconnect): only it. */
+static void follower_leave(struct member *m)
+{
+    struct flight *f = m->f;
+    list_del(&m->link);
+    f->nfollowers--;
+    deadline_cancel(&m->wait);
+    pending_finish(&m->p);
+    if (f->nfollowers == 0 && f->owner && f->owner->abort_when_orphaned)
+        send_abort_event(f->owner->conn, f, "orphaned");
+    free(m);
+}
+
+static void follower_abort(struct pending *p, int code)
+{
+    struct member *m = list_entry(p, struct member, p);
+    struct conn *c = m->conn;
+    uint64_t rid = p->rid;
+    follower_leave(m);
+    conn_reply_error(c, rid, code, NULL);
+}
+
+static void follower_drop(struct pending *p)
+{
+    follower_leave(list_entry(p, struct member, p));
+}
+
+static void on_follower_wait(struct deadline *d)
+{
+    struct member *m = list_entry(d, struct member, wait);
+    struct conn *c = m->conn;
+    uint64_t rid = m->p.rid;
+    F.b->stats.timeouts++;
+    follower_leave(m);
+    conn_reply_error(c, rid, COORD_ETIMEOUT, "no result within wait_ms");
+}
+
+void flights_conn_closed(struct conn *c)
+{
+    while (!list_empty(&c->flights)) {
+        struct flight *f = list_entry(c->flights.next, struct flight, owner_link);
+        owner_lost(f, "disconnect");
+    }
+}
+
+/* ---- delivering a result ---- */
+
+struct outcome {
+    bool failed;
+    const uint8_t *result;
+    size_t result_len;
+    coord_bytes code, message;
+    bool retryable;
+};
+
+static void encode_outcome(coord_enc *e, const struct outcome *o, uint64_t fence,
+                           uint64_t age_ms, const char *source)
+{
+    if (o->failed) {
+        coord_enc_kv_cstr(e, "role", "failed");
+        coord_enc_key(e, "error");
+        coord_enc_map_begin(e);
+        coord_enc_kv_str(e, "code", o->code.ptr, o->code.len);
+        coord_enc_kv_str(e, "message", o->message.ptr, o->message.len);
+        coord_enc_map_end(e);
+        coord_enc_kv_bool(e, "retryable", o->retryable);
+        coord_enc_kv_uint(e, "fence", fence);
+    } else {
+        coord_enc_kv_cstr(e, "role", "result");
+        coord_enc_kv_bin(e, "result", o->result, o->result_len);
+        coord_enc_kv_uint(e, "fence", fence);
+        coord_enc_kv_uint(e, "age_ms", age_ms);
+        coord_enc_kv_cstr(e, "source", source);
+    }
+}
+
+/* Answers every follower and frees the flight; returns how many. */
+static uint64_t deliver(struct flight *f, const struct outcome *o)
+{
+    uint64_t n = 0;
+    while (!list_empty(&f->followers)) {
+        struct member *m = list_entry(f->followers.next, struct member, link);
+        list_del(&m->link);
+        f->nfollowers--;
+        deadline_cancel(&m->wait);
+        pending_finish(&m->p);
+        coord_enc e;
+        conn_enc_begin_reply(m->conn, &e, m->p.rid);
+        encode_outcome(&e, o, f->fence, 0, "live");
+        conn_enc_finish(m->conn, &e);
+        free(m);
+        n++;
+    }
+    events_flight(F.b, o->failed ? "failed" : "completed", f->id, f->fence, f->skey,
+                  f->by_key.keylen, f->scope_len, NULL);
+    flight_free(f);
+    return n;
+}
+
+static void reply_delivered(struct conn *c, uint64_t rid, uint64_t n)
+{
+    coord_enc e;
+    conn_enc_begin_reply(c, &e, rid);
+    coord_enc_kv_uint(&e, "delivered", n);
+    conn_enc_finish(c, &e);
+}
+
+/* A completion whose record is being written: the flight waits for the
+ * commit, then the followers get the result (durable before answered). */
+struct completion {
+    struct record_write w;
+    struct flight *f;
+    struct conn *owner;
+    uint64_t rid;
+    struct outcome o;
+    uint8_t *copy;                 /* result or code+message bytes */
+};
+
+static void completion_done(struct ledger_job *job, int status)
+{
+    struct completion *cp = (struct completion *)job;
+    uint64_t n = deliver(cp->f, &cp->o);
+    if (conn_alive(cp->owner)) {
+        if (status)
+            conn_reply_error(cp->owner, cp->rid, COORD_ESTORAGE,
+                             "result delivered but the record was not stored");
+        else
+            reply_delivered(cp->owner, cp->rid, n);
+    }
+    conn_unref(cp->owner);
+    record_write_free(&cp->w);
+    free(cp->copy);
+    free(cp);
+}
+
+/* Checks flight + fence for complete/fail; replies and returns NULL when
+ * refused. */
+static struct flight *owned_flight(struct conn *c, uint64_t rid, uint64_t id, uint64_t fence)
+{
+    struct hentry *h = hashmap_get(&F.by_id, &id, sizeof id);
+    struct flight *f = h ? list_entry(h, struct flight, by_id) : NULL;
+    if (!f) {
+        uint64_t epoch = id >> 32, n = id & 0xffffffffu;
+        bool issued = id && (epoch < F.b->epoch || (epoch == F.b->epoch && n <= F.counter));
+        if (issued) {
+            F.fenced++;
+            conn_reply_error(c, rid, COORD_EFENCED, "flight is over; this result is stale");
+        } else {
+            conn_reply_error(c, rid, COORD_ENOT_FOUND, "no such flight");
+        }
+        return NULL;
+    }
+    if (f->completing || !f->owner || f->owner->conn != c || f->fence != fence) {
+        F.fenced++;
+        events_flight(F.b, "fenced", f->id, fence, f->skey, f->by_key.keylen,
+                      f->scope_len, NULL);
+        conn_reply_error(c, rid, COORD_EFENCED, "stale fence: another owner took over");
+        return NULL;
+    }
+    return f;
+}
+
+/* Common end of complete and fail. */
+static void finish(struct conn *c, uint64_t rid, struct flight *f, struct outcome *o,
+                   uint64_t keep_ms)
+{
+    if (o->failed) F.failed++; else F.completed++;
+    if (keep_ms == 0 || f->by_key.keylen - 4 > RECORD_MAX_KEY) {
+        if (keep_ms) {
+            conn_reply_error(c, rid, COORD_ETOO_LARGE,
+                             "scope and key together exceed 480 bytes for a record");
+            return;
+        }
+        reply_delivered(c, rid, deliver(f, o));
+        return;
+    }
+    struct completion *cp = calloc(1, sizeof *cp);
+    size_t n = o->failed ? o->code.len + o->message.len : o->result_len;
+    uint8_t *copy = malloc(n ? n : 1);
+    if (!cp || !copy) {
+        free(cp);
+        free(copy);
+        conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+        return;
+    }
+    uint64_t now = wall_ms();
+    struct record r = { .status = o->failed ? RECORD_FAILED : RECORD_COMPLETED,
+                        .retryable = o->retryable, .fence = f->fence,
+                        .created_ms = now, .expires_ms = now + keep_ms,
+                        .result = o->result, .result_len = o->result_len,
+                        .code = o->code.ptr, .code_len = o->code.len,
+                        .message = o->message.ptr, .message_len = o->message.len };
+    if (record_write_prepare(&cp->w, f->skey, f->by_key.keylen, &r) < 0) {
+        free(cp);
+        free(copy);
+        conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+        return;
+    }
+    /* the frame's bytes vanish after this call: keep our own copy */
+    cp->o = *o;
+    if (o->failed) {
+        memcpy(copy, o->code.ptr, o->code.len);
+        memcpy(copy + o->code.len, o->message.ptr, o->message.len);
+        cp->o.code.ptr = copy;
+        cp->o.message.ptr = copy + o->code.len;
+    } else {
+        if (n)
+            memcpy(copy, o->result, n);
+        cp->o.result = copy;
+    }
+    cp->copy = copy;
+    cp->f = f;
+    cp->owner = c;
+    cp->rid = rid;
+    c->refs++;
+    /* the owner's work is done: no deadline, no promotion from now on */
+    f->completing = true;
+    deadline_cancel(&f->deadline);
+    list_del(&f->owner_link);
+    free(f->owner);
+    f->owner = NULL;
+    cp->w.job.done = completion_done;
+    records_submit_write(&cp->w);
+}
+
+static bool read_keep(struct conn *c, uint64_t rid, coord_fields *f, uint64_t *keep_ms)
+{
+    *keep_ms = 0;
+    coord_field_uint(f, "keep_ms", false, keep_ms);
+    if (*keep_ms > RECORD_MAX_KEEP_MS) {
+        conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, "keep_ms above one year (31622400000)");
+        return false;
+    }
+    return true;
+}
+
+void op_flight_complete(struct conn *c, uint64_t rid, coord_fields *f)
+{
+    uint64_t id = 0, fence = 0, keep_ms;
+    coord_bytes result = { NULL, 0 };
+    coord_field_uint(f, "flight", true, &id);
+    coord_field_uint(f, "fence", true, &fence);
+    coord_field_bin(f, "result", true, &result);
+    if (!fields_ok(c, rid, f) || !read_keep(c, rid, f, &keep_ms))
+        return;
+    /* followers get the result inside a frame of their own */
+    if (result.len > c->b->opt.max_frame - 1024) {
+        conn_reply_error(c, rid, COORD_ETOO_LARGE, "result does not fit a reply frame");
+        return;
+    }
+    struct flight *fl = owned_flight(c, rid, id, fence);
+    if (!fl)
+        return;
+    struct outcome o = { .failed = false, .result = result.ptr, .result_len = result.len };
+    finish(c, rid, fl, &o, keep_ms);
+}
+
+void op_flight_fail(struct conn *c, uint64_t rid, coord_fields *f)
+{
+    uint64_t id = 0, fence = 0, keep_ms;
+    bool retryable = false;
+    const msgpack_object_map *err = NULL;
+    coord_field_uint(f, "flight", true, &id);
+    coord_field_uint(f, "fence", true, &fence);
+    coord_field_map(f, "error", true, &err);
+    coord_field_bool(f, "retryable", false, &retryable);
+    coord_bytes code = { (const uint8_t *)"", 0 }, message = code;
+    if (err) {
+        coord_fields ef;
+        coord_fields_nested(&ef, f, "error", err);
+        coord_field_str(&ef, "code", true, &code);
+        coord_field_str(&ef, "message", false, &message);
+        if (ef.failed && !f->failed) {
+            f->failed = true;
+            memcpy(f->err, ef.err, sizeof f->err);
+        }
+    }
+    if (!fields_ok(c, rid, f) || !read_keep(c, rid, f, &keep_ms))
+        return;
+    if (code.len > 256 || message.len > 4096) {
+        conn_reply_error(c, rid, COORD_ETOO_LARGE, "error code (256) or message (4096) too long");
+        return;
+    }
+    struct flight *fl = owned_flight(c, rid, id, fence);
+    if (!fl)
+        return;
+    struct outcome o = { .failed = true, .code = code, .message = message,
+                         .retryable = retryable };
+    finish(c, rid, fl, &o, keep_ms);
+}
+
+/* ---- joining ---- */
+
+/* Answers from a fresh completion record; true when it did. */
+static bool join_from_record(struct conn *c, uint64_t rid, const uint8_t *skey,
+                             size_t sklen, uint64_t max_age_ms)
+{
+    if (sklen - 4 > RECORD_MAX_KEY)
+        return false;
+    MDB_txn *txn;
+    struct record r;
+    if (records_lookup(&txn, skey, sklen, &r) != 1)
+        return false;
+    uint64_t now = wall_ms(), age = now > r.created_ms ? now - r.created_ms : 0;
+    bool fresh = age <= max_age_ms && !(r.status == RECORD_FAILED && r.retryable);
+    if (fresh) {
+        struct outcome o = { .failed = r.status == RECORD_FAILED, .result = r.result,
+                             .result_len = r.result_len,
+                             .code = { r.code, (uint32_t)r.code_len },
+                             .message = { r.message, (uint32_t)r.message_len },
+                             .retryable = r.retryable };
+        coord_enc e;
+        conn_enc_begin_reply(c, &e, rid);
+        encode_outcome(&e, &o, r.fence, age, "record");
+        conn_enc_finish(c, &e);
+        F.from_record++;
+    }
+    ledger_read_end(c->b->ledger, txn);
+    return fresh;
+}
+
+void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
+{
+    coord_bytes key = { NULL, 0 };
+    uint64_t ttl = 30000, wait_ms = 0, max_age = 0;
+    bool orphan_abort = false;
+    coord_field_str(f, "key", true, &key);
+    coord_field_uint(f, "owner_ttl_ms", false, &ttl);
+    bool have_wait = coord_field_uint(f, "wait_ms", false, &wait_ms);
+    coord_field_uint(f, "max_age_ms", false, &max_age);
+    coord_field_bool(f, "abort_when_orphaned", false, &orphan_abort);
+    if (!fields_ok(c, rid, f))
+        return;
+    if (key.len > MAX_KEY) {
+        conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, "key longer than 1024 bytes");
+        return;
+    }
+    if (ttl == 0 || ttl > MAX_TTL_MS || (have_wait && wait_ms > MAX_TTL_MS)) {
+        conn_reply_error(c, rid, COORD_EINVALID_OPTIONS,
+                         "owner_ttl_ms must be 1..86400000, wait_ms at most 86400000");
+        return;
+    }
+    if (!have_wait)
+        wait_ms = ttl;
+    if (pending_check(c, rid) < 0)
+        return;
+    uint8_t *skey;
+    size_t sklen = scoped_key(&skey, c->scope, c->scope_len, key.ptr, key.len);
+    if (!sklen) {
+        conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+        return;
+    }
+    struct hentry *h = hashmap_get(&F.by_key, skey, sklen);
+    struct flight *fl = h ? list_entry(h, struct flight, by_key) : NULL;
+    /* a record serves only when no flight runs: a running one is newer */
+    if (!fl && max_age && join_from_record(c, rid, skey, sklen, max_age)) {
+        free(skey);
+        return;
+    }
+    struct member *m = calloc(1, sizeof *m);
+    if (!m) {
+        free(skey);
+        conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+        return;
+    }
+    m->conn = c;
+    m->owner_ttl_ms = ttl;
+    m->abort_when_orphaned = orphan_abort;
+    m->joined_ms = broker_now_ms(F.b);
+    list_init(&m->link);
+    list_init(&m->p.link);
+    if (fl) {
+        free(skey);
+        m->f = fl;
+        m->p.abort = follower_abort;
+        m->p.drop = follower_drop;
+        pending_start(c, &m->p, rid, "flight.join");
+        list_append(&fl->followers, &m->link);
+        fl->nfollowers++;
+        fl->had_followers = true;
+        F.joined++;
+        if (wait_ms)
+            deadline_set(&m->wait, m->joined_ms + wait_ms, on_follower_wait);
+        events_flight(F.b, "joined", fl->id, fl->fence, fl->skey, fl->by_key.keylen,
+                      fl->scope_len, NULL);
+        return;
+    }
+    fl = calloc(1, sizeof *fl);
+    if (!fl) {
+        free(skey);
+        free(m);
+        conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+        return;
+    }
+    fl->skey = skey;
+    fl->scope_len = c->scope_len;
+    fl->by_key.key = skey;
+    fl->by_key.keylen = sklen;
+    fl->id = next_number();
+    fl->fence = next_number();
+    fl->by_id.key = (const uint8_t *)&fl->id;
+    fl->by_id.keylen = sizeof fl->id;
+    fl->started_ms = m->joined_ms;
+    list_init(&fl->followers);
+    list_init(&fl->owner_link);
+    if (hashmap_put(&F.by_key, &fl->by_key) < 0 || hashmap_put(&F.by_id, &fl->by_id) < 0) {
+        hashmap_del(&F.by_key, &fl->by_key);
+        free(skey);
+        free(fl);
+        free(m);
+        conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+        return;
+    }
+    list_append(&F.all, &fl->order);
+    m->f = fl;
+    F.started++;
+    make_owner(fl, m);
+    events_flight(F.b, "started", fl->id, fl->fence, fl->skey, fl->by_key.keylen,
+                  fl->scope_len, NULL);
+    reply_owner(c, rid, fl);
+}
+
+void op_flight_list(struct conn *c, uint64_t rid, coord_fields *f)
+{
+    (void)f;
+    uint64_t now = broker_now_ms(c->b);
+    size_t limit = c->b->opt.max_frame - 4096;
+    bool cut = false;
+    coord_enc e;
+    conn_enc_begin_reply(c, &e, rid);
+    coord_enc_key(&e, "flights");
+    coord_enc_array_begin(&e);
+    struct list *pos, *tmp;
+    list_for_each_safe(pos, tmp, &F.all) {
+        struct flight *fl = list_entry(pos, struct flight, order);
+        if (fl->scope_len != c->scope_len || memcmp(fl->skey + 4, c->scope, c->scope_len))
+            continue;
+        if (c->out.len - e.frame_start > limit) {
+            cut = true;
+            break;
+        }
+        uint32_t klen;
+        const uint8_t *key = flight_key(fl, &klen);
+        coord_enc_map_begin(&e);
+        coord_enc_kv_str(&e, "key", key, klen);
+        coord_enc_kv_uint(&e, "flight", fl->id);
+        coord_enc_kv_uint(&e, "fence", fl->fence);
+        coord_enc_kv_uint(&e, "owner_conn", fl->owner ? fl->owner->conn->id : 0);
+        coord_enc_kv_uint(&e, "owner_pid", fl->owner ? fl->owner->conn->pid : 0);
+        coord_enc_kv_uint(&e, "followers", fl->nfollowers);
+        coord_enc_kv_uint(&e, "age_ms", now - fl->started_ms);
+        coord_enc_kv_bool(&e, "completing", fl->completing);
+        coord_enc_map_end(&e);
+    }
+    coord_enc_array_end(&e);
+    if (cut)
+        coord_enc_kv_bool(&e, "truncated", true);
+    conn_enc_finish(c, &e);
+}

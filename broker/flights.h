@@ -1,0 +1,12 @@
+/* flights.h - the single-flight table (flight.* ops). */
+#ifndef COORD_FLIGHTS_H
+#define COORD_FLIGHTS_H
+
+#include "broker.h"
+
+void flights_init(struct broker *b);
+/* The owner's connection closed: its flights get new owners. */
+void flights_conn_closed(struct conn *c);
+void flights_stats(coord_enc *e);
+
+#endif

@@ -1,0 +1,476 @@
+/* records.c - completion records (see records.h).
+ *
+ * A record value is: status u8, retryable u8, fence u64, created_ms u64,
+ * expires_ms u64 (all big-endian), then the result bytes (completed) or
+ * code_len u16, code, message_len u32, message (failed).  Every record has
+ * an entry in the expiry database (expires_ms first), so the sweep deletes
+ * the oldest first in bounded batches on the writer thread. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "errors.h"
+#include "hashmap.h"
+#include "ops.h"
+#include "records.h"
+
+#define HEADER 26
+#define SWEEP_BATCH 1000
+#define SWEEP_EVERY_MS 1000
+#define LIST_MAX 1000
+
+static struct {
+    struct broker *b;
+    uv_timer_t sweep_timer;
+    bool sweeping;
+    bool stopped;
+} R;
+
+uint64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint64_t be64(const uint8_t *p) { return get_be64(p); }
+
+static bool decode(const MDB_val *v, struct record *r)
+{
+    const uint8_t *p = v->mv_data;
+    size_t n = v->mv_size;
+    if (n < HEADER)
+        return false;
+    memset(r, 0, sizeof *r);
+    r->status = p[0];
+    r->retryable = p[1] != 0;
+    r->fence = be64(p + 2);
+    r->created_ms = be64(p + 10);
+    r->expires_ms = be64(p + 18);
+    p += HEADER;
+    n -= HEADER;
+    if (r->status == RECORD_COMPLETED) {
+        r->result = p;
+        r->result_len = n;
+        return true;
+    }
+    if (n < 2)
+        return false;
+    r->code_len = ((size_t)p[0] << 8) | p[1];
+    if (n < 2 + r->code_len + 4)
+        return false;
+    r->code = p + 2;
+    const uint8_t *q = p + 2 + r->code_len;
+    r->message_len = coord_be32(q);
+    if (n != 2 + r->code_len + 4 + r->message_len)
+        return false;
+    r->message = q + 4;
+    return true;
+}
+
+int record_write_prepare(struct record_write *w, const uint8_t *skey, size_t sklen,
+                         const struct record *r)
+{
+    size_t payload = r->status == RECORD_COMPLETED
+                         ? r->result_len : 2 + r->code_len + 4 + r->message_len;
+    memset(w, 0, sizeof *w);
+    w->skey = malloc(sklen);
+    w->value = malloc(HEADER + payload);
+    if (!w->skey || !w->value) {
+        record_write_free(w);
+        return -1;
+    }
+    memcpy(w->skey, skey, sklen);
+    w->sklen = sklen;
+    uint8_t *p = w->value;
+    p[0] = r->status;
+    p[1] = r->retryable;
+    put_be64(p + 2, r->fence);
+    put_be64(p + 10, r->created_ms);
+    put_be64(p + 18, r->expires_ms);
+    p += HEADER;
+    if (r->status == RECORD_COMPLETED) {
+        if (r->result_len)
+            memcpy(p, r->result, r->result_len);
+    } else {
+        p[0] = (uint8_t)(r->code_len >> 8);
+        p[1] = (uint8_t)r->code_len;
+        memcpy(p + 2, r->code, r->code_len);
+        coord_put_be32(p + 2 + r->code_len, (uint32_t)r->message_len);
+        if (r->message_len)
+            memcpy(p + 2 + r->code_len + 4, r->message, r->message_len);
+    }
+    w->vlen = HEADER + payload;
+    w->expires_ms = r->expires_ms;
+    return 0;
+}
+
+void record_write_free(struct record_write *w)
+{
+    free(w->skey);
+    free(w->value);
+    w->skey = w->value = NULL;
+}
+
+/* expiry key: expires_ms BE, then the scoped key */
+static size_t expiry_key(uint8_t *out, uint64_t expires, const uint8_t *skey, size_t sklen)
+{
+    put_be64(out, expires);
+    memcpy(out + 8, skey, sklen);
+    return 8 + sklen;
+}
+
+/* Deletes the record at skey (and its expiry entry) if there is one. */
+static int delete_record(struct ledger *l, MDB_txn *txn, const uint8_t *skey, size_t sklen)
+{
+    MDB_val k = { sklen, (void *)skey }, v;
+    int rc = mdb_get(txn, ledger_dbi(l, DB_RECORDS), &k, &v);
+    if (rc == MDB_NOTFOUND)
+        return 0;
+    if (rc)
+        return rc;
+    if (v.mv_size >= HEADER) {
+        uint8_t ek[8 + RECORD_MAX_KEY + 8];
+        MDB_val e = { expiry_key(ek, be64((uint8_t *)v.mv_data + 18), skey, sklen), ek };
+        rc = mdb_del(txn, ledger_dbi(l, DB_EXPIRY), &e, NULL);
+        if (rc && rc != MDB_NOTFOUND)
+            return rc;
+    }
+    rc = mdb_del(txn, ledger_dbi(l, DB_RECORDS), &k, NULL);
+    return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+static int apply_write(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
+{
+    struct record_write *w = (struct record_write *)job;
+    int rc = delete_record(l, txn, w->skey, w->sklen);
+    if (rc)
+        return rc;
+    MDB_val k = { w->sklen, w->skey }, v = { w->vlen, w->value };
+    if ((rc = mdb_put(txn, ledger_dbi(l, DB_RECORDS), &k, &v, 0)))
+        return rc;
+    uint8_t ek[8 + RECORD_MAX_KEY + 8];
+    MDB_val e = { expiry_key(ek, w->expires_ms, w->skey, w->sklen), ek }, empty = { 0, "" };
+    return mdb_put(txn, ledger_dbi(l, DB_EXPIRY), &e, &empty, 0);
+}
+
+void records_submit_write(struct record_write *w)
+{
+    w->job.apply = apply_write;
+    ledger_submit(R.b->ledger, &w->job);
+}
+
+int records_lookup(MDB_txn **txn, const uint8_t *skey, size_t sklen, struct record *r)
+{
+    int rc = ledger_read_begin(R.b->ledger, txn);
+    if (rc)
+        return -1;
+    MDB_val k = { sklen, (void *)skey }, v;
+    rc = mdb_get(*txn, ledger_dbi(R.b->ledger, DB_RECORDS), &k, &v);
+    if (rc == 0 && decode(&v, r) && r->expires_ms > wall_ms())
+        return 1;
+    ledger_read_end(R.b->ledger, *txn);
+    return rc == 0 || rc == MDB_NOTFOUND ? 0 : -1;
+}
+
+uint64_t records_count(void)
+{
+    MDB_txn *txn;
+    MDB_stat st;
+    if (!R.b || !R.b->ledger || ledger_read_begin(R.b->ledger, &txn))
+        return 0;
+    uint64_t n = mdb_stat(txn, ledger_dbi(R.b->ledger, DB_RECORDS), &st) == 0 ? st.ms_entries : 0;
+    ledger_read_end(R.b->ledger, txn);
+    return n;
+}
+
+/* ---- sweep ---- */
+
+struct sweep_job {
+    struct ledger_job job;
+    uint64_t now;
+    unsigned deleted;
+};
+
+static int apply_sweep(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
+{
+    struct sweep_job *s = (struct sweep_job *)job;
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(txn, ledger_dbi(l, DB_EXPIRY), &cur);
+    if (rc)
+        return rc;
+    MDB_val k, v;
+    s->deleted = 0;
+    /* after a cursor delete, re-seek instead of trusting MDB_NEXT */
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+         rc == 0 && s->deleted < SWEEP_BATCH;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST)) {
+        if (k.mv_size < 8 || be64(k.mv_data) > s->now)
+            break;
+        MDB_val rk = { k.mv_size - 8, (uint8_t *)k.mv_data + 8 };
+        int drc = mdb_del(txn, ledger_dbi(l, DB_RECORDS), &rk, NULL);
+        if (drc && drc != MDB_NOTFOUND) {
+            rc = drc;
+            break;
+        }
+        if ((drc = mdb_cursor_del(cur, 0))) {
+            rc = drc;
+            break;
+        }
+        s->deleted++;
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_NOTFOUND || rc == 0 ? 0 : rc;
+}
+
+static void on_sweep_timer(uv_timer_t *t);
+
+static void sweep_done(struct ledger_job *job, int status)
+{
+    struct sweep_job *s = (struct sweep_job *)job;
+    R.sweeping = false;
+    if (status == 0 && s->deleted)
+        log_event(LOG_DEBUG, "records.swept", "deleted=%u", s->deleted);
+    /* a full batch means more are due: go again at once */
+    bool more = status == 0 && s->deleted == SWEEP_BATCH;
+    free(s);
+    if (more && !R.stopped)
+        on_sweep_timer(&R.sweep_timer);
+}
+
+static void on_sweep_timer(uv_timer_t *t)
+{
+    (void)t;
+    if (R.sweeping || R.stopped || !R.b->ledger)
+        return;
+    struct sweep_job *s = calloc(1, sizeof *s);
+    if (!s)
+        return;
+    s->now = wall_ms();
+    s->job.apply = apply_sweep;
+    s->job.done = sweep_done;
+    R.sweeping = true;
+    ledger_submit(R.b->ledger, &s->job);
+}
+
+void records_init(struct broker *b)
+{
+    R.b = b;
+    uv_timer_init(b->loop, &R.sweep_timer);
+    uv_timer_start(&R.sweep_timer, on_sweep_timer, SWEEP_EVERY_MS, SWEEP_EVERY_MS);
+    uv_unref((uv_handle_t *)&R.sweep_timer);
+}
+
+void records_stop(void)
+{
+    R.stopped = true;
+    uv_timer_stop(&R.sweep_timer);
+}
+
+/* ---- ops ---- */
+
+/* The caller's scoped key, refusing keys that cannot be stored. */
+static size_t record_key(struct conn *c, uint64_t rid, coord_bytes key, uint8_t **out)
+{
+    if ((size_t)c->scope_len + key.len > RECORD_MAX_KEY) {
+        conn_reply_error(c, rid, COORD_ETOO_LARGE,
+                         "scope and key together exceed 480 bytes for a record");
+        return 0;
+    }
+    size_t n = scoped_key(out, c->scope, c->scope_len, key.ptr, key.len);
+    if (!n)
+        conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+    return n;
+}
+
+static void record_encode_body(coord_enc *e, const struct record *r)
+{
+    coord_enc_kv_cstr(e, "status", r->status == RECORD_COMPLETED ? "completed" : "failed");
+    coord_enc_kv_uint(e, "fence", r->fence);
+    if (r->status == RECORD_COMPLETED) {
+        coord_enc_kv_bin(e, "result", r->result, r->result_len);
+    } else {
+        coord_enc_key(e, "error");
+        coord_enc_map_begin(e);
+        coord_enc_kv_str(e, "code", r->code, r->code_len);
+        coord_enc_kv_str(e, "message", r->message, r->message_len);
+        coord_enc_map_end(e);
+        coord_enc_kv_bool(e, "retryable", r->retryable);
+    }
+    coord_enc_kv_uint(e, "created_ms", r->created_ms);
+    coord_enc_kv_uint(e, "expires_ms", r->expires_ms);
+}
+
+void op_record_get(struct conn *c, uint64_t rid, coord_fields *f)
+{
+    coord_bytes key = { NULL, 0 };
+    coord_field_str(f, "key", true, &key);
+    if (!fields_ok(c, rid, f))
+        return;
+    uint8_t *skey;
+    size_t sklen = record_key(c, rid, key, &skey);
+    if (!sklen)
+        return;
+    MDB_txn *txn;
+    struct record r;
+    int found = records_lookup(&txn, skey, sklen, &r);
+    free(skey);
+    if (found < 0) {
+        conn_reply_error(c, rid, COORD_ESTORAGE, "cannot read the ledger");
+        return;
+    }
+    if (!found) {
+        conn_reply_error(c, rid, COORD_ENOT_FOUND, "no record for this key");
+        return;
+    }
+    coord_enc e;
+    conn_enc_begin_reply(c, &e, rid);
+    record_encode_body(&e, &r);
+    conn_enc_finish(c, &e);
+    ledger_read_end(c->b->ledger, txn);
+}
+
+void op_record_list(struct conn *c, uint64_t rid, coord_fields *f)
+{
+    coord_bytes prefix = { (const uint8_t *)"", 0 };
+    uint64_t limit = 100;
+    coord_field_str(f, "prefix", false, &prefix);
+    coord_field_uint(f, "limit", false, &limit);
+    if (!fields_ok(c, rid, f))
+        return;
+    if (limit == 0 || limit > LIST_MAX)
+        limit = limit ? LIST_MAX : 100;
+    uint8_t *sp;
+    size_t splen = record_key(c, rid, prefix, &sp);
+    if (!splen)
+        return;
+    MDB_txn *txn;
+    MDB_cursor *cur = NULL;
+    if (ledger_read_begin(c->b->ledger, &txn)) {
+        free(sp);
+        conn_reply_error(c, rid, COORD_ESTORAGE, "cannot read the ledger");
+        return;
+    }
+    uint64_t now = wall_ms();
+    size_t scope_part = 4 + c->scope_len;
+    size_t size_limit = c->b->opt.max_frame - 4096;
+    coord_enc e;
+    conn_enc_begin_reply(c, &e, rid);
+    coord_enc_key(&e, "records");
+    coord_enc_array_begin(&e);
+    uint64_t n = 0;
+    bool cut = false;
+    MDB_val k = { splen, sp }, v;
+    int rc = mdb_cursor_open(txn, ledger_dbi(c->b->ledger, DB_RECORDS), &cur);
+    for (rc = rc ? rc : mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (k.mv_size < splen || memcmp(k.mv_data, sp, splen) != 0)
+            break;
+        struct record r;
+        if (!decode(&v, &r) || r.expires_ms <= now)
+            continue;
+        if (n == limit || c->out.len - e.frame_start > size_limit) {
+            cut = true;
+            break;
+        }
+        coord_enc_map_begin(&e);
+        coord_enc_kv_str(&e, "key", (uint8_t *)k.mv_data + scope_part, k.mv_size - scope_part);
+        coord_enc_kv_cstr(&e, "status", r.status == RECORD_COMPLETED ? "completed" : "failed");
+        coord_enc_kv_uint(&e, "fence", r.fence);
+        coord_enc_kv_uint(&e, "size", r.status == RECORD_COMPLETED ? r.result_len : r.message_len);
+        coord_enc_kv_uint(&e, "created_ms", r.created_ms);
+        coord_enc_kv_uint(&e, "expires_ms", r.expires_ms);
+        coord_enc_map_end(&e);
+        n++;
+    }
+    coord_enc_array_end(&e);
+    if (cut)
+        coord_enc_kv_bool(&e, "truncated", true);
+    if (cur)
+        mdb_cursor_close(cur);
+    ledger_read_end(c->b->ledger, txn);
+    free(sp);
+    conn_enc_finish(c, &e);
+}
+
+struct purge_job {
+    struct ledger_job job;
+    struct conn *conn;
+    uint64_t rid;
+    uint8_t *prefix;
+    size_t plen;
+    uint64_t deleted;
+};
+
+static int apply_purge(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
+{
+    struct purge_job *p = (struct purge_job *)job;
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(txn, ledger_dbi(l, DB_RECORDS), &cur);
+    if (rc)
+        return rc;
+    p->deleted = 0;
+    MDB_val k = { p->plen, p->prefix }, v;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0;
+         k.mv_size = p->plen, k.mv_data = p->prefix,
+         rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE)) {
+        if (k.mv_size < p->plen || memcmp(k.mv_data, p->prefix, p->plen) != 0)
+            break;
+        if (v.mv_size >= HEADER) {
+            uint8_t ek[8 + RECORD_MAX_KEY + 8];
+            MDB_val e = { expiry_key(ek, be64((uint8_t *)v.mv_data + 18),
+                                     k.mv_data, k.mv_size), ek };
+            int drc = mdb_del(txn, ledger_dbi(l, DB_EXPIRY), &e, NULL);
+            if (drc && drc != MDB_NOTFOUND) {
+                rc = drc;
+                break;
+            }
+        }
+        if ((rc = mdb_cursor_del(cur, 0)))
+            break;
+        p->deleted++;
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_NOTFOUND || rc == 0 ? 0 : rc;
+}
+
+static void purge_done(struct ledger_job *job, int status)
+{
+    struct purge_job *p = (struct purge_job *)job;
+    if (conn_alive(p->conn)) {
+        if (status) {
+            conn_reply_error(p->conn, p->rid, status, "purge failed");
+        } else {
+            coord_enc e;
+            conn_enc_begin_reply(p->conn, &e, p->rid);
+            coord_enc_kv_uint(&e, "deleted", p->deleted);
+            conn_enc_finish(p->conn, &e);
+        }
+    }
+    conn_unref(p->conn);
+    free(p->prefix);
+    free(p);
+}
+
+void op_record_purge(struct conn *c, uint64_t rid, coord_fields *f)
+{
+    coord_bytes prefix = { (const uint8_t *)"", 0 };
+    coord_field_str(f, "prefix", false, &prefix);
+    if (!fields_ok(c, rid, f))
+        return;
+    struct purge_job *p = calloc(1, sizeof *p);
+    if (!p) {
+        conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+        return;
+    }
+    p->plen = record_key(c, rid, prefix, &p->prefix);
+    if (!p->plen) {
+        free(p);
+        return;
+    }
+    p->conn = c;
+    p->rid = rid;
+    c->refs++;
+    p->job.apply = apply_purge;
+    p->job.done = purge_done;
+    ledger_submit(c->b->ledger, &p->job);
+}

@@ -1,0 +1,59 @@
+/* records.h - durable completion records in the ledger: written by
+ * flight.complete/fail with keep_ms, read by record.* and by flight.join
+ * with max_age_ms, swept in bounded batches once expired. */
+#ifndef COORD_RECORDS_H
+#define COORD_RECORDS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "broker.h"
+#include "ledger.h"
+
+/* LMDB keys are at most 511 bytes: scope and key together must fit. */
+#define RECORD_MAX_KEY 480
+#define RECORD_MAX_KEEP_MS (366ull * 24 * 3600 * 1000)
+
+enum record_status { RECORD_COMPLETED = 1, RECORD_FAILED = 2 };
+
+/* A record as read (pointers into the read transaction: copy before the
+ * transaction ends). */
+struct record {
+    uint8_t status;
+    bool retryable;
+    uint64_t fence;
+    uint64_t created_ms;          /* wall clock */
+    uint64_t expires_ms;
+    const uint8_t *result;        /* completed: the result */
+    size_t result_len;
+    const uint8_t *code;          /* failed: error code and message */
+    size_t code_len;
+    const uint8_t *message;
+    size_t message_len;
+};
+
+/* A write of one record, run by the ledger writer.  The caller fills it,
+ * sets job.done, and submits it with records_submit_write. */
+struct record_write {
+    struct ledger_job job;
+    uint8_t *skey;                /* scoped key, owned */
+    size_t sklen;
+    uint8_t *value;               /* encoded record, owned */
+    size_t vlen;
+    uint64_t expires_ms;
+};
+
+uint64_t wall_ms(void);
+void records_init(struct broker *b);
+void records_stop(void);
+/* Encodes r into w->value (copies everything).  0 or -1 (memory). */
+int record_write_prepare(struct record_write *w, const uint8_t *skey, size_t sklen,
+                         const struct record *r);
+void record_write_free(struct record_write *w);
+void records_submit_write(struct record_write *w);
+/* Looks up a live record by scoped key: 1 found, 0 not, <0 storage error.
+ * r points into txn, which the caller ends with ledger_read_end. */
+int records_lookup(MDB_txn **txn, const uint8_t *skey, size_t sklen, struct record *r);
+uint64_t records_count(void);
+
+#endif
