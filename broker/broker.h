@@ -75,6 +75,7 @@ struct conn {
     unsigned refs;               /* holders that outlive close (ledger jobs) */
     struct list locks;           /* struct lock_req held by this client */
     struct list flights;         /* flights this client owns */
+    struct list leads;           /* workstreams this client leads */
 
     /* from hello */
     char *client;                /* NUL-terminated, printable */

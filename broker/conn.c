@@ -281,6 +281,7 @@ void conn_accepted(struct broker *b, struct conn *c)
     list_init(&c->pending);
     list_init(&c->locks);
     list_init(&c->flights);
+    list_init(&c->leads);
     list_init(&c->dirty_link);
     list_append(&b->conns, &c->link);
     b->nconns++;

@@ -19,4 +19,8 @@ void events_flight(struct broker *b, const char *what, uint64_t flight, uint64_t
                    const uint8_t *skey, size_t sklen, uint32_t scope_len,
                    const char *reason);
 
+/* what: elected, renewed, lost, resigned, disabled, enabled. */
+void events_leader(struct broker *b, const char *what, const uint8_t *skey, size_t sklen,
+                   uint32_t scope_len, uint64_t generation, const char *reason);
+
 #endif

@@ -31,7 +31,9 @@ struct ledger {
     uint64_t batches, jobs;
 };
 
-static const char *db_names[DB_COUNT] = { "meta", "records", "expiry" };
+static const char *db_names[DB_COUNT] = {
+    "meta", "records", "expiry", "leaders", "kv", "ops",
+};
 
 MDB_dbi ledger_dbi(struct ledger *l, enum ledger_db db) { return l->dbi[db]; }
 uint64_t ledger_batches(const struct ledger *l) { return l->batches; }

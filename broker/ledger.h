@@ -20,6 +20,9 @@ enum ledger_db {
     DB_META,            /* "epoch" -> u64 big-endian */
     DB_RECORDS,         /* scoped key -> record (records.c) */
     DB_EXPIRY,          /* expires_ms BE + scoped key -> "" (sweeps) */
+    DB_LEADERS,         /* scoped workstream -> generation u64, disabled u8 */
+    DB_KV,              /* u16 len, scoped workstream, key -> generation u64, value */
+    DB_OPS,             /* u16 len, scoped workstream, op_id -> generation u64 */
     DB_COUNT
 };
 

@@ -29,7 +29,15 @@ void printable_copy(char *out, size_t size, const uint8_t *p, size_t n);
     X("flight.list", op_flight_list) \
     X("record.get", op_record_get) \
     X("record.list", op_record_list) \
-    X("record.purge", op_record_purge)
+    X("record.purge", op_record_purge) \
+    X("leader.campaign", op_leader_campaign) \
+    X("leader.renew", op_leader_renew) \
+    X("leader.resign", op_leader_resign) \
+    X("leader.commit", op_leader_commit) \
+    X("leader.read", op_leader_read) \
+    X("leader.info", op_leader_info) \
+    X("leader.disable", op_leader_disable) \
+    X("leader.enable", op_leader_enable)
 
 void op_lock_acquire(struct conn *c, uint64_t rid, coord_fields *f);
 void op_lock_release(struct conn *c, uint64_t rid, coord_fields *f);
@@ -42,5 +50,13 @@ void op_flight_list(struct conn *c, uint64_t rid, coord_fields *f);
 void op_record_get(struct conn *c, uint64_t rid, coord_fields *f);
 void op_record_list(struct conn *c, uint64_t rid, coord_fields *f);
 void op_record_purge(struct conn *c, uint64_t rid, coord_fields *f);
+void op_leader_campaign(struct conn *c, uint64_t rid, coord_fields *f);
+void op_leader_renew(struct conn *c, uint64_t rid, coord_fields *f);
+void op_leader_resign(struct conn *c, uint64_t rid, coord_fields *f);
+void op_leader_commit(struct conn *c, uint64_t rid, coord_fields *f);
+void op_leader_read(struct conn *c, uint64_t rid, coord_fields *f);
+void op_leader_info(struct conn *c, uint64_t rid, coord_fields *f);
+void op_leader_disable(struct conn *c, uint64_t rid, coord_fields *f);
+void op_leader_enable(struct conn *c, uint64_t rid, coord_fields *f);
 
 #endif

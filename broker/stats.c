@@ -4,6 +4,7 @@
 #include "coord-version.h"
 #include "deadline.h"
 #include "flights.h"
+#include "leaders.h"
 #include "ledger.h"
 #include "locks.h"
 #include "records.h"
@@ -38,6 +39,7 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_uint(&e, "locks_pending", pending);
     coord_enc_kv_uint(&e, "lock_names", names);
     flights_stats(&e);
+    leaders_stats(&e);
     coord_enc_kv_uint(&e, "records", records_count());
     coord_enc_kv_uint(&e, "ledger_batches", b->ledger ? ledger_batches(b->ledger) : 0);
     coord_enc_kv_uint(&e, "ledger_jobs", b->ledger ? ledger_jobs(b->ledger) : 0);

@@ -2,6 +2,7 @@
 #include "broker.h"
 #include "deadline.h"
 #include "flights.h"
+#include "leaders.h"
 #include "locks.h"
 #include "records.h"
 #include "tables.h"
@@ -11,6 +12,7 @@ int tables_init(struct broker *b)
     deadlines_init(b->loop);
     locks_init(b);
     flights_init(b);
+    leaders_init(b);
     records_init(b);
     return 0;
 }
@@ -24,6 +26,7 @@ void tables_conn_closed(struct conn *c)
 {
     locks_conn_closed(c);
     flights_conn_closed(c);
+    leaders_conn_closed(c);
 }
 
 void tables_shutdown(struct broker *b)
