@@ -76,6 +76,7 @@ struct conn {
     struct list locks;           /* struct lock_req held by this client */
     struct list flights;         /* flights this client owns */
     struct list leads;           /* workstreams this client leads */
+    struct list subs;            /* channel subscriptions */
 
     /* from hello */
     char *client;                /* NUL-terminated, printable */
@@ -137,6 +138,9 @@ void conn_close(struct conn *c, const char *why);
 void conn_enc_begin_reply(struct conn *c, coord_enc *e, uint64_t rid);
 void conn_enc_begin_event(struct conn *c, coord_enc *e, const char *ev);
 void conn_enc_finish(struct conn *c, coord_enc *e);
+/* Queue a ready frame (a fan-out copy).  0, or -1 when c is closing or was
+ * just cut off at its output cap. */
+int conn_send_bytes(struct conn *c, const void *p, size_t n);
 void conn_reply_ok(struct conn *c, uint64_t rid);
 void conn_reply_error(struct conn *c, uint64_t rid, int code, const char *msg);
 void conn_flush_all(struct broker *b);

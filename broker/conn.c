@@ -111,6 +111,24 @@ void conn_flush_all(struct broker *b)
     }
 }
 
+/* Output was appended: past the cap the client is cut off (it does not
+ * read; nobody else waits for it), else it is flushed this loop turn. */
+static int queued(struct conn *c)
+{
+    if (c->out.len + c->inflight.len > c->b->opt.max_outbuf) {
+        c->b->stats.outbuf_disconnects++;
+        log_event(LOG_WARN, "conn.outbuf_limit", "conn=%llu queued=%zu limit=%zu",
+                  (unsigned long long)c->id, c->out.len + c->inflight.len,
+                  c->b->opt.max_outbuf);
+        c->out.len = 0;
+        conn_close(c, "output buffer limit");
+        close_handle(c);
+        return -1;
+    }
+    mark_dirty(c);
+    return 0;
+}
+
 void conn_enc_begin_reply(struct conn *c, coord_enc *e, uint64_t rid)
 {
     coord_enc_reply_begin(e, &c->out, rid);
@@ -133,17 +151,18 @@ void conn_enc_finish(struct conn *c, coord_enc *e)
         conn_close(c, "out of memory for output");
         return;
     }
-    if (c->out.len + c->inflight.len > c->b->opt.max_outbuf) {
-        c->b->stats.outbuf_disconnects++;
-        log_event(LOG_WARN, "conn.outbuf_limit", "conn=%llu queued=%zu limit=%zu",
-                  (unsigned long long)c->id, c->out.len + c->inflight.len,
-                  c->b->opt.max_outbuf);
-        c->out.len = 0;
-        conn_close(c, "output buffer limit");
-        close_handle(c);
-        return;
+    queued(c);
+}
+
+int conn_send_bytes(struct conn *c, const void *p, size_t n)
+{
+    if (c->flags & CONN_CLOSING)
+        return -1;
+    if (coord_buf_append(&c->out, p, n) < 0) {
+        conn_close(c, "out of memory for output");
+        return -1;
     }
-    mark_dirty(c);
+    return queued(c);
 }
 
 void conn_reply_ok(struct conn *c, uint64_t rid)
@@ -161,7 +180,7 @@ void conn_reply_error(struct conn *c, uint64_t rid, int code, const char *msg)
         conn_close(c, "out of memory for output");
         return;
     }
-    mark_dirty(c);
+    queued(c);
 }
 
 /* Release what c holds in every table, then close the handle.  Output
@@ -282,6 +301,7 @@ void conn_accepted(struct broker *b, struct conn *c)
     list_init(&c->locks);
     list_init(&c->flights);
     list_init(&c->leads);
+    list_init(&c->subs);
     list_init(&c->dirty_link);
     list_append(&b->conns, &c->link);
     b->nconns++;

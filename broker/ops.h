@@ -37,7 +37,10 @@ void printable_copy(char *out, size_t size, const uint8_t *p, size_t n);
     X("leader.read", op_leader_read) \
     X("leader.info", op_leader_info) \
     X("leader.disable", op_leader_disable) \
-    X("leader.enable", op_leader_enable)
+    X("leader.enable", op_leader_enable) \
+    X("sub.subscribe", op_sub_subscribe) \
+    X("sub.unsubscribe", op_sub_unsubscribe) \
+    X("sub.publish", op_sub_publish)
 
 void op_lock_acquire(struct conn *c, uint64_t rid, coord_fields *f);
 void op_lock_release(struct conn *c, uint64_t rid, coord_fields *f);
@@ -58,5 +61,8 @@ void op_leader_read(struct conn *c, uint64_t rid, coord_fields *f);
 void op_leader_info(struct conn *c, uint64_t rid, coord_fields *f);
 void op_leader_disable(struct conn *c, uint64_t rid, coord_fields *f);
 void op_leader_enable(struct conn *c, uint64_t rid, coord_fields *f);
+void op_sub_subscribe(struct conn *c, uint64_t rid, coord_fields *f);
+void op_sub_unsubscribe(struct conn *c, uint64_t rid, coord_fields *f);
+void op_sub_publish(struct conn *c, uint64_t rid, coord_fields *f);
 
 #endif

@@ -1,6 +1,7 @@
 /* stats.c - the `stats` op: counters of the broker and of each table. */
 #include <unistd.h>
 #include "broker.h"
+#include "channels.h"
 #include "coord-version.h"
 #include "deadline.h"
 #include "flights.h"
@@ -40,6 +41,7 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_uint(&e, "lock_names", names);
     flights_stats(&e);
     leaders_stats(&e);
+    channels_stats(&e);
     coord_enc_kv_uint(&e, "records", records_count());
     coord_enc_kv_uint(&e, "ledger_batches", b->ledger ? ledger_batches(b->ledger) : 0);
     coord_enc_kv_uint(&e, "ledger_jobs", b->ledger ? ledger_jobs(b->ledger) : 0);

@@ -1,5 +1,6 @@
 /* tables.c - fans the connection and shutdown hooks out to every table. */
 #include "broker.h"
+#include "channels.h"
 #include "deadline.h"
 #include "flights.h"
 #include "leaders.h"
@@ -13,6 +14,7 @@ int tables_init(struct broker *b)
     locks_init(b);
     flights_init(b);
     leaders_init(b);
+    channels_init(b);
     records_init(b);
     return 0;
 }
@@ -27,6 +29,7 @@ void tables_conn_closed(struct conn *c)
     locks_conn_closed(c);
     flights_conn_closed(c);
     leaders_conn_closed(c);
+    channels_conn_closed(c);
 }
 
 void tables_shutdown(struct broker *b)

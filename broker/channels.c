@@ -1,0 +1,272 @@
+/* channels.c - BroadcastChannel for processes: sub.subscribe,
+ * sub.unsubscribe, sub.publish within a scope, and the broker's own
+ * channels (-locks, -flights, -leaders) that carry lifecycle events.
+ *
+ * A message is encoded once and its bytes appended to each subscriber's
+ * output; a subscriber that does not read is cut off by the output cap of
+ * its connection, so a publisher never waits for anyone. */
+#include <stdlib.h>
+#include <string.h>
+#include "channels.h"
+#include "errors.h"
+#include "hashmap.h"
+#include "ops.h"
+
+#define MAX_CHANNEL 1024
+#define MAX_DATA (64u * 1024)
+
+struct channel {
+    struct hentry h;
+    uint8_t *skey;
+    uint32_t scope_len;
+    struct list subs;
+    unsigned nsubs;
+    int system;                    /* index into system_names, or -1 */
+    bool fanning_out;              /* kept alive while we walk subs */
+};
+
+struct sub {
+    struct channel *ch;
+    struct conn *conn;
+    struct list ch_link;
+    struct list conn_link;
+};
+
+static const char *system_names[] = { "-locks", "-flights", "-leaders" };
+
+static struct {
+    struct broker *b;
+    struct hashmap channels;
+    unsigned system_subs[3];       /* across scopes: zero means no work */
+    coord_buf scratch;
+    uint64_t published, delivered;
+} C;
+
+void channels_init(struct broker *b)
+{
+    C.b = b;
+    hashmap_init(&C.channels);
+    coord_buf_init(&C.scratch);
+}
+
+void channels_stats(coord_enc *e)
+{
+    coord_enc_kv_uint(e, "channels", C.channels.count);
+    coord_enc_kv_uint(e, "messages_published", C.published);
+    coord_enc_kv_uint(e, "messages_delivered", C.delivered);
+}
+
+bool channels_watched(enum system_channel which)
+{
+    return C.system_subs[which] > 0;
+}
+
+static int system_index(const uint8_t *name, size_t len)
+{
+    for (int i = 0; i < 3; i++)
+        if (strlen(system_names[i]) == len && memcmp(system_names[i], name, len) == 0)
+            return i;
+    return -1;
+}
+
+static struct channel *channel_find(const uint8_t *scope, uint32_t scope_len,
+                                    const uint8_t *name, size_t len, bool create)
+{
+    uint8_t *skey;
+    size_t sklen = scoped_key(&skey, scope, scope_len, name, len);
+    if (!sklen)
+        return NULL;
+    struct hentry *h = hashmap_get(&C.channels, skey, sklen);
+    if (h || !create) {
+        free(skey);
+        return (struct channel *)h;
+    }
+    struct channel *ch = calloc(1, sizeof *ch);
+    if (!ch) {
+        free(skey);
+        return NULL;
+    }
+    ch->skey = skey;
+    ch->scope_len = scope_len;
+    ch->h.key = skey;
+    ch->h.keylen = sklen;
+    ch->system = system_index(name, len);
+    list_init(&ch->subs);
+    if (hashmap_put(&C.channels, &ch->h) < 0) {
+        free(skey);
+        free(ch);
+        return NULL;
+    }
+    return ch;
+}
+
+static void channel_free(struct channel *ch)
+{
+    hashmap_del(&C.channels, &ch->h);
+    free(ch->skey);
+    free(ch);
+}
+
+static void sub_remove(struct sub *s)
+{
+    struct channel *ch = s->ch;
+    list_del(&s->ch_link);
+    list_del(&s->conn_link);
+    ch->nsubs--;
+    if (ch->system >= 0)
+        C.system_subs[ch->system]--;
+    free(s);
+    if (ch->nsubs == 0 && !ch->fanning_out)
+        channel_free(ch);
+}
+
+void channels_conn_closed(struct conn *c)
+{
+    while (!list_empty(&c->subs))
+        sub_remove(list_entry(c->subs.next, struct sub, conn_link));
+}
+
+/* Appends the frame in C.scratch to every subscriber but 'except'. */
+static uint64_t fan_out(struct channel *ch, const struct conn *except)
+{
+    uint64_t n = 0;
+    struct list *pos, *tmp;
+    ch->fanning_out = true;
+    list_for_each_safe(pos, tmp, &ch->subs) {
+        struct sub *s = list_entry(pos, struct sub, ch_link);
+        if (s->conn == except)
+            continue;
+        /* may cut the subscriber off (output cap), which removes s */
+        if (conn_send_bytes(s->conn, C.scratch.data, C.scratch.len) == 0)
+            n++;
+    }
+    ch->fanning_out = false;
+    if (ch->nsubs == 0)
+        channel_free(ch);
+    C.delivered += n;
+    return n;
+}
+
+static bool read_channel(struct conn *c, uint64_t rid, coord_fields *f, coord_bytes *name)
+{
+    coord_field_str(f, "channel", true, name);
+    if (!fields_ok(c, rid, f))
+        return false;
+    if (name->len > MAX_CHANNEL) {
+        conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, "channel longer than 1024 bytes");
+        return false;
+    }
+    return true;
+}
+
+static struct sub *find_sub(struct conn *c, const struct channel *ch)
+{
+    struct list *pos, *tmp;
+    list_for_each_safe(pos, tmp, &c->subs) {
+        struct sub *s = list_entry(pos, struct sub, conn_link);
+        if (s->ch == ch)
+            return s;
+    }
+    return NULL;
+}
+
+void op_sub_subscribe(struct conn *c, uint64_t rid, coord_fields *f)
+{
+    coord_bytes name;
+    if (!read_channel(c, rid, f, &name))
+        return;
+    if (name.len && name.ptr[0] == '-' && system_index(name.ptr, name.len) < 0) {
+        conn_reply_error(c, rid, COORD_ENAME_RESERVED,
+                         "the broker's channels are -locks, -flights and -leaders");
+        return;
+    }
+    struct channel *ch = channel_find(c->scope, c->scope_len, name.ptr, name.len, true);
+    if (!ch) {
+        conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+        return;
+    }
+    if (!find_sub(c, ch)) {
+        struct sub *s = calloc(1, sizeof *s);
+        if (!s) {
+            if (ch->nsubs == 0)
+                channel_free(ch);
+            conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+            return;
+        }
+        s->ch = ch;
+        s->conn = c;
+        list_append(&ch->subs, &s->ch_link);
+        list_append(&c->subs, &s->conn_link);
+        ch->nsubs++;
+        if (ch->system >= 0)
+            C.system_subs[ch->system]++;
+    }
+    conn_reply_ok(c, rid);
+}
+
+void op_sub_unsubscribe(struct conn *c, uint64_t rid, coord_fields *f)
+{
+    coord_bytes name;
+    if (!read_channel(c, rid, f, &name))
+        return;
+    struct channel *ch = channel_find(c->scope, c->scope_len, name.ptr, name.len, false);
+    struct sub *s = ch ? find_sub(c, ch) : NULL;
+    if (s)
+        sub_remove(s);
+    conn_reply_ok(c, rid);
+}
+
+void op_sub_publish(struct conn *c, uint64_t rid, coord_fields *f)
+{
+    coord_bytes name, data = { NULL, 0 };
+    coord_field_bin(f, "data", true, &data);
+    if (!read_channel(c, rid, f, &name))
+        return;
+    if (name.len && name.ptr[0] == '-') {
+        conn_reply_error(c, rid, COORD_ENAME_RESERVED,
+                         "channels starting with '-' are the broker's");
+        return;
+    }
+    if (data.len > MAX_DATA) {
+        conn_reply_error(c, rid, COORD_ETOO_LARGE, "data larger than 64 KiB");
+        return;
+    }
+    C.published++;
+    struct channel *ch = channel_find(c->scope, c->scope_len, name.ptr, name.len, false);
+    uint64_t n = 0;
+    if (ch) {
+        coord_enc e;
+        C.scratch.len = 0;
+        coord_enc_event_begin(&e, &C.scratch, "message");
+        coord_enc_kv_str(&e, "channel", name.ptr, name.len);
+        coord_enc_kv_bin(&e, "data", data.ptr, data.len);
+        coord_enc_kv_uint(&e, "conn", c->id);
+        if (coord_enc_end(&e))
+            n = fan_out(ch, c);
+    }
+    coord_enc e;
+    conn_enc_begin_reply(c, &e, rid);
+    coord_enc_kv_uint(&e, "delivered", n);
+    conn_enc_finish(c, &e);
+}
+
+coord_enc *channels_event_begin(enum system_channel which, coord_enc *e, const char *what)
+{
+    C.scratch.len = 0;
+    coord_enc_event_begin(e, &C.scratch, "lifecycle");
+    coord_enc_kv_cstr(e, "channel", system_names[which]);
+    coord_enc_kv_cstr(e, "what", what);
+    return e;
+}
+
+void channels_event_end(enum system_channel which, coord_enc *e,
+                        const uint8_t *scope, uint32_t scope_len)
+{
+    if (!coord_enc_end(e))
+        return;
+    const char *name = system_names[which];
+    struct channel *ch = channel_find(scope, scope_len, (const uint8_t *)name,
+                                      strlen(name), false);
+    if (ch)
+        fan_out(ch, NULL);
+}
