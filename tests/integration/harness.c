@@ -143,11 +143,21 @@ int broker_start(struct broker_proc *bp, const char *const *extra)
     track(bp);
     char line[16] = { 0 };
     struct pollfd p = { pfd[0], POLLIN, 0 };
-    int ok = poll(&p, 1, 10000) == 1 && read(pfd[0], line, sizeof line - 1) > 0 &&
-             strncmp(line, "ready", 5) == 0;
+    uint64_t t0 = now_ms();
+    int pr = poll(&p, 1, 30000);
+    ssize_t n = pr == 1 ? read(pfd[0], line, sizeof line - 1) : -1;
+    int ok = n > 0 && strncmp(line, "ready", 5) == 0;
     close(pfd[0]);
     if (!ok) {
-        fprintf(stderr, "broker did not get ready (log %s)\n", bp->log);
+        /* say why: the broker's own log is the best witness */
+        fprintf(stderr, "broker did not get ready after %llu ms (poll %d, read %zd); log %s:\n",
+                (unsigned long long)(now_ms() - t0), pr, n, bp->log);
+        FILE *f = fopen(bp->log, "r");
+        char buf[512];
+        while (f && fgets(buf, sizeof buf, f))
+            fprintf(stderr, "  | %s", buf);
+        if (f)
+            fclose(f);
         return -1;
     }
     return 0;

@@ -400,8 +400,8 @@ static uint64_t ping_p99_us(int fd, int n, uint64_t *rid)
             return UINT64_MAX;
         }
         clock_gettime(CLOCK_MONOTONIC, &b);
-        lat[i] = (uint64_t)(b.tv_sec - a.tv_sec) * 1000000 +
-                 (uint64_t)(b.tv_nsec - a.tv_nsec) / 1000;
+        lat[i] = (uint64_t)(((int64_t)b.tv_sec - a.tv_sec) * 1000000 +
+                            ((int64_t)b.tv_nsec - a.tv_nsec) / 1000);
     }
     qsort(lat, (size_t)n, sizeof *lat, cmp_u64);
     uint64_t p99 = lat[n * 99 / 100];

@@ -484,8 +484,8 @@ static void test_transition_after_sigkill(void)
         if (rcl_reply(next, 100 + (uint64_t)i, T, &m) != 0 || !msg_bool(&m, "granted"))
             break;
         clock_gettime(CLOCK_MONOTONIC, &b);
-        us[done++] = (uint64_t)(b.tv_sec - a.tv_sec) * 1000000 +
-                     (uint64_t)(b.tv_nsec - a.tv_nsec) / 1000;
+        us[done++] = (uint64_t)(((int64_t)b.tv_sec - a.tv_sec) * 1000000 +
+                                ((int64_t)b.tv_nsec - a.tv_nsec) / 1000);
         last = msg_uint(&m, "generation");
         waitpid(lc.pid, NULL, 0);
         close(lc.to);
