@@ -166,6 +166,104 @@ COORD_API void coord_set_event_cb(coord_t *c, coord_event_cb cb, void *ud);
  * when none came in time, or a connection error. */
 COORD_API int coord_next_event(coord_t *c, int timeout_ms, coord_reply_t **event);
 
+/* ---- locks (Web Locks semantics; see the protocol's "Locks") ----
+ *
+ * A lock belongs to the connection that acquired it: closing c (or the
+ * process dying) releases every lock of c and drops its waiting requests.
+ * Names are any bytes (NUL and the empty name included), at most 1024;
+ * names starting with '-' are the broker's (COORD_ENAME_RESERVED).  The
+ * name is copied into the request: the caller keeps ownership. */
+
+typedef struct coord_lock_opts {
+    bool shared;          /* mode "shared" (default: exclusive) */
+    bool if_available;    /* never wait: COORD_LOCK_BUSY when not granted at once */
+    bool steal;           /* break every holder (they get lock.lost "stolen") */
+    uint64_t timeout_ms;  /* give up waiting after this (COORD_ETIMEOUT);
+                             0: wait forever (the field is then not sent) */
+    uint64_t lease_ms;    /* renew within this or lose the lock ("expired");
+                             0: no lease */
+} coord_lock_opts;
+
+/* Returned (a positive value, not an error) when an if_available request
+ * was not granted: the broker answered {granted: false}. */
+#define COORD_LOCK_BUSY 1
+
+/* Acquires name, blocking until granted.  o may be NULL (exclusive, wait
+ * forever, no lease).  Returns
+ *   0                   granted: *lock (the id for release/renew) and
+ *                       *token (the fencing token) are set;
+ *   COORD_LOCK_BUSY     if_available and not granted;
+ *   negative            COORD_ETIMEOUT (timeout_ms passed), COORD_EABORTED,
+ *                       COORD_EINVALID_OPTIONS (steal with if_available or
+ *                       shared, timeout_ms with steal or if_available, name
+ *                       over 1024 bytes), COORD_ENAME_RESERVED, connection
+ *                       errors...
+ * lock and token may be NULL; they are set to 0 unless granted.  name may
+ * be NULL only when name_len is 0. */
+COORD_API int coord_lock_acquire(coord_t *c, const void *name, size_t name_len,
+                                 const coord_lock_opts *o, uint64_t *lock,
+                                 uint64_t *token);
+
+/* Called once with the outcome of coord_lock_acquire_async: status as the
+ * return value of coord_lock_acquire (0, COORD_LOCK_BUSY, or negative:
+ * COORD_EABORTED after coord_cancel, COORD_ECLOSED when c closed first);
+ * lock and token are 0 unless status is 0. */
+typedef void (*coord_lock_cb)(coord_t *c, int status, uint64_t lock,
+                              uint64_t token, void *ud);
+
+/* Sends lock.acquire and returns at once; cb runs from coord_dispatch,
+ * coord_wait or any blocking call on c (see event-loop mode).  *rid_out
+ * (may be NULL) receives the request id: coord_cancel(c, rid) withdraws a
+ * request still waiting (cb then gets COORD_EABORTED; after a grant the
+ * cancel has no effect and the lock must be released).  cb may be NULL:
+ * a granted lock is then held until c closes.  Returns 0, or a negative
+ * code, in which case cb is never called. */
+COORD_API int coord_lock_acquire_async(coord_t *c, const void *name, size_t name_len,
+                                       const coord_lock_opts *o, coord_lock_cb cb,
+                                       void *ud, uint64_t *rid_out);
+
+/* Releases a lock of c.  Returns 0 once the release took effect (the next
+ * request of anyone sees the name free of it), COORD_EUNKNOWN_LOCK when c
+ * does not hold it (already released, or lost: stolen or expired). */
+COORD_API int coord_lock_release(coord_t *c, uint64_t lock);
+
+/* Sets the lock's lease to lease_ms from now (0: no lease any more).
+ * COORD_EUNKNOWN_LOCK when the lock was lost. */
+COORD_API int coord_lock_renew(coord_t *c, uint64_t lock, uint64_t lease_ms);
+
+/* lock.query: on 0, *reply (the caller frees it with coord_reply_free)
+ * holds the arrays "held" (in grant order) and "pending" (in request
+ * order), read with coord_map_array_len/coord_map_array_at on
+ * coord_reply_map(*reply).  Each entry has name (str), mode ("exclusive" or
+ * "shared"), conn, client, pid, age_ms, and for held ones token and lock;
+ * "truncated": true when the broker cut the lists at its frame limit.
+ * Only the locks of c's scope are listed. */
+COORD_API int coord_lock_query(coord_t *c, coord_reply_t **reply);
+
+/* Losing a lock.  When the broker takes a held lock away (another
+ * connection stole it, or its lease expired), c receives the event
+ *     {ev: "lock.lost", lock, name, reason: "stolen"|"expired", token}
+ * like any event: to the callback of coord_set_event_cb, else queued for
+ * coord_next_event; coord_reply_event(ev) is "lock.lost".  Events are
+ * only read while c is used (a blocking call, coord_dispatch, coord_wait,
+ * coord_next_event): poll coord_fd to notice one promptly.  The lock is
+ * already gone when the event arrives; releasing it then gives
+ * COORD_EUNKNOWN_LOCK.  A closed connection (COORD_ECLOSED from any call)
+ * means every lock of c is gone too, without an event. */
+typedef struct coord_lock_lost {
+    uint64_t lock;              /* the id coord_lock_acquire returned */
+    uint64_t token;             /* its fencing token (0 if the broker sent none) */
+    const char *name;           /* points into the event: not NUL-terminated */
+    size_t name_len;
+    const char *reason;         /* "stolen", "expired", ...: points into the
+                                   event, not NUL-terminated ("" if absent) */
+    size_t reason_len;
+} coord_lock_lost;
+
+/* True when ev is a lock.lost event; then fills *out (may be NULL), whose
+ * pointers are valid as long as ev. */
+COORD_API bool coord_event_lock_lost(const coord_reply_t *ev, coord_lock_lost *out);
+
 /* ---- reading replies and events ---- */
 
 COORD_API void coord_reply_free(coord_reply_t *r);

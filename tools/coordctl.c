@@ -12,8 +12,33 @@ static const struct ctl_command commands[] = {
                     "(exit 1 when not running; never starts it)", cmd_status },
     { "stats",  "", "the broker's counters", cmd_stats },
     { "ping",   "[-c COUNT]", "round trip time to the broker", cmd_ping },
+    { "locks",  "", "held and pending locks (like navigator.locks.query())",
+                    cmd_locks },
+    { "lock",   "[-s] [-n] [-w SECONDS] [--steal] [--lease SECONDS] NAME -- CMD...",
+                "run CMD holding the lock NAME, like flock(1): -s shared, -n exit 1\n"
+                "at once when busy, -w give up after SECONDS (exit 1), --steal break\n"
+                "the holders, --lease renew a lease of SECONDS while CMD runs.\n"
+                "CMD sees COORD_LOCK_TOKEN and COORD_LOCK_NAME, gets SIGINT/SIGTERM/\n"
+                "SIGHUP sent to coordctl, and SIGTERM when the lock is lost (stolen,\n"
+                "expired, broker gone).  Exit status: CMD's (128+N when killed by\n"
+                "signal N; 1 instead of 0 when the lock was lost)", cmd_lock },
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+/* A summary (possibly several lines) indented by indent after its first
+ * line. */
+static void print_summary(FILE *f, const char *s, int indent)
+{
+    for (;;) {
+        const char *nl = strchr(s, '\n');
+        if (!nl) {
+            fprintf(f, "%s\n", s);
+            return;
+        }
+        fprintf(f, "%.*s\n%*s", (int)(nl - s), s, indent, "");
+        s = nl + 1;
+    }
+}
 
 static void help(FILE *f)
 {
@@ -32,10 +57,14 @@ static void help(FILE *f)
         "\n"
         "Commands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++) {
-        char syn[64];
+        char syn[160];
         snprintf(syn, sizeof syn, "%s%s%s", commands[i].name,
                  commands[i].args[0] ? " " : "", commands[i].args);
-        fprintf(f, "  %-18s %s\n", syn, commands[i].summary);
+        if (strlen(syn) > 18)
+            fprintf(f, "  %s\n  %-18s ", syn, "");   /* long synopsis: own line */
+        else
+            fprintf(f, "  %-18s ", syn);
+        print_summary(f, commands[i].summary, 21);
     }
     fprintf(f,
         "\n"
@@ -348,9 +377,9 @@ int main(int argc, char **argv)
         ctl.cmd = &commands[k];
         if (i + 1 < argc && (!strcmp(argv[i + 1], "-h") ||
                              !strcmp(argv[i + 1], "--help"))) {
-            printf("usage: coordctl %s%s%s\n  %s\n", ctl.cmd->name,
-                   ctl.cmd->args[0] ? " " : "", ctl.cmd->args,
-                   ctl.cmd->summary);
+            printf("usage: coordctl %s%s%s\n  ", ctl.cmd->name,
+                   ctl.cmd->args[0] ? " " : "", ctl.cmd->args);
+            print_summary(stdout, ctl.cmd->summary, 2);
             return CTL_EXIT_OK;
         }
         int rc = ctl.cmd->fn(&ctl, argc - i, argv + i);

@@ -82,4 +82,8 @@ int cmd_status(struct ctl *ctl, int argc, char **argv);
 int cmd_stats(struct ctl *ctl, int argc, char **argv);
 int cmd_ping(struct ctl *ctl, int argc, char **argv);
 
+/* ---- commands (ctl-lock.c) ---- */
+int cmd_lock(struct ctl *ctl, int argc, char **argv);
+int cmd_locks(struct ctl *ctl, int argc, char **argv);
+
 #endif

@@ -547,6 +547,55 @@ static void test_idle_connections_memory(void)
     broker_cleanup(&bp);
 }
 
+/* systemd socket activation: the listening socket arrives as fd 3 with
+ * LISTEN_PID/LISTEN_FDS, and the broker serves it without binding. */
+static void test_socket_activation(void)
+{
+    broker_paths(&bp);
+    char dir[320];
+    snprintf(dir, sizeof dir, "%s/run", bp.dir);
+    mkdir(dir, 0700);
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    REQUIRE(strlen(bp.sock) < sizeof sa.sun_path);
+    memcpy(sa.sun_path, bp.sock, strlen(bp.sock) + 1);
+    REQUIRE(bind(s, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(s, 16) == 0);
+    int pfd[2];
+    REQUIRE(pipe(pfd) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char ready[16], pidbuf[32];
+        dup2(s, 3);
+        dup2(pfd[1], 4);
+        snprintf(ready, sizeof ready, "%d", 4);
+        snprintf(pidbuf, sizeof pidbuf, "%d", (int)getpid());
+        setenv("LISTEN_PID", pidbuf, 1);
+        setenv("LISTEN_FDS", "1", 1);
+        int log = open(bp.log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        dup2(log, 2);
+        execl(broker_binary(), broker_binary(), "--foreground", "--socket", bp.sock,
+              "--data-dir", bp.data, "--ready-fd", ready, (char *)NULL);
+        _exit(127);
+    }
+    close(pfd[1]);
+    close(s);
+    bp.pid = pid;
+    char line[8] = { 0 };
+    struct pollfd p = { pfd[0], POLLIN, 0 };
+    CHECK(poll(&p, 1, 10000) == 1 && read(pfd[0], line, sizeof line - 1) > 0);
+    close(pfd[0]);
+    CHECK(strncmp(line, "ready", 5) == 0);
+    int fd = raw_connect(bp.sock);
+    CHECK(fd >= 0 && raw_hello(fd, NULL) == 0);
+    raw_request(fd, "stats", 2);
+    REQUIRE(recv1(fd) == 0);
+    CHECK_EQ_U(msg_uint(&m, "pid"), (uint64_t)pid);
+    close(fd);
+    int st = broker_kill(&bp, SIGTERM);
+    CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    broker_cleanup(&bp);
+}
+
 int main(int argc, char **argv)
 {
     coord_msg_init(&m);
@@ -562,6 +611,7 @@ int main(int argc, char **argv)
         { "sigterm_and_epoch", test_sigterm_and_epoch },
         { "idle_exit", test_idle_exit },
         { "idle_connections_memory", test_idle_connections_memory },
+        { "socket_activation", test_socket_activation },
         { NULL, NULL },
     };
     int rc = run_tests(argc, argv, tests);
