@@ -910,7 +910,7 @@ static void test_ctl_lost(void)
 
     /* a CMD that ignores SIGTERM and exits 0 still makes coordctl fail */
     held_start(&h, args, "trap 'kill $p; echo term >&5; exit 0' TERM; "
-                         "echo ready >&5; sleep 60 & p=$!; wait $p");
+                         "sleep 60 & p=$!; echo ready >&5; wait $p");
     REQUIRE(read_line(h.report_r, line, sizeof line, T));
     CHECK_EQ_U(coord_lock_acquire(a, S("st"), &steal, &lock, NULL), 0);
     CHECK(read_line(h.report_r, line, sizeof line, T) && strcmp(line, "term") == 0);
@@ -945,8 +945,8 @@ static void test_ctl_signals_and_lease(void)
     CHECK_EQ_U(query_count(a, "held", "sig", NULL), 0);
 
     /* SIGINT too, and a CMD that handles it decides the status */
-    held_start(&h, args, "trap 'kill $p; exit 42' INT; echo ready >&5; "
-                         "sleep 60 & p=$!; wait $p");
+    held_start(&h, args, "trap 'kill $p; exit 42' INT; "
+                         "sleep 60 & p=$!; echo ready >&5; wait $p");
     REQUIRE(read_line(h.report_r, line, sizeof line, T));
     kill(h.r.pid, SIGINT);
     CHECK_EQ_U(held_finish(&h), 42);
