@@ -111,6 +111,16 @@ int broker_start(struct broker_proc *bp, const char *const *extra)
     if (pid == 0) {
         const char *args[64];
         int n = 0;
+        char vglog[400];
+        if (getenv("COORD_VALGRIND")) {
+            /* the broker under memcheck: errors make it exit 99 */
+            snprintf(vglog, sizeof vglog, "--log-file=%s/valgrind.%%p.log", bp->dir);
+            args[n++] = "valgrind";
+            args[n++] = "--error-exitcode=99";
+            args[n++] = "--leak-check=full";
+            args[n++] = "--errors-for-leak-kinds=definite";
+            args[n++] = vglog;
+        }
         args[n++] = broker_binary();
         args[n++] = "--foreground";
         args[n++] = "--socket";

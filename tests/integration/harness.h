@@ -35,7 +35,9 @@ struct broker_proc {
     char log[300];
 };
 
-/* The coordd binary under test ($COORD_BROKER, set by meson). */
+/* The coordd binary under test ($COORD_BROKER, set by meson).  With
+ * COORD_VALGRIND set, brokers run under valgrind memcheck (logs in the
+ * test's temp dir; keep it with COORD_TEST_KEEP). */
 const char *broker_binary(void);
 /* A fresh temp dir with socket and data paths in it. */
 void broker_paths(struct broker_proc *bp);
