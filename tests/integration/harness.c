@@ -582,3 +582,26 @@ int rcl_sync(struct rcl *c)
     coord_msg_destroy(&m);
     return rc;
 }
+
+void start_or_exit(struct broker_proc *bp, const char *const *args)
+{
+    memset(bp, 0, sizeof *bp);
+    if (broker_start(bp, args) != 0)
+        exit(2);
+}
+
+void stop_and_clean(struct broker_proc *bp)
+{
+    broker_kill(bp, SIGTERM);
+    broker_cleanup(bp);
+}
+
+struct rcl *connect_or_exit(const struct broker_proc *bp, const char *scope)
+{
+    struct rcl *c = rcl_open(bp->sock, scope);
+    if (!c) {
+        fprintf(stderr, "cannot connect to %s\n", bp->sock);
+        exit(2);
+    }
+    return c;
+}

@@ -100,3 +100,9 @@ bool msg_bool(coord_msg *m, const char *key);
 bool msg_str_is(coord_msg *m, const char *key, const void *s, size_t n);
 /* Round trip a ping: everything sent before on c has been processed. */
 int rcl_sync(struct rcl *c);
+
+/* For tests with one broker: start it (memset + broker_start) or exit the
+ * test program, stop and clean it, connect a client or exit. */
+void start_or_exit(struct broker_proc *bp, const char *const *args);
+void stop_and_clean(struct broker_proc *bp);
+struct rcl *connect_or_exit(const struct broker_proc *bp, const char *scope);

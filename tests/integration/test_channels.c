@@ -10,32 +10,17 @@
 #include <unistd.h>
 #include "harness.h"
 
+#define T 5000                  /* ms to wait for what must happen */
+#define S(s) s, strlen(s)       /* a C string as pointer and length */
+
 static struct broker_proc bp;
 static coord_msg m;
 
-#define T 5000
-#define S(s) s, strlen(s)
+static void start_with(const char *const *args) { start_or_exit(&bp, args); }
 
-static void start_with(const char *const *args)
-{
-    memset(&bp, 0, sizeof bp);
-    if (broker_start(&bp, args) != 0)
-        exit(2);
-}
+static void stop(void) { stop_and_clean(&bp); }
 
-static void stop(void)
-{
-    broker_kill(&bp, SIGTERM);
-    broker_cleanup(&bp);
-}
-
-static struct rcl *client_in(const char *scope)
-{
-    struct rcl *c = rcl_open(bp.sock, scope);
-    if (!c)
-        exit(2);
-    return c;
-}
+static struct rcl *client_in(const char *scope) { return connect_or_exit(&bp, scope); }
 
 static int subscribe(struct rcl *c, uint64_t rid, const char *ch)
 {

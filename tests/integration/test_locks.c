@@ -9,33 +9,17 @@
 #include <unistd.h>
 #include "harness.h"
 
+#define T 5000                  /* ms to wait for what must happen */
+#define S(s) s, strlen(s)       /* a C string as pointer and length */
+
 static struct broker_proc bp;
 static coord_msg m;
 
-#define T 5000   /* ms to wait for something that must happen */
+static void start(void) { start_or_exit(&bp, NULL); }
 
-static void start(void)
-{
-    memset(&bp, 0, sizeof bp);
-    if (broker_start(&bp, NULL) != 0)
-        exit(2);
-}
+static void stop(void) { stop_and_clean(&bp); }
 
-static void stop(void)
-{
-    broker_kill(&bp, SIGTERM);
-    broker_cleanup(&bp);
-}
-
-static struct rcl *client(void)
-{
-    struct rcl *c = rcl_open(bp.sock, NULL);
-    if (!c)
-        exit(2);
-    return c;
-}
-
-#define S(s) s, strlen(s)
+static struct rcl *client(void) { return connect_or_exit(&bp, NULL); }
 
 /* Send an acquire and wait until the broker has processed it. */
 static void queue_up(struct rcl *c, uint64_t rid, const void *name, size_t n,
