@@ -315,6 +315,188 @@ COORD_API char *coord_map_value_json(coord_map m, size_t i);
  * as \u00XX).  The caller frees the string with free().  NULL: no memory. */
 COORD_API char *coord_map_json(coord_map m);
 
+/* ---- leadership and the fence ledger (see the protocol's "Leadership
+ * and the fence ledger"; client/leader.c) ----
+ *
+ * A workstream has at most one live leader.  Each election hands out a new
+ * generation, stored durably before the campaign is answered and never
+ * issued twice.  A leader that loses its lease (not renewed within
+ * lease_ms), disconnects, is stolen from or disabled is fenced at once: its
+ * renew, resign and commit get COORD_EFENCED.  Leadership belongs to the
+ * connection: closing c ends it (without an event).
+ *
+ * Workstreams are any bytes, at most 200 together with the scope
+ * (COORD_EINVALID_OPTIONS); a NULL pointer is fine with length 0.  Every
+ * string and byte argument is copied into the request: the caller keeps
+ * ownership of all of them. */
+
+typedef struct coord_leader_opts {
+    uint64_t lease_ms;    /* renew within this or lose leadership
+                             ("expired"); 0: the broker's default, 30000;
+                             at most one day */
+    bool if_available;    /* never wait: *granted false when someone leads */
+    bool steal;           /* take leadership from the current leader now
+                             (it gets leader.lost "stolen") */
+    uint64_t timeout_ms;  /* give up waiting after this (COORD_ETIMEOUT);
+                             0: wait forever.  Not with steal or
+                             if_available (COORD_EINVALID_OPTIONS) */
+} coord_leader_opts;
+
+/* leader.campaign, blocking until elected (or refused).  o may be NULL (wait
+ * forever, default lease).  Returns
+ *   0          *granted true and *generation the new generation; or, only
+ *              with if_available, *granted false (someone else leads);
+ *   negative   COORD_EDISABLED (the workstream is disabled),
+ *              COORD_ETIMEOUT, COORD_EABORTED, COORD_EINVALID_OPTIONS (also
+ *              when c already leads ws), connection errors...
+ * generation and granted may be NULL; they are 0/false unless elected. */
+COORD_API int coord_leader_campaign(coord_t *c, const void *ws, size_t ws_len,
+                                    const coord_leader_opts *o, uint64_t *generation,
+                                    bool *granted);
+
+/* leader.renew: the lease starts again (lease_ms from now).  *lease_ms (may
+ * be NULL) gets the lease.  COORD_EFENCED: generation is not the live one
+ * (leadership already lost). */
+COORD_API int coord_leader_renew(coord_t *c, const void *ws, size_t ws_len,
+                                 uint64_t generation, uint64_t *lease_ms);
+
+/* leader.resign: ends leadership at once (the next campaign may win).
+ * COORD_EFENCED when it was already lost. */
+COORD_API int coord_leader_resign(coord_t *c, const void *ws, size_t ws_len,
+                                  uint64_t generation);
+
+typedef struct coord_commit_result {
+    bool applied;         /* stored now, by this generation */
+    bool duplicate;       /* op_id was applied before: nothing stored now */
+    uint64_t generation;  /* applied: the caller's generation; duplicate: the
+                             generation that applied op_id (0 if not sent) */
+} coord_commit_result;
+
+/* leader.commit: in one durable transaction, stores value[0..value_len)
+ * under key (NUL-terminated, at most 256 bytes) if generation is the live
+ * one and op_id (NUL-terminated, 1..256 bytes) was never applied in ws.
+ * Returns 0 with *out (may be NULL) filled, COORD_EFENCED (stale
+ * generation: nothing stored), COORD_EINVALID_OPTIONS, COORD_ETOO_LARGE
+ * (value about max_frame - 1 KiB or more), COORD_ESTORAGE, ...  value may
+ * be NULL when value_len is 0. */
+COORD_API int coord_leader_commit(coord_t *c, const void *ws, size_t ws_len,
+                                  uint64_t generation, const char *op_id,
+                                  const char *key, const void *value, size_t value_len,
+                                  coord_commit_result *out);
+
+/* leader.read: the value last committed under key (NUL-terminated) in ws,
+ * by any generation.  On 0, *value is a malloc'd copy of the bytes with one
+ * NUL byte after them (the caller frees it with free()), *value_len (may be
+ * NULL) their count, *generation (may be NULL) the generation that
+ * committed it.  COORD_ENOT_FOUND when nothing was committed under key;
+ * *value is then NULL. */
+COORD_API int coord_leader_read(coord_t *c, const void *ws, size_t ws_len,
+                                const char *key, void **value, size_t *value_len,
+                                uint64_t *generation);
+
+/* leader.info: on 0, *reply (the caller frees it with coord_reply_free)
+ * holds, read with coord_map_* on coord_reply_map(*reply):
+ *   generation       the last one stored (0: never elected)
+ *   state            "leading", "idle" or "disabled"
+ *   disabled         bool
+ * and while someone leads: live_generation, conn, client, pid,
+ * lease_left_ms, leading_ms. */
+COORD_API int coord_leader_info(coord_t *c, const void *ws, size_t ws_len,
+                                coord_reply_t **reply);
+
+/* leader.disable, the incident kill switch: advances the generation
+ * (fencing the live leader, which gets leader.lost "disabled") and refuses
+ * campaigns with COORD_EDISABLED until coord_leader_enable.  Durable.
+ * *generation (may be NULL) gets the new generation. */
+COORD_API int coord_leader_disable(coord_t *c, const void *ws, size_t ws_len,
+                                   uint64_t *generation);
+COORD_API int coord_leader_enable(coord_t *c, const void *ws, size_t ws_len);
+
+/* Losing leadership.  When the broker ends a connection's leadership (lease
+ * expired, stolen, disabled), that connection receives the event
+ *     {ev: "leader.lost", workstream, generation, reason:
+ *      "expired"|"stolen"|"disabled"}
+ * like any event (coord_set_event_cb, else queued for coord_next_event).
+ * Events are only read while c is used: poll coord_fd to notice one
+ * promptly.  Resigning or closing c sends no event. */
+typedef struct coord_leader_lost {
+    const char *workstream;     /* points into the event: not NUL-terminated */
+    size_t workstream_len;
+    uint64_t generation;        /* the generation that is now stale */
+    const char *reason;         /* points into the event, not NUL-terminated
+                                   ("" if absent) */
+    size_t reason_len;
+} coord_leader_lost;
+
+/* True when ev is a leader.lost event; then fills *out (may be NULL), whose
+ * pointers are valid as long as ev. */
+COORD_API bool coord_event_leader_lost(const coord_reply_t *ev, coord_leader_lost *out);
+
+/* ---- channels (BroadcastChannel analogue; see the protocol's "Channels";
+ * client/channels.c) ----
+ *
+ * Channel names are any bytes, at most 1024, within c's scope.  Names
+ * starting with '-' are the broker's: "-locks", "-flights" and "-leaders"
+ * may be subscribed to (lifecycle events), never published to; any other
+ * '-' name gets COORD_ENAME_RESERVED.  Arguments are copied: the caller
+ * keeps ownership. */
+
+/* sub.subscribe / sub.unsubscribe.  Subscribing twice is the same as once;
+ * unsubscribing from a channel not subscribed to is not an error.
+ * Subscriptions end when c closes. */
+COORD_API int coord_subscribe(coord_t *c, const void *channel, size_t len);
+COORD_API int coord_unsubscribe(coord_t *c, const void *channel, size_t len);
+
+/* sub.publish: sends data[0..data_len) (at most 64 KiB, else
+ * COORD_ETOO_LARGE) to every other subscriber of channel in c's scope (not
+ * to c itself).  *delivered (may be NULL) gets how many got it.
+ * COORD_ENAME_RESERVED for names starting with '-'.  data may be NULL when
+ * data_len is 0. */
+COORD_API int coord_publish(coord_t *c, const void *channel, size_t len,
+                            const void *data, size_t data_len, uint64_t *delivered);
+
+/* The events of a subscription come like any event (coord_set_event_cb,
+ * else coord_next_event):
+ *
+ *   a user channel:   {ev: "message", channel, data (bin), conn (the
+ *                     publisher's connection id)}
+ *   a broker channel: {ev: "lifecycle", channel, what, ...fields, at_ms
+ *                     (the broker's wall clock, ms since the Unix epoch)}:
+ *     -locks    what granted|released|lost; name, lock, mode
+ *               ("exclusive"|"shared"), token (when granted), conn, pid,
+ *               reason (lost: "stolen"|"expired")
+ *     -flights  what started|joined|completed|failed|promoted|owner_lost|
+ *               fenced; key, flight, fence, reason (never the result)
+ *     -leaders  what elected|renewed|lost|resigned|disabled|enabled;
+ *               workstream, generation, reason (lost: "expired"|"stolen"|
+ *               "disabled"|"disconnected")
+ * Lifecycle events are those of c's scope only. */
+typedef struct coord_message {
+    const char *channel;        /* points into the event: not NUL-terminated */
+    size_t channel_len;
+    const void *data;           /* points into the event */
+    size_t data_len;
+    uint64_t conn;              /* the publisher's connection id */
+} coord_message;
+
+/* True when ev is a message event; then fills *out (may be NULL), whose
+ * pointers are valid as long as ev. */
+COORD_API bool coord_event_message(const coord_reply_t *ev, coord_message *out);
+
+typedef struct coord_lifecycle {
+    const char *channel;        /* "-locks"...: points into the event, not
+                                   NUL-terminated */
+    size_t channel_len;
+    const char *what;           /* "granted"...: same */
+    size_t what_len;
+    uint64_t at_ms;             /* 0 if absent */
+} coord_lifecycle;
+
+/* True when ev is a lifecycle event; then fills *out (may be NULL), whose
+ * pointers are valid as long as ev.  The other fields: coord_map_* on
+ * coord_reply_map(ev). */
+COORD_API bool coord_event_lifecycle(const coord_reply_t *ev, coord_lifecycle *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -22,6 +22,30 @@ static const struct ctl_command commands[] = {
                 "SIGHUP sent to coordctl, and SIGTERM when the lock is lost (stolen,\n"
                 "expired, broker gone).  Exit status: CMD's (128+N when killed by\n"
                 "signal N; 1 instead of 0 when the lock was lost)", cmd_lock },
+    { "leader", "WORKSTREAM", "generation, state, leader, lease left, disabled?",
+                cmd_leader },
+    { "leader-run", "[--lease SECONDS] [-n] [-w SECONDS] [--steal] WORKSTREAM -- CMD...",
+                "campaign for WORKSTREAM (waiting; -n exit 1 at once when someone\n"
+                "leads, -w give up after SECONDS, --steal take over now), run CMD as\n"
+                "leader with COORD_GENERATION and COORD_WORKSTREAM set, renew the\n"
+                "lease (--lease, default 30) at a third of it, resign when CMD ends.\n"
+                "CMD gets SIGINT/SIGTERM/SIGHUP sent to coordctl, and SIGTERM when\n"
+                "leadership is lost (expired, stolen, disabled, broker gone).  Exit\n"
+                "status: CMD's (128+N when killed by signal N; 1 instead of 0 when\n"
+                "leadership was lost)", cmd_leader_run },
+    { "disable", "WORKSTREAM", "the kill switch: fence the leader, refuse campaigns\n"
+                "(prints the new generation)", cmd_disable },
+    { "enable", "WORKSTREAM", "lift disable", cmd_enable },
+    { "watch",  "[-q] [CHANNEL...]",
+                "live events, one line each, until interrupted (default: the\n"
+                "broker's channels -locks -flights -leaders; user channels show\n"
+                "their messages).  --json: each event as a JSON object.  -q: no\n"
+                "\"listening\" line on stderr", cmd_watch },
+    { "publish", "CHANNEL DATA", "send DATA to the other subscribers of CHANNEL;\n"
+                "prints \"delivered N\"", cmd_publish },
+    { "subscribe", "[-q] CHANNEL", "print each message's data on its own line until\n"
+                "interrupted (--json: each message as a JSON object).  -q: no\n"
+                "\"listening\" line on stderr", cmd_subscribe },
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

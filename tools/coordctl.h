@@ -86,4 +86,15 @@ int cmd_ping(struct ctl *ctl, int argc, char **argv);
 int cmd_lock(struct ctl *ctl, int argc, char **argv);
 int cmd_locks(struct ctl *ctl, int argc, char **argv);
 
+/* ---- commands (ctl-leader.c) ---- */
+int cmd_leader(struct ctl *ctl, int argc, char **argv);
+int cmd_leader_run(struct ctl *ctl, int argc, char **argv);
+int cmd_disable(struct ctl *ctl, int argc, char **argv);
+int cmd_enable(struct ctl *ctl, int argc, char **argv);
+
+/* ---- commands (ctl-watch.c) ---- */
+int cmd_watch(struct ctl *ctl, int argc, char **argv);
+int cmd_publish(struct ctl *ctl, int argc, char **argv);
+int cmd_subscribe(struct ctl *ctl, int argc, char **argv);
+
 #endif

@@ -1,0 +1,247 @@
+/* leader.c - libcoord's leadership calls: leader.campaign, renew, resign,
+ * commit, read, info, disable, enable, and reading leader.lost events.
+ * Everything is built on the public request/reply calls of client.c. */
+#include <stdlib.h>
+#include <string.h>
+#include "internal.h"
+
+static bool bytes_ok(const void *p, size_t n)
+{
+    return p || n == 0;
+}
+
+/* A request for op on workstream ws; NULL when out of memory. */
+static coord_req_t *ws_req(const char *op, const void *ws, size_t ws_len)
+{
+    coord_req_t *r = coord_req_new(op);
+    if (r)
+        coord_req_str(r, "workstream", ws ? ws : "", ws_len);
+    return r;
+}
+
+/* Sends r (freed here) and waits; reply may be NULL. */
+static int call_free(coord_t *c, coord_req_t *r, coord_reply_t **reply)
+{
+    if (!r)
+        return COORD_ENOMEM;
+    int rc = coord_call(c, r, reply);
+    coord_req_free(r);
+    return rc;
+}
+
+COORD_API int coord_leader_campaign(coord_t *c, const void *ws, size_t ws_len,
+                                    const coord_leader_opts *o, uint64_t *generation,
+                                    bool *granted)
+{
+    if (generation)
+        *generation = 0;
+    if (granted)
+        *granted = false;
+    if (!c || !bytes_ok(ws, ws_len))
+        return COORD_EINVAL;
+    coord_req_t *r = ws_req("leader.campaign", ws, ws_len);
+    if (r && o) {
+        if (o->lease_ms)
+            coord_req_uint(r, "lease_ms", o->lease_ms);
+        if (o->if_available)
+            coord_req_bool(r, "if_available", true);
+        if (o->steal)
+            coord_req_bool(r, "steal", true);
+        if (o->timeout_ms)
+            coord_req_uint(r, "timeout_ms", o->timeout_ms);
+    }
+    coord_reply_t *reply = NULL;
+    int rc = call_free(c, r, &reply);
+    if (rc < 0)
+        return rc;
+    coord_map m = coord_reply_map(reply);
+    bool g = false;
+    uint64_t gen = 0;
+    if (!coord_map_bool(m, "granted", &g) || (g && !coord_map_uint(m, "generation", &gen))) {
+        coord_reply_free(reply);
+        coord__set_error(c, "leader.campaign: reply without granted/generation");
+        return COORD_EPROTOCOL;
+    }
+    coord_reply_free(reply);
+    if (generation)
+        *generation = g ? gen : 0;
+    if (granted)
+        *granted = g;
+    return 0;
+}
+
+COORD_API int coord_leader_renew(coord_t *c, const void *ws, size_t ws_len,
+                                 uint64_t generation, uint64_t *lease_ms)
+{
+    if (lease_ms)
+        *lease_ms = 0;
+    if (!c || !bytes_ok(ws, ws_len))
+        return COORD_EINVAL;
+    coord_req_t *r = ws_req("leader.renew", ws, ws_len);
+    if (r)
+        coord_req_uint(r, "generation", generation);
+    coord_reply_t *reply = NULL;
+    int rc = call_free(c, r, &reply);
+    if (rc < 0)
+        return rc;
+    if (lease_ms)
+        coord_map_uint(coord_reply_map(reply), "lease_ms", lease_ms);
+    coord_reply_free(reply);
+    return 0;
+}
+
+COORD_API int coord_leader_resign(coord_t *c, const void *ws, size_t ws_len,
+                                  uint64_t generation)
+{
+    if (!c || !bytes_ok(ws, ws_len))
+        return COORD_EINVAL;
+    coord_req_t *r = ws_req("leader.resign", ws, ws_len);
+    if (r)
+        coord_req_uint(r, "generation", generation);
+    return call_free(c, r, NULL);
+}
+
+COORD_API int coord_leader_commit(coord_t *c, const void *ws, size_t ws_len,
+                                  uint64_t generation, const char *op_id,
+                                  const char *key, const void *value, size_t value_len,
+                                  coord_commit_result *out)
+{
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!c || !bytes_ok(ws, ws_len) || !op_id || !key || !bytes_ok(value, value_len))
+        return COORD_EINVAL;
+    coord_req_t *r = ws_req("leader.commit", ws, ws_len);
+    if (r) {
+        coord_req_uint(r, "generation", generation);
+        coord_req_cstr(r, "op_id", op_id);
+        coord_req_cstr(r, "key", key);
+        coord_req_bin(r, "value", value ? value : "", value_len);
+    }
+    coord_reply_t *reply = NULL;
+    int rc = call_free(c, r, &reply);
+    if (rc < 0)
+        return rc;
+    coord_map m = coord_reply_map(reply);
+    bool applied = false, dup = false;
+    uint64_t gen = 0;
+    if (!coord_map_bool(m, "applied", &applied)) {
+        coord_reply_free(reply);
+        coord__set_error(c, "leader.commit: reply without applied");
+        return COORD_EPROTOCOL;
+    }
+    coord_map_bool(m, "duplicate", &dup);
+    if (dup)
+        coord_map_uint(m, "generation", &gen);
+    coord_reply_free(reply);
+    if (out) {
+        out->applied = applied;
+        out->duplicate = dup;
+        out->generation = applied ? generation : gen;
+    }
+    return 0;
+}
+
+COORD_API int coord_leader_read(coord_t *c, const void *ws, size_t ws_len,
+                                const char *key, void **value, size_t *value_len,
+                                uint64_t *generation)
+{
+    if (value)
+        *value = NULL;
+    if (value_len)
+        *value_len = 0;
+    if (generation)
+        *generation = 0;
+    if (!c || !bytes_ok(ws, ws_len) || !key || !value)
+        return COORD_EINVAL;
+    coord_req_t *r = ws_req("leader.read", ws, ws_len);
+    if (r)
+        coord_req_cstr(r, "key", key);
+    coord_reply_t *reply = NULL;
+    int rc = call_free(c, r, &reply);
+    if (rc < 0)
+        return rc;
+    coord_map m = coord_reply_map(reply);
+    const void *p = NULL;
+    size_t n = 0;
+    if (!coord_map_bin(m, "value", &p, &n)) {
+        /* a str is accepted too: only the bytes matter */
+        const char *s = NULL;
+        if (!coord_map_str(m, "value", &s, &n)) {
+            coord_reply_free(reply);
+            coord__set_error(c, "leader.read: reply without value");
+            return COORD_EPROTOCOL;
+        }
+        p = s;
+    }
+    char *copy = malloc(n + 1);
+    if (!copy) {
+        coord_reply_free(reply);
+        return COORD_ENOMEM;
+    }
+    if (n)
+        memcpy(copy, p, n);
+    copy[n] = '\0';
+    if (generation)
+        coord_map_uint(m, "generation", generation);
+    coord_reply_free(reply);
+    *value = copy;
+    if (value_len)
+        *value_len = n;
+    return 0;
+}
+
+COORD_API int coord_leader_info(coord_t *c, const void *ws, size_t ws_len,
+                                coord_reply_t **reply)
+{
+    if (reply)
+        *reply = NULL;
+    if (!c || !bytes_ok(ws, ws_len) || !reply)
+        return COORD_EINVAL;
+    return call_free(c, ws_req("leader.info", ws, ws_len), reply);
+}
+
+COORD_API int coord_leader_disable(coord_t *c, const void *ws, size_t ws_len,
+                                   uint64_t *generation)
+{
+    if (generation)
+        *generation = 0;
+    if (!c || !bytes_ok(ws, ws_len))
+        return COORD_EINVAL;
+    coord_reply_t *reply = NULL;
+    int rc = call_free(c, ws_req("leader.disable", ws, ws_len), &reply);
+    if (rc < 0)
+        return rc;
+    if (generation)
+        coord_map_uint(coord_reply_map(reply), "generation", generation);
+    coord_reply_free(reply);
+    return 0;
+}
+
+COORD_API int coord_leader_enable(coord_t *c, const void *ws, size_t ws_len)
+{
+    if (!c || !bytes_ok(ws, ws_len))
+        return COORD_EINVAL;
+    return call_free(c, ws_req("leader.enable", ws, ws_len), NULL);
+}
+
+COORD_API bool coord_event_leader_lost(const coord_reply_t *ev, coord_leader_lost *out)
+{
+    const char *name = ev ? coord_reply_event(ev) : NULL;
+    if (!name || strcmp(name, "leader.lost") != 0)
+        return false;
+    if (!out)
+        return true;
+    memset(out, 0, sizeof *out);
+    coord_map m = coord_reply_map(ev);
+    coord_map_uint(m, "generation", &out->generation);
+    if (!coord_map_str(m, "workstream", &out->workstream, &out->workstream_len) ||
+        !out->workstream) {
+        out->workstream = "";
+        out->workstream_len = 0;
+    }
+    if (!coord_map_str(m, "reason", &out->reason, &out->reason_len) || !out->reason) {
+        out->reason = "";
+        out->reason_len = 0;
+    }
+    return true;
+}

@@ -1,0 +1,1247 @@
+/* test_cli_leader.c - libcoord's leadership and channel calls, and
+ * `coordctl leader`, `leader-run`, `disable`, `enable`, `watch`,
+ * `publish` and `subscribe` as real processes against a real broker.
+ *
+ * $COORD_BROKER is coordd and $COORDCTL is coordctl (set by meson).
+ * Nothing waits with a sleep where an event can be awaited: commands report
+ * on a pipe, watch and subscribe are read line by line, and exits are
+ * awaited through pidfds. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "coord.h"
+#include "harness.h"
+
+#define T 10000
+
+static struct broker_proc bp;
+
+static void start(void)
+{
+    start_or_exit(&bp, NULL);
+}
+
+static void stop(void)
+{
+    stop_and_clean(&bp);
+}
+
+static coord_t *lib_client(void)
+{
+    coord_options o;
+    coord_options_init(&o);
+    o.socket_path = bp.sock;
+    o.no_autostart = true;
+    o.client_name = "test-cli-leader";
+    coord_t *c = NULL;
+    if (coord_connect(&c, &o) != 0) {
+        fprintf(stderr, "coord_connect: %s\n", coord_error_message(NULL));
+        exit(2);
+    }
+    return c;
+}
+
+/* ---- processes ---- */
+
+static bool await_exit(pid_t pid, int timeout_ms)
+{
+    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (fd < 0)
+        return errno == ESRCH;
+    struct pollfd p = { .fd = fd, .events = POLLIN };
+    int n;
+    while ((n = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR)
+        ;
+    close(fd);
+    return n == 1;
+}
+
+/* Growing text buffer. */
+struct text {
+    char *p;
+    size_t n, cap;
+};
+
+static void text_add(struct text *t, const char *s, size_t n)
+{
+    if (t->n + n + 1 > t->cap) {
+        size_t cap = t->cap ? t->cap : 1024;
+        while (cap < t->n + n + 1)
+            cap *= 2;
+        t->p = realloc(t->p, cap);
+        if (!t->p)
+            exit(2);
+        t->cap = cap;
+    }
+    memcpy(t->p + t->n, s, n);
+    t->n += n;
+    t->p[t->n] = '\0';
+}
+
+/* A coordctl process with stdout and stderr on pipes. */
+struct run {
+    pid_t pid;
+    int fd[2];                  /* read ends: stdout, stderr */
+    struct text out[2];         /* everything read so far */
+    size_t pos[2];              /* lines taken by next_line */
+    int status;                 /* once reaped; -1: hung */
+};
+
+enum { OUT = 0, ERR = 1 };
+
+static const char *coordctl_bin(void)
+{
+    const char *p = getenv("COORDCTL");
+    return p ? p : "coordctl";
+}
+
+/* Starts `coordctl --socket bp.sock --no-autostart ARGS...` (NULL-ended);
+ * pass_fd >= 0 is handed to the command as descriptor 5. */
+static void ctl_start(struct run *r, int pass_fd, const char *const *args)
+{
+    int o[2], e[2];
+    memset(r, 0, sizeof *r);
+    if (pipe2(o, O_CLOEXEC) < 0 || pipe2(e, O_CLOEXEC) < 0)
+        exit(2);
+    r->pid = fork();
+    if (r->pid < 0)
+        exit(2);
+    if (r->pid == 0) {
+        setpgid(0, 0);          /* a hung run is killed with its command */
+        const char *argv[64];
+        int n = 0;
+        argv[n++] = coordctl_bin();
+        argv[n++] = "--socket";
+        argv[n++] = bp.sock;
+        argv[n++] = "--no-autostart";
+        for (int i = 0; args[i] && n < 63; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        dup2(o[1], 1);
+        dup2(e[1], 2);
+        if (pass_fd == 5)
+            fcntl(5, F_SETFD, 0);
+        else if (pass_fd >= 0)
+            dup2(pass_fd, 5);   /* clears close-on-exec */
+        execv(argv[0], (char *const *)argv);
+        perror("exec coordctl");
+        _exit(99);
+    }
+    close(o[1]);
+    close(e[1]);
+    r->fd[OUT] = o[0];
+    r->fd[ERR] = e[0];
+    fcntl(o[0], F_SETFL, O_NONBLOCK);
+    fcntl(e[0], F_SETFL, O_NONBLOCK);
+    r->status = -2;
+}
+
+/* Reads what the pipe holds now.  False at EOF. */
+static bool drain(struct run *r, int which)
+{
+    char buf[4096];
+    for (;;) {
+        if (r->fd[which] < 0)
+            return false;
+        ssize_t n = read(r->fd[which], buf, sizeof buf);
+        if (n > 0) {
+            text_add(&r->out[which], buf, (size_t)n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return true;
+        close(r->fd[which]);
+        r->fd[which] = -1;
+        return false;
+    }
+}
+
+/* Waits for the next whole line of stdout/stderr: a pointer into r (valid
+ * until the next call on r, without its newline), or NULL on timeout/EOF. */
+static const char *next_line(struct run *r, int which, int timeout_ms)
+{
+    static char line[8192];
+    uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        struct text *t = &r->out[which];
+        const char *s = t->p ? t->p + r->pos[which] : NULL;
+        const char *nl = s ? memchr(s, '\n', t->n - r->pos[which]) : NULL;
+        if (nl) {
+            size_t n = (size_t)(nl - s);
+            snprintf(line, sizeof line, "%.*s", (int)(n < sizeof line ? n : sizeof line - 1), s);
+            r->pos[which] += n + 1;
+            return line;
+        }
+        if (r->fd[which] < 0)
+            return NULL;
+        uint64_t now = now_ms();
+        if (now >= deadline)
+            return NULL;
+        struct pollfd p = { .fd = r->fd[which], .events = POLLIN };
+        poll(&p, 1, (int)(deadline - now));
+        drain(r, which);
+    }
+}
+
+/* Every substring of subs (NULL-ended) is in line. */
+static bool line_has_all(const char *line, const char *const *subs)
+{
+    for (; *subs; subs++)
+        if (!strstr(line, *subs))
+            return false;
+    return true;
+}
+
+/* Skips lines until one has every substring of subs; false (after saying
+ * what was seen) when none came within timeout_ms. */
+static bool expect_line(struct run *r, int which, int timeout_ms, const char *const *subs)
+{
+    size_t from = r->pos[which];
+    uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        uint64_t now = now_ms();
+        const char *l = now < deadline ? next_line(r, which, (int)(deadline - now)) : NULL;
+        if (!l) {
+            fprintf(stderr, "no line with");
+            for (const char *const *s = subs; *s; s++)
+                fprintf(stderr, " [%s]", *s);
+            fprintf(stderr, " among:\n%s\n", r->out[which].p ? r->out[which].p + from : "");
+            return false;
+        }
+        if (line_has_all(l, subs))
+            return true;
+    }
+}
+
+#define EXPECT(r, which, ...) \
+    expect_line((r), (which), T, (const char *const[]){ __VA_ARGS__, NULL })
+
+/* Reaps r: its exit status as a shell shows it (128+N for signal N), -1
+ * when it did not end within timeout_ms (it is then killed with its
+ * group).  The rest of its output is read. */
+static int ctl_finish(struct run *r, int timeout_ms)
+{
+    int st;
+    if (!await_exit(r->pid, timeout_ms)) {
+        fprintf(stderr, "coordctl %d did not end within %d ms: killing it\n",
+                (int)r->pid, timeout_ms);
+        kill(-r->pid, SIGKILL);
+        waitpid(r->pid, &st, 0);
+        r->status = -1;
+    } else if (waitpid(r->pid, &st, 0) != r->pid) {
+        r->status = -1;
+    } else {
+        r->status = WIFEXITED(st) ? WEXITSTATUS(st)
+                  : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
+    }
+    /* the command's own children may still hold the pipes: take what is
+     * there without waiting for EOF */
+    drain(r, OUT);
+    drain(r, ERR);
+    return r->status;
+}
+
+static void ctl_free(struct run *r)
+{
+    if (r->status == -2) {
+        kill(-r->pid, SIGKILL);
+        kill(r->pid, SIGKILL);
+        waitpid(r->pid, NULL, 0);
+    } else if (r->pid > 0) {
+        kill(-r->pid, SIGKILL);   /* leftovers of the command's group */
+    }
+    for (int i = 0; i < 2; i++) {
+        if (r->fd[i] >= 0)
+            close(r->fd[i]);
+        free(r->out[i].p);
+    }
+    memset(r, 0, sizeof *r);
+}
+
+static const char *text_of(const struct run *r, int which)
+{
+    return r->out[which].p ? r->out[which].p : "";
+}
+
+/* Runs coordctl to the end; returns its exit status.  Free r afterwards. */
+static int ctl_run(struct run *r, const char *const *args)
+{
+    ctl_start(r, -1, args);
+    return ctl_finish(r, T);
+}
+
+#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+static bool has(const struct run *r, int which, const char *needle)
+{
+    if (strstr(text_of(r, which), needle))
+        return true;
+    fprintf(stderr, "coordctl's %s does not contain \"%s\"; it holds:\n%s\n",
+            which == OUT ? "stdout" : "stderr", needle, text_of(r, which));
+    return false;
+}
+
+/* A line "NAME   VALUE" of an aligned table in r's stdout. */
+static bool has_row(const struct run *r, const char *name, const char *value)
+{
+    size_t nl = strlen(name);
+    for (const char *p = text_of(r, OUT); *p; ) {
+        const char *end = strchr(p, '\n');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len > nl && !strncmp(p, name, nl) && p[nl] == ' ') {
+            const char *v = p + nl;
+            while (*v == ' ')
+                v++;
+            if ((size_t)(p + len - v) == strlen(value) && !strncmp(v, value, strlen(value)))
+                return true;
+        }
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    fprintf(stderr, "no row \"%s  %s\" in:\n%s\n", name, value, text_of(r, OUT));
+    return false;
+}
+
+/* A pipe whose write end goes to a command as fd 5; lines are read from
+ * the read end. */
+struct report {
+    int rd, wr;
+    struct run reader;          /* only its stdout machinery is used */
+};
+
+static void report_open(struct report *p)
+{
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        exit(2);
+    memset(p, 0, sizeof *p);
+    p->rd = fds[0];
+    p->wr = fds[1];
+    fcntl(p->rd, F_SETFL, O_NONBLOCK);
+    p->reader.fd[OUT] = p->rd;
+    p->reader.fd[ERR] = -1;
+}
+
+static const char *report_line(struct report *p, int timeout_ms)
+{
+    return next_line(&p->reader, OUT, timeout_ms);
+}
+
+static void report_close(struct report *p)
+{
+    if (p->wr >= 0)
+        close(p->wr);
+    if (p->reader.fd[OUT] >= 0)
+        close(p->reader.fd[OUT]);
+    free(p->reader.out[OUT].p);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---- JSON, just enough to validate watch --json lines ---- */
+
+static const char *json_ws(const char *s)
+{
+    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
+        s++;
+    return s;
+}
+
+static const char *json_value(const char *s, int depth);
+
+static const char *json_string(const char *s)
+{
+    if (*s != '"')
+        return NULL;
+    for (s++; *s && *s != '"'; s++) {
+        if ((unsigned char)*s < 0x20)
+            return NULL;
+        if (*s == '\\') {
+            s++;
+            if (*s == 'u') {
+                for (int i = 1; i <= 4; i++)
+                    if (!strchr("0123456789abcdefABCDEF", s[i]) || !s[i])
+                        return NULL;
+                s += 4;
+            } else if (!*s || !strchr("\"\\/bfnrt", *s)) {
+                return NULL;
+            }
+        }
+    }
+    return *s == '"' ? s + 1 : NULL;
+}
+
+static const char *json_number(const char *s)
+{
+    const char *b = s;
+    if (*s == '-')
+        s++;
+    if (*s < '0' || *s > '9')
+        return NULL;
+    while ((*s >= '0' && *s <= '9') || *s == '.' || *s == 'e' || *s == 'E' ||
+           *s == '+' || *s == '-')
+        s++;
+    return s > b ? s : NULL;
+}
+
+static const char *json_value(const char *s, int depth)
+{
+    if (depth > 32)
+        return NULL;
+    s = json_ws(s);
+    if (*s == '{' || *s == '[') {
+        char close = *s == '{' ? '}' : ']';
+        bool obj = *s == '{';
+        s = json_ws(s + 1);
+        if (*s == close)
+            return s + 1;
+        for (;;) {
+            if (obj) {
+                if (!(s = json_string(json_ws(s))))
+                    return NULL;
+                s = json_ws(s);
+                if (*s++ != ':')
+                    return NULL;
+            }
+            if (!(s = json_value(s, depth + 1)))
+                return NULL;
+            s = json_ws(s);
+            if (*s == close)
+                return s + 1;
+            if (*s++ != ',')
+                return NULL;
+        }
+    }
+    if (*s == '"')
+        return json_string(s);
+    if (!strncmp(s, "true", 4))
+        return s + 4;
+    if (!strncmp(s, "false", 5))
+        return s + 5;
+    if (!strncmp(s, "null", 4))
+        return s + 4;
+    return json_number(s);
+}
+
+/* line is exactly one JSON object */
+static bool json_object_line(const char *line)
+{
+    const char *s = json_ws(line);
+    if (*s != '{')
+        return false;
+    s = json_value(s, 0);
+    return s && *json_ws(s) == '\0';
+}
+
+/* The unsigned number after "key": in a JSON text; false when absent. */
+static bool json_uint(const char *j, const char *key, uint64_t *v)
+{
+    char pat[80];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(j, pat);
+    if (!p)
+        return false;
+    char *end;
+    *v = strtoull(p + strlen(pat), &end, 10);
+    return end != p + strlen(pat);
+}
+
+/* ==== the library ==== */
+
+static void test_lib_leader(void)
+{
+    start();
+    coord_t *a = lib_client(), *b = lib_client();
+    const char *ws = "lib-ws";
+    size_t wl = strlen(ws);
+
+    uint64_t g1 = 0, g = 0;
+    bool granted = false;
+    CHECK_EQ_U(coord_leader_campaign(a, ws, wl, NULL, &g1, &granted), 0);
+    CHECK(granted);
+    CHECK(g1 > 0);
+
+    /* if_available while someone leads: answered, not granted */
+    coord_leader_opts o = { .if_available = true };
+    granted = true;
+    g = 99;
+    CHECK_EQ_U(coord_leader_campaign(b, ws, wl, &o, &g, &granted), 0);
+    CHECK(!granted);
+    CHECK_EQ_U(g, 0);
+    /* a connection leads once */
+    CHECK_EQ_U(coord_leader_campaign(a, ws, wl, NULL, NULL, NULL), COORD_EINVALID_OPTIONS);
+    /* the broker refuses contradictory options */
+    coord_leader_opts bad = { .steal = true, .timeout_ms = 10 };
+    CHECK_EQ_U(coord_leader_campaign(b, ws, wl, &bad, NULL, NULL), COORD_EINVALID_OPTIONS);
+
+    uint64_t lease = 0;
+    CHECK_EQ_U(coord_leader_renew(a, ws, wl, g1, &lease), 0);
+    CHECK_EQ_U(lease, 30000);       /* lease_ms 0: the default */
+
+    coord_commit_result cr;
+    CHECK_EQ_U(coord_leader_commit(a, ws, wl, g1, "op-1", "cfg", "v1", 2, &cr), 0);
+    CHECK(cr.applied && !cr.duplicate);
+    CHECK_EQ_U(cr.generation, g1);
+    CHECK_EQ_U(coord_leader_commit(a, ws, wl, g1, "op-1", "cfg", "v2", 2, &cr), 0);
+    CHECK(!cr.applied && cr.duplicate);
+    CHECK_EQ_U(cr.generation, g1);
+    /* an empty value, NULL pointer */
+    CHECK_EQ_U(coord_leader_commit(a, ws, wl, g1, "op-2", "empty", NULL, 0, &cr), 0);
+    CHECK(cr.applied);
+
+    void *v = NULL;
+    size_t vn = 0;
+    CHECK_EQ_U(coord_leader_read(b, ws, wl, "cfg", &v, &vn, &g), 0);
+    CHECK_EQ_U(vn, 2);
+    CHECK(v && !strcmp(v, "v1"));   /* NUL after the bytes */
+    CHECK_EQ_U(g, g1);
+    free(v);
+    CHECK_EQ_U(coord_leader_read(b, ws, wl, "empty", &v, &vn, NULL), 0);
+    CHECK(v && vn == 0 && ((char *)v)[0] == '\0');
+    free(v);
+    v = (void *)1;
+    CHECK_EQ_U(coord_leader_read(b, ws, wl, "nothing", &v, &vn, &g), COORD_ENOT_FOUND);
+    CHECK(v == NULL);
+
+    coord_reply_t *info = NULL;
+    CHECK_EQ_U(coord_leader_info(b, ws, wl, &info), 0);
+    REQUIRE(info);
+    coord_map m = coord_reply_map(info);
+    uint64_t u = 0;
+    const char *s;
+    size_t sn;
+    CHECK(coord_map_str(m, "state", &s, &sn) && sn == 7 && !memcmp(s, "leading", 7));
+    CHECK(coord_map_uint(m, "live_generation", &u) && u == g1);
+    CHECK(coord_map_uint(m, "conn", &u) && u == coord_conn_id(a));
+    CHECK(coord_map_uint(m, "pid", &u) && u == (uint64_t)getpid());
+    CHECK(coord_map_uint(m, "lease_left_ms", &u) && u <= 30000);
+    coord_reply_free(info);
+
+    /* stolen: a is told, and fenced */
+    coord_leader_opts st = { .steal = true };
+    uint64_t g2 = 0;
+    CHECK_EQ_U(coord_leader_campaign(b, ws, wl, &st, &g2, &granted), 0);
+    CHECK(granted);
+    CHECK_EQ_U(g2, g1 + 1);
+    coord_reply_t *ev = NULL;
+    CHECK_EQ_U(coord_next_event(a, T, &ev), 0);
+    coord_leader_lost lost;
+    CHECK(coord_event_leader_lost(ev, &lost));
+    CHECK_EQ_U(lost.generation, g1);
+    CHECK(lost.workstream_len == wl && !memcmp(lost.workstream, ws, wl));
+    CHECK(lost.reason_len == 6 && !memcmp(lost.reason, "stolen", 6));
+    CHECK(!coord_event_message(ev, NULL) && !coord_event_lifecycle(ev, NULL));
+    coord_reply_free(ev);
+    CHECK_EQ_U(coord_leader_commit(a, ws, wl, g1, "op-3", "cfg", "x", 1, &cr), COORD_EFENCED);
+    CHECK(!cr.applied);
+    CHECK_EQ_U(coord_leader_renew(a, ws, wl, g1, NULL), COORD_EFENCED);
+    CHECK_EQ_U(coord_leader_resign(a, ws, wl, g1), COORD_EFENCED);
+
+    /* the kill switch */
+    uint64_t g3 = 0;
+    CHECK_EQ_U(coord_leader_disable(a, ws, wl, &g3), 0);
+    CHECK_EQ_U(g3, g2 + 1);
+    CHECK_EQ_U(coord_next_event(b, T, &ev), 0);
+    CHECK(coord_event_leader_lost(ev, &lost) && lost.generation == g2 &&
+          lost.reason_len == 8 && !memcmp(lost.reason, "disabled", 8));
+    coord_reply_free(ev);
+    CHECK_EQ_U(coord_leader_campaign(b, ws, wl, NULL, NULL, NULL), COORD_EDISABLED);
+    CHECK_EQ_U(coord_leader_info(b, ws, wl, &info), 0);
+    bool dis = false;
+    CHECK(coord_map_bool(coord_reply_map(info), "disabled", &dis) && dis);
+    coord_reply_free(info);
+    CHECK_EQ_U(coord_leader_enable(a, ws, wl), 0);
+    CHECK_EQ_U(coord_leader_campaign(b, ws, wl, NULL, &g, &granted), 0);
+    CHECK_EQ_U(g, g3 + 1);
+    CHECK_EQ_U(coord_leader_resign(b, ws, wl, g), 0);
+
+    /* a timeout while someone else leads */
+    CHECK_EQ_U(coord_leader_campaign(a, ws, wl, NULL, &g, &granted), 0);
+    coord_leader_opts to = { .timeout_ms = 50 };
+    CHECK_EQ_U(coord_leader_campaign(b, ws, wl, &to, &g, &granted), COORD_ETIMEOUT);
+    CHECK(!granted && g == 0);
+
+    CHECK_EQ_U(coord_leader_campaign(NULL, ws, wl, NULL, NULL, NULL), COORD_EINVAL);
+    CHECK_EQ_U(coord_leader_campaign(a, NULL, 3, NULL, NULL, NULL), COORD_EINVAL);
+    CHECK_EQ_U(coord_leader_read(a, ws, wl, "k", NULL, NULL, NULL), COORD_EINVAL);
+
+    coord_close(a);
+    coord_close(b);
+    stop();
+}
+
+static void test_lib_channels(void)
+{
+    start();
+    coord_t *a = lib_client(), *b = lib_client();
+    const char bin[] = { 'x', '\0', 'y' };
+    uint64_t n = 99;
+
+    CHECK_EQ_U(coord_publish(b, "news", 4, "nobody", 6, &n), 0);
+    CHECK_EQ_U(n, 0);
+    CHECK_EQ_U(coord_subscribe(a, "news", 4), 0);
+    CHECK_EQ_U(coord_subscribe(a, "news", 4), 0);          /* twice = once */
+    CHECK_EQ_U(coord_publish(b, "news", 4, bin, sizeof bin, &n), 0);
+    CHECK_EQ_U(n, 1);
+    coord_reply_t *ev = NULL;
+    CHECK_EQ_U(coord_next_event(a, T, &ev), 0);
+    coord_message msg;
+    REQUIRE(coord_event_message(ev, &msg));
+    CHECK(msg.channel_len == 4 && !memcmp(msg.channel, "news", 4));
+    CHECK(msg.data_len == 3 && !memcmp(msg.data, bin, 3));
+    CHECK_EQ_U(msg.conn, coord_conn_id(b));
+    coord_reply_free(ev);
+    /* not to the publisher itself */
+    CHECK_EQ_U(coord_subscribe(b, "news", 4), 0);
+    CHECK_EQ_U(coord_publish(b, "news", 4, NULL, 0, &n), 0);
+    CHECK_EQ_U(n, 1);
+    CHECK_EQ_U(coord_next_event(a, T, &ev), 0);
+    CHECK(coord_event_message(ev, &msg) && msg.data_len == 0);
+    coord_reply_free(ev);
+    CHECK_EQ_U(coord_next_event(b, 100, &ev), COORD_EAGAIN);
+
+    CHECK_EQ_U(coord_unsubscribe(a, "news", 4), 0);
+    CHECK_EQ_U(coord_unsubscribe(a, "news", 4), 0);
+    CHECK_EQ_U(coord_publish(b, "news", 4, "z", 1, &n), 0);
+    CHECK_EQ_U(n, 0);
+
+    CHECK_EQ_U(coord_publish(b, "-locks", 6, "z", 1, &n), COORD_ENAME_RESERVED);
+    CHECK_EQ_U(coord_subscribe(b, "-other", 6), COORD_ENAME_RESERVED);
+    static char big[64 * 1024 + 1];
+    CHECK_EQ_U(coord_publish(b, "news", 4, big, sizeof big, &n), COORD_ETOO_LARGE);
+
+    /* lifecycle events of the broker's channels */
+    CHECK_EQ_U(coord_subscribe(a, "-leaders", 8), 0);
+    uint64_t g = 0;
+    CHECK_EQ_U(coord_leader_campaign(b, "w", 1, NULL, &g, NULL), 0);
+    CHECK_EQ_U(coord_next_event(a, T, &ev), 0);
+    coord_lifecycle lc;
+    REQUIRE(coord_event_lifecycle(ev, &lc));
+    CHECK(lc.channel_len == 8 && !memcmp(lc.channel, "-leaders", 8));
+    CHECK(lc.what_len == 7 && !memcmp(lc.what, "elected", 7));
+    CHECK(lc.at_ms > 0);
+    uint64_t eg = 0;
+    CHECK(coord_map_uint(coord_reply_map(ev), "generation", &eg) && eg == g);
+    coord_reply_free(ev);
+
+    coord_close(a);
+    coord_close(b);
+    stop();
+}
+
+/* ==== coordctl leader-run, leader, disable, enable ==== */
+
+static void test_run_generation(void)
+{
+    start();
+    char file[400];
+    snprintf(file, sizeof file, "%s/gen", bp.dir);
+    setenv("OUT_FILE", file, 1);
+    struct run r;
+    CHECK_EQ_U(ctl_run(&r, ARGS("leader-run", "gw", "--",
+               "sh", "-c", "echo $COORD_GENERATION $COORD_WORKSTREAM > \"$OUT_FILE\"; exit 7")),
+               7);
+    CHECK_EQ_U(r.out[ERR].n, 0);
+    ctl_free(&r);
+
+    FILE *f = fopen(file, "r");
+    REQUIRE(f);
+    unsigned long long gen = 0;
+    char wsname[64] = "";
+    CHECK(fscanf(f, "%llu %63s", &gen, wsname) == 2);
+    fclose(f);
+    CHECK(gen > 0);
+    CHECK(!strcmp(wsname, "gw"));
+
+    CHECK_EQ_U(ctl_run(&r, ARGS("--json", "leader", "gw")), 0);
+    uint64_t g = 0;
+    CHECK(json_object_line(text_of(&r, OUT)));
+    CHECK(json_uint(text_of(&r, OUT), "generation", &g));
+    CHECK_EQ_U(g, gen);
+    CHECK(has(&r, OUT, "\"state\":\"idle\""));     /* resigned at the end */
+    ctl_free(&r);
+
+    /* the table for people */
+    CHECK_EQ_U(ctl_run(&r, ARGS("leader", "gw")), 0);
+    char want[64];
+    snprintf(want, sizeof want, "%llu", gen);
+    CHECK(has_row(&r, "generation", want));
+    CHECK(has_row(&r, "state", "idle"));
+    CHECK(has_row(&r, "leader", "none"));
+    CHECK(has_row(&r, "disabled", "no"));
+    ctl_free(&r);
+
+    /* a command killed by a signal: 128+N */
+    CHECK_EQ_U(ctl_run(&r, ARGS("leader-run", "gw", "--", "sh", "-c", "kill -9 $$")), 137);
+    ctl_free(&r);
+    /* a command that cannot run */
+    CHECK_EQ_U(ctl_run(&r, ARGS("leader-run", "gw", "--", "/nonexistent/cmd")), 127);
+    ctl_free(&r);
+    /* usage */
+    CHECK_EQ_U(ctl_run(&r, ARGS("leader-run", "gw")), 2);
+    ctl_free(&r);
+    CHECK_EQ_U(ctl_run(&r, ARGS("leader-run", "-n", "-w", "1", "gw", "--", "true")), 2);
+    ctl_free(&r);
+    CHECK_EQ_U(ctl_run(&r, ARGS("leader")), 2);
+    ctl_free(&r);
+    stop();
+}
+
+/* Two (three) leader-runs on one workstream never overlap, and their
+ * generations follow one another. */
+static void test_run_exclusive(void)
+{
+    start();
+    char file[400];
+    snprintf(file, sizeof file, "%s/log", bp.dir);
+    setenv("OUT_FILE", file, 1);
+    const char *script =
+        "echo start $COORD_GENERATION >> \"$OUT_FILE\"; sleep 0.2; "
+        "echo end $COORD_GENERATION >> \"$OUT_FILE\"";
+    struct run r[3];
+    for (int i = 0; i < 3; i++)
+        ctl_start(&r[i], -1, ARGS("leader-run", "ex", "--", "sh", "-c", script));
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_U(ctl_finish(&r[i], 3 * T), 0);
+        ctl_free(&r[i]);
+    }
+    FILE *f = fopen(file, "r");
+    REQUIRE(f);
+    char what[16];
+    unsigned long long gen, first = 0;
+    int lines = 0;
+    while (fscanf(f, "%15s %llu", what, &gen) == 2) {
+        if (lines == 0)
+            first = gen;
+        /* start g, end g, start g+1, end g+1, ... */
+        CHECK(!strcmp(what, lines % 2 ? "end" : "start"));
+        CHECK_EQ_U(gen, first + (unsigned long long)(lines / 2));
+        lines++;
+    }
+    fclose(f);
+    CHECK_EQ_U(lines, 6);
+    stop();
+}
+
+/* A command that says "started" on fd 5, and "term" there when it gets
+ * SIGTERM (then exits 0). */
+static const char *const reporting_cmd =
+    "trap 'kill $! 2>/dev/null; echo term >&5; exit 0' TERM; "
+    "echo started $COORD_GENERATION >&5; sleep 30 & wait";
+
+/* Leadership lost while the command runs: disabled, stolen, broker gone. */
+static void test_run_lost(void)
+{
+    start();
+    struct report rep;
+    struct run r, o;
+
+    /* disabled by another client */
+    report_open(&rep);
+    ctl_start(&r, rep.wr, ARGS("leader-run", "lw", "--", "sh", "-c", reporting_cmd));
+    const char *l = report_line(&rep, T);
+    CHECK(l && !strncmp(l, "started ", 8));
+    CHECK_EQ_U(ctl_run(&o, ARGS("disable", "lw")), 0);
+    ctl_free(&o);
+    l = report_line(&rep, T);
+    CHECK(l && !strcmp(l, "term"));
+    CHECK_EQ_U(ctl_finish(&r, T), 1);         /* CMD exited 0: still a failure */
+    CHECK(has(&r, ERR, "coordctl: leader-run: lost leadership of lw (disabled)\n"));
+    ctl_free(&r);
+    report_close(&rep);
+    CHECK_EQ_U(ctl_run(&o, ARGS("enable", "lw")), 0);
+    ctl_free(&o);
+
+    /* stolen by another leader-run */
+    report_open(&rep);
+    ctl_start(&r, rep.wr, ARGS("leader-run", "lw", "--", "sh", "-c", reporting_cmd));
+    l = report_line(&rep, T);
+    unsigned long long g1 = 0;
+    CHECK(l && sscanf(l, "started %llu", &g1) == 1);
+    CHECK_EQ_U(ctl_run(&o, ARGS("leader-run", "--steal", "lw", "--", "sh", "-c",
+                                "echo $COORD_GENERATION")), 0);
+    unsigned long long g2 = strtoull(text_of(&o, OUT), NULL, 10);
+    CHECK_EQ_U(g2, g1 + 1);
+    ctl_free(&o);
+    l = report_line(&rep, T);
+    CHECK(l && !strcmp(l, "term"));
+    CHECK_EQ_U(ctl_finish(&r, T), 1);
+    CHECK(has(&r, ERR, "coordctl: leader-run: lost leadership of lw (stolen)\n"));
+    ctl_free(&r);
+    report_close(&rep);
+
+    /* a command that does not end on SIGTERM decides the status itself */
+    report_open(&rep);
+    ctl_start(&r, rep.wr, ARGS("leader-run", "lw", "--", "sh", "-c",
+              "trap 'echo term >&5; exit 5' TERM; echo started >&5; sleep 30 & wait"));
+    l = report_line(&rep, T);
+    CHECK(l && !strcmp(l, "started"));
+    CHECK_EQ_U(ctl_run(&o, ARGS("leader-run", "--steal", "lw", "--", "true")), 0);
+    ctl_free(&o);
+    CHECK_EQ_U(ctl_finish(&r, T), 5);
+    CHECK(has(&r, ERR, "lost leadership of lw (stolen)"));
+    ctl_free(&r);
+    report_close(&rep);
+
+    /* SIGTERM to coordctl reaches the command; leadership is resigned */
+    report_open(&rep);
+    ctl_start(&r, rep.wr, ARGS("leader-run", "lw", "--", "sh", "-c", reporting_cmd));
+    l = report_line(&rep, T);
+    CHECK(l && !strncmp(l, "started ", 8));
+    kill(r.pid, SIGTERM);
+    l = report_line(&rep, T);
+    CHECK(l && !strcmp(l, "term"));
+    CHECK_EQ_U(ctl_finish(&r, T), 0);
+    CHECK_EQ_U(r.out[ERR].n, 0);
+    ctl_free(&r);
+    report_close(&rep);
+    CHECK_EQ_U(ctl_run(&o, ARGS("--json", "leader", "lw")), 0);
+    CHECK(has(&o, OUT, "\"state\":\"idle\""));
+    ctl_free(&o);
+
+    /* -n while someone leads: exit 1 without running */
+    report_open(&rep);
+    ctl_start(&r, rep.wr, ARGS("leader-run", "lw", "--", "sh", "-c", reporting_cmd));
+    l = report_line(&rep, T);
+    CHECK(l && !strncmp(l, "started ", 8));
+    char file[400];
+    snprintf(file, sizeof file, "%s/ran", bp.dir);
+    setenv("OUT_FILE", file, 1);
+    CHECK_EQ_U(ctl_run(&o, ARGS("leader-run", "-n", "lw", "--", "sh", "-c",
+                                "touch \"$OUT_FILE\"")), 1);
+    CHECK(has(&o, ERR, "coordctl: leader-run: lw has a leader\n"));
+    ctl_free(&o);
+    CHECK_EQ_U(ctl_run(&o, ARGS("leader-run", "-w", "0.2", "lw", "--", "sh", "-c",
+                                "touch \"$OUT_FILE\"")), 1);
+    CHECK(has(&o, ERR, "coordctl: leader-run: TIMEOUT: "));
+    ctl_free(&o);
+    CHECK(access(file, F_OK) != 0);
+    CHECK_EQ_U(ctl_run(&o, ARGS("leader", "lw")), 0);
+    CHECK(has_row(&o, "state", "leading"));
+    char want[64];
+    snprintf(want, sizeof want, ", pid %d, client coordctl", (int)r.pid);
+    CHECK(has(&o, OUT, want));
+    CHECK(has(&o, OUT, "\nlease left "));
+    CHECK(has(&o, OUT, "\nleading for "));
+    ctl_free(&o);
+
+    /* the broker goes away: the command is stopped */
+    broker_kill(&bp, SIGKILL);
+    l = report_line(&rep, T);
+    CHECK(l && !strcmp(l, "term"));
+    CHECK_EQ_U(ctl_finish(&r, T), 1);
+    CHECK(has(&r, ERR, "coordctl: leader-run: lost leadership of lw (broker connection closed)\n"));
+    ctl_free(&r);
+    report_close(&rep);
+    broker_cleanup(&bp);
+}
+
+/* A one-second lease held over several periods while the command runs
+ * 3 s: renewals work. */
+static void test_run_renews(void)
+{
+    start();
+    coord_t *w = lib_client();
+    CHECK_EQ_U(coord_subscribe(w, "-leaders", 8), 0);
+    struct run r;
+    ctl_start(&r, -1, ARGS("leader-run", "--lease", "1", "rw", "--", "sleep", "3"));
+    int renewed = 0, elected = 0, other = 0;
+    uint64_t gen = 0;
+    for (;;) {
+        coord_reply_t *ev = NULL;
+        if (coord_next_event(w, T, &ev) != 0)
+            break;
+        coord_lifecycle lc;
+        uint64_t g = 0;
+        if (coord_event_lifecycle(ev, &lc)) {
+            coord_map_uint(coord_reply_map(ev), "generation", &g);
+            if (lc.what_len == 7 && !memcmp(lc.what, "elected", 7)) {
+                elected++;
+                gen = g;
+            } else if (lc.what_len == 7 && !memcmp(lc.what, "renewed", 7)) {
+                renewed++;
+                CHECK_EQ_U(g, gen);
+            } else if (lc.what_len == 8 && !memcmp(lc.what, "resigned", 8)) {
+                CHECK_EQ_U(g, gen);
+                coord_reply_free(ev);
+                break;
+            } else {
+                fprintf(stderr, "unexpected -leaders event %.*s\n", (int)lc.what_len,
+                        lc.what);
+                other++;
+            }
+        }
+        coord_reply_free(ev);
+    }
+    CHECK_EQ_U(elected, 1);
+    CHECK_EQ_U(other, 0);
+    CHECK(renewed >= 6);            /* every third of a second for 3 s */
+    CHECK_EQ_U(ctl_finish(&r, T), 0);
+    CHECK_EQ_U(r.out[ERR].n, 0);
+    ctl_free(&r);
+    coord_close(w);
+    stop();
+}
+
+static void test_disable_enable(void)
+{
+    start();
+    struct run r;
+    CHECK_EQ_U(ctl_run(&r, ARGS("leader-run", "dw", "--", "true")), 0);
+    ctl_free(&r);
+    CHECK_EQ_U(ctl_run(&r, ARGS("disable", "dw")), 0);
+    char *end;
+    unsigned long long g = strtoull(text_of(&r, OUT), &end, 10);
+    CHECK(g == 2 && *end == '\n');          /* elected 1, disable advances */
+    ctl_free(&r);
+
+    char file[400];
+    snprintf(file, sizeof file, "%s/ran", bp.dir);
+    setenv("OUT_FILE", file, 1);
+    CHECK_EQ_U(ctl_run(&r, ARGS("leader-run", "dw", "--", "sh", "-c",
+                                "touch \"$OUT_FILE\"")), 1);
+    CHECK(has(&r, ERR, "coordctl: leader-run: DISABLED: "));
+    ctl_free(&r);
+    CHECK(access(file, F_OK) != 0);
+
+    CHECK_EQ_U(ctl_run(&r, ARGS("leader", "dw")), 0);
+    CHECK(has_row(&r, "state", "disabled"));
+    CHECK(has_row(&r, "disabled", "yes"));
+    ctl_free(&r);
+    CHECK_EQ_U(ctl_run(&r, ARGS("--json", "leader", "dw")), 0);
+    CHECK(has(&r, OUT, "\"disabled\":true"));
+    ctl_free(&r);
+
+    CHECK_EQ_U(ctl_run(&r, ARGS("enable", "dw")), 0);
+    CHECK_EQ_U(r.out[OUT].n, 0);
+    ctl_free(&r);
+    CHECK_EQ_U(ctl_run(&r, ARGS("leader-run", "dw", "--", "sh", "-c",
+                                "echo $COORD_GENERATION; touch \"$OUT_FILE\"")), 0);
+    CHECK_EQ_U(strtoull(text_of(&r, OUT), NULL, 10), g + 1);
+    ctl_free(&r);
+    CHECK(access(file, F_OK) == 0);
+
+    CHECK_EQ_U(ctl_run(&r, ARGS("--json", "disable", "dw")), 0);
+    CHECK(json_object_line(text_of(&r, OUT)));
+    uint64_t g2 = 0;
+    CHECK(json_uint(text_of(&r, OUT), "generation", &g2) && g2 == g + 2);
+    ctl_free(&r);
+    stop();
+}
+
+/* ==== watch, publish, subscribe ==== */
+
+/* lock.acquire / lock.release through the generic request calls */
+static uint64_t acquire(coord_t *c, const char *name)
+{
+    coord_req_t *q = coord_req_new("lock.acquire");
+    coord_req_cstr(q, "name", name);
+    coord_reply_t *rep = NULL;
+    uint64_t lock = 0;
+    if (coord_call(c, q, &rep) == 0)
+        coord_map_uint(coord_reply_map(rep), "lock", &lock);
+    coord_reply_free(rep);
+    coord_req_free(q);
+    return lock;
+}
+
+static int release(coord_t *c, uint64_t lock)
+{
+    coord_req_t *q = coord_req_new("lock.release");
+    coord_req_uint(q, "lock", lock);
+    int rc = coord_call(c, q, NULL);
+    coord_req_free(q);
+    return rc;
+}
+
+struct pending_reply {
+    bool done;
+    int status;
+    uint64_t u;                 /* one uint field of the reply */
+    const char *field;
+    char text[128];             /* a bin/str field "result", if any */
+};
+
+static void on_reply(coord_t *c, int status, const coord_reply_t *reply, void *ud)
+{
+    struct pending_reply *p = ud;
+    (void)c;
+    p->done = true;
+    p->status = status;
+    if (!reply)
+        return;
+    coord_map m = coord_reply_map(reply);
+    if (p->field)
+        coord_map_uint(m, p->field, &p->u);
+    const void *b;
+    size_t n;
+    if (coord_map_bin(m, "result", &b, &n))
+        snprintf(p->text, sizeof p->text, "%.*s", (int)n, (const char *)b);
+}
+
+static bool await_reply(coord_t *c, struct pending_reply *p)
+{
+    uint64_t deadline = now_ms() + T;
+    while (!p->done && now_ms() < deadline)
+        if (coord_wait(c, (int)(deadline - now_ms())) < 0)
+            return false;
+    return p->done;
+}
+
+static void send_req(coord_t *c, coord_req_t *q, struct pending_reply *p)
+{
+    CHECK_EQ_U(coord_send(c, q, on_reply, p, NULL), 0);
+    coord_req_free(q);
+    CHECK_EQ_U(coord_ping(c), 0);   /* the broker has queued it */
+}
+
+static void test_watch(void)
+{
+    start();
+    struct run w;
+    ctl_start(&w, -1, ARGS("watch"));
+    CHECK(EXPECT(&w, ERR, "coordctl: watch: listening on -locks -flights -leaders"));
+    coord_t *a = lib_client(), *b = lib_client();
+    char ca[32], cb[32];
+    snprintf(ca, sizeof ca, " conn=%llu ", (unsigned long long)coord_conn_id(a));
+    snprintf(cb, sizeof cb, " conn=%llu ", (unsigned long long)coord_conn_id(b));
+
+    /* a lock handed from a to b */
+    uint64_t la = acquire(a, "door");
+    CHECK(la != 0);
+    struct pending_reply pb = { .field = "lock" };
+    coord_req_t *q = coord_req_new("lock.acquire");
+    coord_req_cstr(q, "name", "door");
+    send_req(b, q, &pb);
+    CHECK_EQ_U(release(a, la), 0);
+    CHECK(await_reply(b, &pb) && pb.status == 0 && pb.u != 0);
+    CHECK_EQ_U(release(b, pb.u), 0);
+    CHECK(EXPECT(&w, OUT, " -locks granted ", "name=door ", ca));
+    CHECK(EXPECT(&w, OUT, " -locks released ", "name=door ", ca));
+    CHECK(EXPECT(&w, OUT, " -locks granted ", "name=door ", cb));
+    CHECK(EXPECT(&w, OUT, " -locks released ", "name=door ", cb));
+
+    /* a flight with one follower */
+    static const char secret[] = "SECRET-RESULT-8d1f";
+    q = coord_req_new("flight.join");
+    coord_req_cstr(q, "key", "fk");
+    coord_reply_t *rep = NULL;
+    CHECK_EQ_U(coord_call(a, q, &rep), 0);
+    coord_req_free(q);
+    uint64_t flight = 0, fence = 0;
+    if (rep) {
+        coord_map_uint(coord_reply_map(rep), "flight", &flight);
+        coord_map_uint(coord_reply_map(rep), "fence", &fence);
+    }
+    coord_reply_free(rep);
+    CHECK(flight != 0);
+    struct pending_reply pf = { .field = NULL };
+    q = coord_req_new("flight.join");
+    coord_req_cstr(q, "key", "fk");
+    send_req(b, q, &pf);
+    CHECK(EXPECT(&w, OUT, " -flights started ", "key=fk "));
+    CHECK(EXPECT(&w, OUT, " -flights joined ", "key=fk "));
+    q = coord_req_new("flight.complete");
+    coord_req_uint(q, "flight", flight);
+    coord_req_uint(q, "fence", fence);
+    coord_req_bin(q, "result", secret, sizeof secret - 1);
+    CHECK_EQ_U(coord_call(a, q, NULL), 0);
+    coord_req_free(q);
+    CHECK(await_reply(b, &pf) && pf.status == 0 && !strcmp(pf.text, secret));
+    CHECK(EXPECT(&w, OUT, " -flights completed ", "key=fk "));
+
+    /* a leader transition */
+    uint64_t g = 0;
+    CHECK_EQ_U(coord_leader_campaign(a, "lw", 2, NULL, &g, NULL), 0);
+    struct pending_reply pl = { .field = "generation" };
+    q = coord_req_new("leader.campaign");
+    coord_req_cstr(q, "workstream", "lw");
+    send_req(b, q, &pl);
+    CHECK_EQ_U(coord_leader_resign(a, "lw", 2, g), 0);
+    CHECK(await_reply(b, &pl) && pl.status == 0 && pl.u == g + 1);
+    char g1[48], g2[48];
+    snprintf(g1, sizeof g1, "generation=%llu", (unsigned long long)g);
+    snprintf(g2, sizeof g2, "generation=%llu", (unsigned long long)g + 1);
+    CHECK(EXPECT(&w, OUT, " -leaders elected ", "workstream=lw ", g1));
+    CHECK(EXPECT(&w, OUT, " -leaders resigned ", "workstream=lw ", g1));
+    CHECK(EXPECT(&w, OUT, " -leaders elected ", "workstream=lw ", g2));
+    coord_close(b);                 /* b's leadership ends: lost, disconnected */
+    CHECK(EXPECT(&w, OUT, " -leaders lost ", "workstream=lw ", g2, "reason=disconnected"));
+
+    /* every line starts with a local time HH:MM:SS.mmm */
+    const char *all = text_of(&w, OUT);
+    for (const char *p = all; *p; ) {
+        CHECK(p[2] == ':' && p[5] == ':' && p[8] == '.' && p[12] == ' ');
+        const char *nl = strchr(p, '\n');
+        if (!nl)
+            break;
+        p = nl + 1;
+    }
+
+    kill(w.pid, SIGTERM);
+    CHECK_EQ_U(ctl_finish(&w, T), 0);
+    /* the result bytes never reach an observer, in any form */
+    CHECK(!strstr(text_of(&w, OUT), "SECRET"));
+    CHECK(!strstr(text_of(&w, OUT), "U0VDUkVU"));      /* base64 of "SECRET" */
+    ctl_free(&w);
+    coord_close(a);
+
+    /* the broker going away ends watch with status 3 */
+    ctl_start(&w, -1, ARGS("watch", "-leaders", "chan"));
+    CHECK(EXPECT(&w, ERR, "listening on -leaders chan"));
+    broker_kill(&bp, SIGTERM);
+    CHECK_EQ_U(ctl_finish(&w, T), 3);
+    CHECK(has(&w, ERR, "coordctl: watch: "));
+    ctl_free(&w);
+    broker_cleanup(&bp);
+}
+
+static void test_watch_json(void)
+{
+    /* the validator itself */
+    CHECK(json_object_line("{\"a\":[1,-2.5e3,true,null,{\"b\":\"\\u00ff\\n\"}]}"));
+    CHECK(!json_object_line("{\"a\":}"));
+    CHECK(!json_object_line("{\"a\":1} x"));
+    CHECK(!json_object_line("[1]"));
+    CHECK(!json_object_line("{\"a\":\"\\x\"}"));
+
+    start();
+    struct run w;
+    ctl_start(&w, -1, ARGS("--json", "watch", "-locks", "-leaders", "room"));
+    CHECK(EXPECT(&w, ERR, "listening on -locks -leaders room"));
+    coord_t *a = lib_client();
+    uint64_t la = acquire(a, "jl");
+    CHECK_EQ_U(release(a, la), 0);
+    uint64_t g = 0;
+    CHECK_EQ_U(coord_leader_campaign(a, "jw", 2, NULL, &g, NULL), 0);
+    CHECK_EQ_U(coord_leader_resign(a, "jw", 2, g), 0);
+    uint64_t n = 0;
+    CHECK_EQ_U(coord_publish(a, "room", 4, "hi \"you\"", 8, &n), 0);
+    CHECK_EQ_U(n, 1);
+    CHECK(EXPECT(&w, OUT, "\"channel\":\"-locks\"", "\"what\":\"granted\"", "\"name\":\"jl\""));
+    CHECK(EXPECT(&w, OUT, "\"channel\":\"-locks\"", "\"what\":\"released\"", "\"name\":\"jl\""));
+    CHECK(EXPECT(&w, OUT, "\"channel\":\"-leaders\"", "\"what\":\"elected\"",
+                 "\"workstream\":\"jw\""));
+    CHECK(EXPECT(&w, OUT, "\"channel\":\"-leaders\"", "\"what\":\"resigned\""));
+    /* "hi \"you\"" in base64 */
+    CHECK(EXPECT(&w, OUT, "\"ev\":\"message\"", "\"channel\":\"room\"",
+                 "\"data\":\"aGkgInlvdSI=\""));
+    kill(w.pid, SIGINT);
+    CHECK_EQ_U(ctl_finish(&w, T), 0);
+    /* every line is one JSON object with the channel (and what, but for
+     * messages), nothing else */
+    int lines = 0;
+    const char *p = text_of(&w, OUT);
+    while (*p) {
+        const char *nl = strchr(p, '\n');
+        REQUIRE(nl);
+        char *line = strndup(p, (size_t)(nl - p));
+        CHECK(json_object_line(line));
+        CHECK(strstr(line, "\"channel\":"));
+        CHECK(strstr(line, "\"what\":") || strstr(line, "\"ev\":\"message\""));
+        if (!json_object_line(line))
+            fprintf(stderr, "not a JSON object: %s\n", line);
+        free(line);
+        lines++;
+        p = nl + 1;
+    }
+    CHECK(lines >= 5);
+    ctl_free(&w);
+
+    /* the human form of a message */
+    ctl_start(&w, -1, ARGS("watch", "room"));
+    CHECK(EXPECT(&w, ERR, "listening on room"));
+    CHECK_EQ_U(coord_publish(a, "room", 4, "two words", 9, &n), 0);
+    CHECK_EQ_U(coord_publish(a, "room", 4, "\x01\x02", 2, &n), 0);
+    char want[96];
+    snprintf(want, sizeof want, " room message conn=%llu data=\"two words\"",
+             (unsigned long long)coord_conn_id(a));
+    CHECK(EXPECT(&w, OUT, want));
+    CHECK(EXPECT(&w, OUT, " room message ", " data=base64:AQI="));
+    kill(w.pid, SIGTERM);
+    CHECK_EQ_U(ctl_finish(&w, T), 0);
+    ctl_free(&w);
+
+    /* a channel the broker refuses */
+    CHECK_EQ_U(ctl_run(&w, ARGS("watch", "-nope")), 1);
+    CHECK(has(&w, ERR, "coordctl: watch: -nope: NAME_RESERVED: "));
+    ctl_free(&w);
+    coord_close(a);
+    stop();
+}
+
+static void test_publish_subscribe(void)
+{
+    start();
+    struct run s, p;
+    ctl_start(&s, -1, ARGS("subscribe", "news"));
+    CHECK(EXPECT(&s, ERR, "coordctl: subscribe: listening on news"));
+    CHECK_EQ_U(ctl_run(&p, ARGS("publish", "news", "hello there")), 0);
+    CHECK(!strcmp(text_of(&p, OUT), "delivered 1\n"));
+    ctl_free(&p);
+    const char *l = next_line(&s, OUT, T);
+    CHECK(l && !strcmp(l, "hello there"));
+    CHECK_EQ_U(ctl_run(&p, ARGS("--json", "publish", "news", "second")), 0);
+    CHECK(!strcmp(text_of(&p, OUT), "{\"delivered\":1}\n"));
+    ctl_free(&p);
+    l = next_line(&s, OUT, T);
+    CHECK(l && !strcmp(l, "second"));
+    kill(s.pid, SIGTERM);
+    CHECK_EQ_U(ctl_finish(&s, T), 0);
+    ctl_free(&s);
+
+    /* --json: one object per message */
+    ctl_start(&s, -1, ARGS("--json", "subscribe", "news"));
+    CHECK(EXPECT(&s, ERR, "listening on news"));
+    CHECK_EQ_U(ctl_run(&p, ARGS("publish", "news", "j")), 0);
+    ctl_free(&p);
+    l = next_line(&s, OUT, T);
+    CHECK(l && json_object_line(l) && strstr(l, "\"channel\":\"news\"") &&
+          strstr(l, "\"data\":\"ag==\""));
+    kill(s.pid, SIGTERM);
+    CHECK_EQ_U(ctl_finish(&s, T), 0);
+    ctl_free(&s);
+
+    /* nobody listens */
+    CHECK_EQ_U(ctl_run(&p, ARGS("publish", "news", "x")), 0);
+    CHECK(!strcmp(text_of(&p, OUT), "delivered 0\n"));
+    ctl_free(&p);
+
+    /* the broker's channels are not for publishing */
+    CHECK_EQ_U(ctl_run(&p, ARGS("publish", "-locks", "x")), 1);
+    CHECK(!strncmp(text_of(&p, ERR), "coordctl: publish: NAME_RESERVED: ", 34));
+    CHECK_EQ_U(p.out[OUT].n, 0);
+    ctl_free(&p);
+    CHECK_EQ_U(ctl_run(&p, ARGS("publish", "news")), 2);
+    ctl_free(&p);
+    CHECK_EQ_U(ctl_run(&p, ARGS("subscribe")), 2);
+    ctl_free(&p);
+    stop();
+}
+
+int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    static const struct test_case tests[] = {
+        { "lib_leader", test_lib_leader },
+        { "lib_channels", test_lib_channels },
+        { "run_generation", test_run_generation },
+        { "run_exclusive", test_run_exclusive },
+        { "run_lost", test_run_lost },
+        { "run_renews", test_run_renews },
+        { "disable_enable", test_disable_enable },
+        { "watch", test_watch },
+        { "watch_json", test_watch_json },
+        { "publish_subscribe", test_publish_subscribe },
+        { NULL, NULL },
+    };
+    return run_tests(argc, argv, tests);
+}
