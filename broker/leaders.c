@@ -727,8 +727,11 @@ static int apply_switch(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
 static void switch_done(struct ledger_job *job, int status)
 {
     struct switch_job *sj = (struct switch_job *)job;
-    if (status == 0)
+    if (status == 0) {
         sj->ws->generation = sj->generation;
+        /* announced once stored, with the generation it stored */
+        emit(sj->disable ? "disabled" : "enabled", sj->ws, sj->generation, NULL);
+    }
     if (conn_alive(sj->conn)) {
         if (status) {
             conn_reply_error(sj->conn, sj->rid, status, NULL);
@@ -762,7 +765,6 @@ static void leader_switch(struct conn *c, uint64_t rid, coord_fields *f, bool di
     ws->disabled = disable;
     if (disable && ws->live_generation)
         leader_end(ws, "disabled", true, true);
-    emit(disable ? "disabled" : "enabled", ws, ws->generation, NULL);
     sj->conn = c;
     sj->rid = rid;
     sj->ws = ws;

@@ -256,6 +256,22 @@ static void test_lifecycle_sequences(void)
         found++;
     }
     CHECK_EQ_U(found, 3);
+    /* the kill switch is announced with the generation it stored */
+    e = rcl_begin(b, "leader.disable", 6);
+    coord_enc_kv_cstr(e, "workstream", "ws");
+    rcl_send(b);
+    REQUIRE(rcl_reply(b, 6, T, &m) == 0 && msg_ok(&m));
+    uint64_t stored = msg_uint(&m, "generation");
+    bool seen = false;
+    for (int i = 0; i < 12 && !seen; i++) {
+        if (rcl_event(w, "lifecycle", T, &m) != 0)
+            break;
+        if (msg_str_is(&m, "what", S("disabled"))) {
+            seen = true;
+            CHECK_EQ_U(msg_uint(&m, "generation"), stored);
+        }
+    }
+    CHECK(seen);
     rcl_close(w); rcl_close(b);
     stop();
 }
