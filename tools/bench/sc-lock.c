@@ -83,8 +83,8 @@ static int lock_cycles(struct wconn *w, double *total, double *acq, double *rel,
 
 void sc_lock_cycle(struct bench *b, struct result *r)
 {
-    unsigned rounds = b->quick ? 3 : 8;
-    size_t per = scaled(b, b->quick ? 1500 : 5000, 50);
+    unsigned rounds = b->quick ? 4 : 16;
+    size_t per = scaled(b, b->quick ? 1000 : 2500, 50);
     size_t warm = per / 4 + 50;
     size_t total = rounds * per;
     res_title(r, "1 client; p50 of acquire+release vs p50 of one raw round trip "
@@ -297,8 +297,8 @@ out:
 
 void sc_handoff(struct bench *b, struct result *r)
 {
-    unsigned rounds = b->quick ? 3 : 6;
-    unsigned pairs = scaled(b, b->quick ? 500 : 1500, 20);
+    unsigned rounds = b->quick ? 4 : 12;
+    unsigned pairs = scaled(b, b->quick ? 400 : 750, 20);
     size_t per_raw = 2 * (size_t)pairs;
     res_title(r, "2 clients ping-pong a lock; release sent -> waiter's grant "
               "received, p99, vs raw round trip p99 (%u x %u handoffs)",
