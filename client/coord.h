@@ -315,6 +315,230 @@ COORD_API char *coord_map_value_json(coord_map m, size_t i);
  * as \u00XX).  The caller frees the string with free().  NULL: no memory. */
 COORD_API char *coord_map_json(coord_map m);
 
+/* ---- single-flight and completion records (see the protocol's
+ * "Single-flight" and "Completion records"; client/flights.c) ----
+ *
+ * Per (scope, key) one owner runs the work at a time; whoever joins
+ * meanwhile is a follower and gets the owner's result.  A follower that
+ * leaves (coord_cancel of its join, a closed connection) never aborts the
+ * owner.  An owner that disconnects or passes owner_ttl_ms is replaced: the
+ * fence advances, the longest-waiting follower is promoted (its join is
+ * answered with role OWNER) and the old owner's complete/fail is refused
+ * with COORD_EFENCED.
+ *
+ * Keys are any bytes (NUL and the empty key included), at most 1024
+ * (COORD_EINVALID_OPTIONS).  A result kept as a completion record (keep_ms
+ * > 0) needs scope and key together within 480 bytes, else complete/fail
+ * answer COORD_ETOO_LARGE.  Keys and prefixes are copied into the request:
+ * the caller keeps ownership. */
+
+typedef struct coord_flight_opts {
+    uint64_t owner_ttl_ms;     /* the owner's lease: past it the owner gets the
+                                  event flight.abort "deadline", its result is
+                                  fenced and a follower takes over.
+                                  0: the broker's default, 30000 */
+    uint64_t wait_ms;          /* a follower gives up after this (COORD_ETIMEOUT).
+                                  0: the broker's default, owner_ttl_ms */
+    uint64_t max_age_ms;       /* accept a stored completion record no older
+                                  than this instead of running the work (only
+                                  when no flight runs). 0: never */
+    bool abort_when_orphaned;  /* owner: get flight.abort "orphaned" when its
+                                  last follower leaves */
+} coord_flight_opts;
+
+typedef enum coord_flight_role {
+    COORD_FLIGHT_NONE = 0,     /* no outcome (after an error, or cleared) */
+    COORD_FLIGHT_OWNER,        /* you run the work, then complete or fail
+                                  (flight, fence) */
+    COORD_FLIGHT_RESULT,       /* the owner's result */
+    COORD_FLIGHT_FAILED,       /* the owner reported a failure */
+} coord_flight_role;
+
+/* The outcome of a join (or of coord_once).  The pointers are malloc'd and
+ * belong to the struct: free them with coord_flight_clear.  Copying the
+ * struct moves that ownership (clear only one of the copies). */
+typedef struct coord_flight {
+    coord_flight_role role;
+    uint64_t flight;           /* OWNER: the id for complete/fail (and for
+                                  matching flight.abort events); coord_once
+                                  sets it when this call ran the work; else 0 */
+    uint64_t fence;            /* OWNER: pass it to complete/fail.  RESULT,
+                                  FAILED: the fence of the owner that produced
+                                  the outcome (0 if the broker sent none) */
+    /* RESULT */
+    void *result;              /* the result bytes, with one NUL byte after
+                                  them (so text can be used as a C string);
+                                  never NULL for RESULT, even when empty */
+    size_t result_len;
+    uint64_t age_ms;           /* age of a record; 0 for a live result */
+    bool from_record;          /* source "record": read from a completion
+                                  record (max_age_ms); false: "live" */
+    /* FAILED */
+    char *error_code;          /* NUL-terminated copies ("" when absent; bytes */
+    char *error_message;       /* after an embedded NUL are not kept) */
+    bool retryable;
+    /* coord_once only */
+    bool ran;                  /* this call ran the work function */
+} coord_flight;
+
+/* Frees what f owns and zeroes it (role NONE).  NULL and an already cleared
+ * (or zeroed) struct are fine. */
+COORD_API void coord_flight_clear(coord_flight *f);
+
+/* flight.join, blocking until the caller's role is settled: at once for an
+ * owner or a fresh record, after the owner finished for a follower, or when
+ * promoted.  o may be NULL (all defaults).  Returns
+ *   0          *out filled: role OWNER (flight, fence), RESULT or FAILED;
+ *   negative   COORD_ETIMEOUT (wait_ms passed), COORD_EABORTED (cancelled),
+ *              COORD_EINVALID_OPTIONS (key over 1024 bytes, owner_ttl_ms or
+ *              wait_ms over 86400000), connection errors...; *out is then
+ *              zeroed.
+ * *out is overwritten, not freed: clear a previous outcome first.  key may
+ * be NULL only when key_len is 0. */
+COORD_API int coord_flight_join(coord_t *c, const void *key, size_t key_len,
+                                const coord_flight_opts *o, coord_flight *out);
+
+/* Called once with the outcome of coord_flight_join_async: status as the
+ * return value of coord_flight_join (COORD_EABORTED after coord_cancel,
+ * COORD_ECLOSED when c closed first).  f is never NULL; it is owned by the
+ * library and cleared after the callback returns: to keep the outcome,
+ * copy *f and zero *f (memset) inside the callback. */
+typedef void (*coord_flight_cb)(coord_t *c, int status, coord_flight *f, void *ud);
+
+/* Sends flight.join and returns at once (see event-loop mode); cb runs from
+ * coord_dispatch, coord_wait or any blocking call on c.  *rid_out (may be
+ * NULL) is the request id: coord_cancel(c, rid) makes a waiting follower
+ * leave (cb gets COORD_EABORTED; the owner and the other followers are not
+ * affected).  A join already answered with OWNER is not undone by a
+ * cancel: complete or fail it, or close c.  cb may be NULL (the outcome is
+ * dropped; an owner role then stays with c until it closes or the lease
+ * passes).  Returns 0, or a negative code and cb is never called. */
+COORD_API int coord_flight_join_async(coord_t *c, const void *key, size_t key_len,
+                                      const coord_flight_opts *o, coord_flight_cb cb,
+                                      void *ud, uint64_t *rid_out);
+
+/* flight.complete: hands result[0..len) to every follower (result may be
+ * NULL when len is 0; it is copied).  keep_ms > 0 also stores it as a
+ * completion record for that long (at most 366 days, else
+ * COORD_EINVALID_OPTIONS), durably before any follower is answered.
+ * *delivered (may be NULL) gets the number of followers answered.
+ * COORD_EFENCED: the flight is no longer ours (lease passed, or promoted
+ * away): nobody got this result.  COORD_ETOO_LARGE: the result does not fit
+ * a frame (about max_frame - 1 KiB), or the key cannot be stored as a
+ * record; the flight is still ours then (complete again, or fail). */
+COORD_API int coord_flight_complete(coord_t *c, uint64_t flight, uint64_t fence,
+                                    const void *result, size_t len, uint64_t keep_ms,
+                                    uint64_t *delivered);
+
+/* flight.fail: every follower gets role FAILED with code (required, at most
+ * 256 bytes: NULL sends "FAILED"), message (NULL: "", at most 4096) and
+ * retryable.  keep_ms as for complete (a retryable failure is stored but
+ * never served to a join).  Errors as coord_flight_complete. */
+COORD_API int coord_flight_fail(coord_t *c, uint64_t flight, uint64_t fence,
+                                const char *code, const char *message,
+                                bool retryable, uint64_t keep_ms);
+
+/* flight.list: on 0, *reply (free with coord_reply_free) holds the array
+ * "flights" of the running flights of c's scope, each {key, flight, fence,
+ * owner_conn, owner_pid, followers, age_ms, completing}, and "truncated":
+ * true when the broker cut the list at its frame limit. */
+COORD_API int coord_flight_list(coord_t *c, coord_reply_t **reply);
+
+/* The event {ev: "flight.abort", flight, reason: "deadline"|"orphaned",
+ * fence} tells an owner to stop: past the deadline its result will be
+ * FENCED anyway; "orphaned" (abort_when_orphaned) means nobody waits any
+ * more, and the flight is still its own to complete or fail.  It comes like
+ * any event (coord_set_event_cb or coord_next_event). */
+typedef struct coord_flight_abort {
+    uint64_t flight;
+    uint64_t fence;            /* the flight's fence when it was sent (0 if absent) */
+    const char *reason;        /* points into the event, not NUL-terminated */
+    size_t reason_len;
+} coord_flight_abort;
+
+/* True when ev is a flight.abort event; then fills *out (may be NULL),
+ * whose pointers are valid as long as ev. */
+COORD_API bool coord_event_flight_abort(const coord_reply_t *ev, coord_flight_abort *out);
+
+/* The work of coord_once, run by the owner only.  On entry *result, *len,
+ * *err_code and *err_msg are NULL/0.  Return
+ *   COORD_WORK_OK         *result: malloc'd result bytes, *len their count
+ *                         (*result may stay NULL when *len is 0);
+ *   COORD_WORK_FAILED     a failure every follower gets (role FAILED,
+ *                         retryable false; kept as a record with keep_ms);
+ *   COORD_WORK_RETRYABLE  the same with retryable true (never kept);
+ * any other value counts as COORD_WORK_FAILED.  On failure *err_code and
+ * *err_msg may be set to malloc'd NUL-terminated strings (defaults
+ * "WORK_FAILED" and ""; the code at most 256 bytes, the message 4096, both
+ * cut beyond).  Everything set is taken over by coord_once (a *result set
+ * together with a failure is freed).  The function may use c (to watch for
+ * flight.abort events, say) but must not close it. */
+#define COORD_WORK_OK 0
+#define COORD_WORK_FAILED 1
+#define COORD_WORK_RETRYABLE 2
+typedef int (*coord_work_fn)(void *ud, void **result, size_t *len,
+                             char **err_code, char **err_msg);
+
+/* Single-flight in one call: joins key; as owner (at once, or promoted
+ * after waiting because the owner died or overran) runs work and completes
+ * the flight with its result (kept as a record for keep_ms, 0: none) or
+ * fails it; as follower returns the owner's result.  With o->max_age_ms a
+ * fresh enough record is returned without running work.  Returns
+ *   0                 *out holds the outcome: role RESULT (ours when
+ *                     out->ran, else the owner's or a record's) or FAILED
+ *                     (ours or the owner's: see retryable);
+ *   COORD_EFENCED     work ran but its outcome was refused: our lease
+ *                     (owner_ttl_ms) passed and another caller took over;
+ *   COORD_ETIMEOUT    a follower waited wait_ms without a result;
+ *   COORD_ETOO_LARGE  work's result does not fit a frame (the followers get
+ *                     a FAILED "TOO_LARGE"); a key too long to keep a record
+ *                     is not an error: the result is then delivered unkept;
+ *   other negatives   as coord_flight_join, or connection errors (a lost
+ *                     connection while we own the flight lets a follower
+ *                     take over).
+ * On a non-zero return *out is zeroed (role NONE).  *out is overwritten,
+ * not freed.  work must not be NULL. */
+COORD_API int coord_once(coord_t *c, const void *key, size_t key_len,
+                         const coord_flight_opts *o, uint64_t keep_ms,
+                         coord_work_fn work, void *ud, coord_flight *out);
+
+/* A completion record (record.get).  Pointers malloc'd, owned by the
+ * struct: free with coord_record_clear. */
+typedef struct coord_record {
+    bool failed;               /* status "failed"; false: "completed" */
+    uint64_t fence;            /* of the owner that wrote it */
+    uint64_t created_ms;       /* wall clock, ms since the Unix epoch */
+    uint64_t expires_ms;
+    void *result;              /* completed: the bytes plus a NUL after them */
+    size_t result_len;
+    char *error_code;          /* failed: NUL-terminated copies */
+    char *error_message;
+    bool retryable;
+} coord_record;
+
+/* Frees what r owns and zeroes it.  NULL is fine. */
+COORD_API void coord_record_clear(coord_record *r);
+
+/* record.get of key in c's scope.  0 and *out (overwritten, not freed),
+ * COORD_ENOT_FOUND (none, or expired), COORD_ETOO_LARGE (scope and key over
+ * 480 bytes: no record can exist), ...; on errors *out is zeroed. */
+COORD_API int coord_record_get(coord_t *c, const void *key, size_t key_len,
+                               coord_record *out);
+
+/* record.list: on 0, *reply (free with coord_reply_free) holds the array
+ * "records" of c's scope whose keys start with prefix (NULL/0: all), in key
+ * order, at most limit of them (0: the broker's default 100; it caps at
+ * 1000), each {key, status, fence, size, created_ms, expires_ms}, and
+ * "truncated": true when more were left out. */
+COORD_API int coord_record_list(coord_t *c, const void *prefix, size_t prefix_len,
+                                unsigned limit, coord_reply_t **reply);
+
+/* record.purge: deletes c's scope's records whose keys start with prefix
+ * (NULL/0: all of the scope; other scopes are never touched).  *deleted
+ * (may be NULL) gets how many. */
+COORD_API int coord_record_purge(coord_t *c, const void *prefix, size_t prefix_len,
+                                 uint64_t *deleted);
+
 /* ---- leadership and the fence ledger (see the protocol's "Leadership
  * and the fence ledger"; client/leader.c) ----
  *
