@@ -22,6 +22,17 @@ static const struct ctl_command commands[] = {
                 "SIGHUP sent to coordctl, and SIGTERM when the lock is lost (stolen,\n"
                 "expired, broker gone).  Exit status: CMD's (128+N when killed by\n"
                 "signal N; 1 instead of 0 when the lock was lost)", cmd_lock },
+    { "flights", "", "running flights: owner, fence, followers, age", cmd_flights },
+    { "once",   "[--keep SECONDS] [--wait SECONDS] [--ttl SECONDS] KEY -- CMD...",
+                "single-flight CMD: one caller per KEY runs it, every concurrent\n"
+                "caller prints its stdout and exits with its status (128+N when\n"
+                "killed by signal N).  --keep reuse a successful result that long\n"
+                "without running CMD (kept as a record); --wait give up waiting\n"
+                "after SECONDS (exit 1); --ttl the owner's time (default 600): past\n"
+                "it CMD gets SIGTERM and a waiting caller takes over.  CMD sees\n"
+                "COORD_FLIGHT, COORD_FLIGHT_FENCE, COORD_FLIGHT_KEY", cmd_once },
+    { "records", "[--prefix P] [--limit N]", "stored completion records", cmd_records },
+    { "purge",  "[--prefix P]", "delete the scope's records (logout)", cmd_purge },
     { "leader", "WORKSTREAM", "generation, state, leader, lease left, disabled?",
                 cmd_leader },
     { "leader-run", "[--lease SECONDS] [-n] [-w SECONDS] [--steal] WORKSTREAM -- CMD...",

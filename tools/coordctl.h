@@ -86,6 +86,12 @@ int cmd_ping(struct ctl *ctl, int argc, char **argv);
 int cmd_lock(struct ctl *ctl, int argc, char **argv);
 int cmd_locks(struct ctl *ctl, int argc, char **argv);
 
+/* ---- commands (ctl-flight.c) ---- */
+int cmd_once(struct ctl *ctl, int argc, char **argv);
+int cmd_flights(struct ctl *ctl, int argc, char **argv);
+int cmd_records(struct ctl *ctl, int argc, char **argv);
+int cmd_purge(struct ctl *ctl, int argc, char **argv);
+
 /* ---- commands (ctl-leader.c) ---- */
 int cmd_leader(struct ctl *ctl, int argc, char **argv);
 int cmd_leader_run(struct ctl *ctl, int argc, char **argv);

@@ -1,0 +1,823 @@
+/* ctl-flight.c - coordctl's single-flight commands:
+ *   once     single-flight a shell command
+ *   flights  the running flights of the scope
+ *   records  the stored completion records of the scope
+ *   purge    delete the scope's records
+ *
+ * The result of `once` (what followers receive and what --keep stores) is,
+ * stable, "coordctl once result format 1":
+ *
+ *     byte 0      1 (the format)
+ *     byte 1      CMD's exit status, 0..255 (128+N when killed by signal N)
+ *     bytes 2..   CMD's stdout, exactly as written
+ *
+ * So `coordctl records` shows SIZE = stdout bytes + 2.  A result that does
+ * not start this way (a library caller used the same key) is refused by
+ * `once` with exit status 1.
+ *
+ * The owner waits for three things at once with poll(): CMD's stdout pipe
+ * (copied to our stdout as it comes and kept for the result), a signalfd
+ * with SIGCHLD and the signals to forward to CMD, and the broker
+ * connection (the flight.abort event when --ttl passes). */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "coordctl.h"
+
+#define ONCE_FORMAT 1
+#define ONCE_HEADER 2
+#define ONCE_DEFAULT_TTL_MS (600ull * 1000)   /* 10 minutes */
+#define ONCE_MAX_RETRIES 10                   /* retryable failures in a row */
+#define ONCE_KILL_AFTER_MS 10000              /* SIGKILL this long after SIGTERM */
+
+/* ---- helpers ---- */
+
+/* p[0..n) for a terminal: printable ASCII as is, a backslash doubled,
+ * every other byte as \xNN.  The caller frees it; NULL: out of memory. */
+static char *escape(const char *p, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    char *out = malloc(n * 4 + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)p[i];
+        if (ch == '\\') {
+            *o++ = '\\';
+            *o++ = '\\';
+        } else if (ch >= 0x20 && ch < 0x7f) {
+            *o++ = (char)ch;
+        } else {
+            *o++ = '\\';
+            *o++ = 'x';
+            *o++ = hex[ch >> 4];
+            *o++ = hex[ch & 15];
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+static char *escaped_str(coord_map m, const char *key)
+{
+    const char *s = NULL;
+    size_t n = 0;
+    if (!coord_map_str(m, key, &s, &n) || !s)
+        n = 0;
+    return escape(s ? s : "", n);
+}
+
+/* "2", "0.5": seconds to milliseconds (a non-zero value is at least
+ * 1 ms).  False when s is not such a number. */
+static bool seconds_arg(const char *s, uint64_t *ms)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= 0) || v > 1e9)
+        return false;
+    *ms = (uint64_t)(v * 1000.0 + 0.5);
+    if (*ms == 0 && v > 0)
+        *ms = 1;
+    return true;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static uint64_t wall_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Writes all of p[0..n) to fd; false on an error (EPIPE included). */
+static bool write_all(int fd, const void *p, size_t n)
+{
+    const char *b = p;
+    while (n > 0) {
+        ssize_t w = write(fd, b, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        b += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+/* A wait status as a shell reports it. */
+static int exit_code(int status)
+{
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return CTL_EXIT_FAIL;
+}
+
+/* ---- coordctl once ---- */
+
+struct once {
+    struct ctl *ctl;
+    const char *key;            /* from argv */
+    char *shown;                /* escaped, for messages */
+    uint64_t keep_ms;
+    uint64_t flight, fence;     /* while we own it */
+    bool aborted;               /* flight.abort "deadline" came */
+    bool conn_ok;
+    /* CMD's stdout, after the two header bytes */
+    char *buf;
+    size_t len, cap, limit;
+    bool overflow;              /* more than limit bytes: cannot be shared */
+    bool stdout_ok;             /* our own stdout still takes bytes */
+};
+
+static void on_event(coord_t *c, const coord_reply_t *ev, void *ud)
+{
+    struct once *o = ud;
+    coord_flight_abort a;
+    (void)c;
+    if (!coord_event_flight_abort(ev, &a) || a.flight != o->flight)
+        return;
+    /* "orphaned" needs abort_when_orphaned, which we never ask for */
+    if (a.reason_len == 8 && memcmp(a.reason, "deadline", 8) == 0)
+        o->aborted = true;
+}
+
+/* Keeps CMD's output n bytes at p for the result (up to o->limit). */
+static void keep_output(struct once *o, const char *p, size_t n)
+{
+    if (o->overflow)
+        return;
+    if (o->len + n > o->limit) {
+        o->overflow = true;
+        return;
+    }
+    if (o->len + n > o->cap) {
+        size_t cap = o->cap ? o->cap : 4096;
+        while (cap < o->len + n)
+            cap *= 2;
+        char *b = realloc(o->buf, ONCE_HEADER + cap);
+        if (!b) {
+            o->overflow = true;    /* reported like a result too large */
+            return;
+        }
+        o->buf = b;
+        o->cap = cap;
+    }
+    memcpy(o->buf + ONCE_HEADER + o->len, p, n);
+    o->len += n;
+}
+
+/* Prints a result of format 1 and returns its exit status. */
+static int print_result(struct once *o, const coord_flight *f)
+{
+    const unsigned char *r = f->result;
+    if (f->result_len < ONCE_HEADER || r[0] != ONCE_FORMAT) {
+        fprintf(stderr, "coordctl: once: %s: the stored result was not made by "
+                        "coordctl once (%zu bytes)\n", o->shown, f->result_len);
+        return CTL_EXIT_FAIL;
+    }
+    fflush(stdout);
+    if (!write_all(STDOUT_FILENO, r + ONCE_HEADER, f->result_len - ONCE_HEADER)) {
+        fprintf(stderr, "coordctl: once: writing the output: %s\n", strerror(errno));
+        return CTL_EXIT_FAIL;
+    }
+    return r[1];
+}
+
+/* Runs cmd as the owner, shares its output and status; returns coordctl's
+ * exit status. */
+static int run_owner(struct once *o, char **cmd)
+{
+    coord_t *c = o->ctl->c;
+    char id[32], fence[32];
+    snprintf(id, sizeof id, "%llu", (unsigned long long)o->flight);
+    snprintf(fence, sizeof fence, "%llu", (unsigned long long)o->fence);
+    if (setenv("COORD_FLIGHT", id, 1) < 0 || setenv("COORD_FLIGHT_FENCE", fence, 1) < 0 ||
+        setenv("COORD_FLIGHT_KEY", o->key, 1) < 0) {
+        fprintf(stderr, "coordctl: once: setenv: %s\n", strerror(errno));
+        return CTL_EXIT_FAIL;      /* closing the connection hands the flight on */
+    }
+    /* the result travels in one frame, with the request around it */
+    uint32_t mf = coord_max_frame(c);
+    o->limit = mf > 1024 + 256 ? mf - 1024 - 256 : 0;
+    o->buf = malloc(ONCE_HEADER + 4096);
+    o->cap = 4096;
+    if (!o->buf) {
+        fprintf(stderr, "coordctl: once: out of memory\n");
+        return CTL_EXIT_FAIL;
+    }
+
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) < 0) {
+        fprintf(stderr, "coordctl: once: pipe: %s\n", strerror(errno));
+        return CTL_EXIT_FAIL;
+    }
+    /* SIGCHLD and the signals we forward come on a signalfd; a reader that
+     * went away must not kill us (CMD's result still matters to others) */
+    signal(SIGCHLD, SIG_DFL);
+    void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
+    sigset_t mask, old;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGHUP);
+    sigprocmask(SIG_BLOCK, &mask, &old);
+    int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sfd < 0) {
+        fprintf(stderr, "coordctl: once: signalfd: %s\n", strerror(errno));
+        close(pfd[0]);
+        close(pfd[1]);
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        signal(SIGPIPE, old_pipe);
+        return CTL_EXIT_FAIL;
+    }
+
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "coordctl: once: fork: %s\n", strerror(errno));
+        close(pfd[0]);
+        close(pfd[1]);
+        close(sfd);
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        signal(SIGPIPE, old_pipe);
+        return CTL_EXIT_FAIL;
+    }
+    if (pid == 0) {
+        /* the broker socket, the signalfd and the pipe are close-on-exec */
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        signal(SIGPIPE, old_pipe);
+        if (dup2(pfd[1], STDOUT_FILENO) < 0)
+            _exit(126);
+        execvp(cmd[0], cmd);
+        int e = errno;
+        fprintf(stderr, "coordctl: once: %s: %s\n", cmd[0], strerror(e));
+        _exit(e == ENOENT ? 127 : 126);
+    }
+    close(pfd[1]);
+
+    coord_set_event_cb(c, on_event, o);
+    o->stdout_ok = true;
+    bool exited = false, pipe_open = true, term_sent = false, interrupted = false;
+    int wstatus = 0;
+    int64_t kill_at = -1;
+    while (!exited || pipe_open) {
+        if (o->aborted && !term_sent && !exited) {
+            fprintf(stderr, "coordctl: once: %s: the owner's time (--ttl) is up: "
+                            "stopping the command; another caller takes over\n",
+                    o->shown);
+            kill(pid, SIGTERM);
+            term_sent = true;
+            kill_at = mono_ms() + ONCE_KILL_AFTER_MS;
+        }
+        struct pollfd p[3] = {
+            { .fd = sfd, .events = POLLIN },
+            { .fd = pipe_open ? pfd[0] : -1, .events = POLLIN },
+            { .fd = o->conn_ok ? coord_fd(c) : -1, .events = POLLIN },
+        };
+        int timeout = -1;
+        if (kill_at >= 0 && !exited) {
+            int64_t left = kill_at - mono_ms();
+            timeout = left < 0 ? 0 : (int)left;
+        }
+        int n = poll(p, 3, timeout);
+        if (n < 0 && errno != EINTR) {
+            fprintf(stderr, "coordctl: once: poll: %s\n", strerror(errno));
+            break;
+        }
+        if (kill_at >= 0 && !exited && mono_ms() >= kill_at) {
+            kill(pid, SIGKILL);
+            kill_at = -1;
+        }
+        if (n <= 0)
+            continue;
+        if (p[0].revents) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+                if (si.ssi_signo == SIGCHLD)
+                    continue;
+                interrupted = true;
+                /* a signal from the terminal (SI_KERNEL) went to the whole
+                 * foreground process group, CMD included; forward only
+                 * what was sent to us alone */
+                if (si.ssi_code != SI_KERNEL && !exited)
+                    kill(pid, (int)si.ssi_signo);
+            }
+            pid_t r;
+            while (!exited && (r = waitpid(pid, &wstatus, WNOHANG)) != 0) {
+                if (r == pid)
+                    exited = true;
+                else if (errno != EINTR)
+                    break;
+            }
+        }
+        if (pipe_open && p[1].revents) {
+            char chunk[65536];
+            ssize_t r = read(pfd[0], chunk, sizeof chunk);
+            if (r > 0) {
+                keep_output(o, chunk, (size_t)r);
+                if (o->stdout_ok && !write_all(STDOUT_FILENO, chunk, (size_t)r))
+                    o->stdout_ok = false;
+            } else if (r == 0 || errno != EINTR) {
+                pipe_open = false;
+                close(pfd[0]);
+            }
+        }
+        if (o->conn_ok && p[2].revents && coord_dispatch(c) < 0) {
+            o->conn_ok = false;
+            fprintf(stderr, "coordctl: once: %s: lost the broker connection: "
+                            "the result will not be shared\n", o->shown);
+        }
+    }
+    if (!exited) {                 /* poll failed */
+        kill(pid, SIGKILL);
+        while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR)
+            ;
+    }
+    if (pipe_open)
+        close(pfd[0]);
+    /* an abort that raced with CMD's end still counts */
+    if (o->conn_ok && !o->aborted && coord_dispatch(c) < 0)
+        o->conn_ok = false;
+    coord_set_event_cb(c, NULL, NULL);
+    struct signalfd_siginfo si;
+    while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si)
+        ;
+    close(sfd);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    signal(SIGPIPE, old_pipe);
+
+    int code = exit_code(wstatus);
+    if (o->aborted)
+        return code ? code : CTL_EXIT_FAIL;
+    if (!o->conn_ok)
+        return code;
+    if (interrupted && WIFSIGNALED(wstatus)) {
+        /* we were told to stop and CMD died of it: that is no result for
+         * the others; closing the connection hands the flight on */
+        return code;
+    }
+    if (o->overflow) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "the command's stdout exceeds the %zu bytes a result "
+                 "may hold", o->limit);
+        fprintf(stderr, "coordctl: once: %s: %s: not shared\n", o->shown, msg);
+        int rc = coord_flight_fail(c, o->flight, o->fence, "TOO_LARGE", msg, false, 0);
+        if (rc < 0 && rc != COORD_EFENCED)
+            ctl_fail_call(o->ctl, "flight.fail", rc);
+        return code;
+    }
+    o->buf[0] = ONCE_FORMAT;
+    o->buf[1] = (char)(unsigned char)code;
+    /* --keep stores only a success: a failed run is shared with those
+     * waiting now, and the next caller runs CMD again */
+    uint64_t keep = code == 0 ? o->keep_ms : 0;
+    int rc = coord_flight_complete(c, o->flight, o->fence, o->buf, ONCE_HEADER + o->len,
+                                   keep, NULL);
+    if (rc == COORD_ETOO_LARGE && keep) {
+        fprintf(stderr, "coordctl: once: %s: %s: the result is not kept\n", o->shown,
+                coord_error_message(c));
+        rc = coord_flight_complete(c, o->flight, o->fence, o->buf, ONCE_HEADER + o->len,
+                                   0, NULL);
+    }
+    if (rc == COORD_EFENCED) {
+        fprintf(stderr, "coordctl: once: %s: the owner's time (--ttl) was up before "
+                        "the command ended: its result was not used\n", o->shown);
+        return code ? code : CTL_EXIT_FAIL;
+    }
+    if (rc < 0)
+        ctl_fail_call(o->ctl, "flight.complete", rc);
+    if (!o->stdout_ok && code == 0)
+        code = CTL_EXIT_FAIL;
+    return code;
+}
+
+int cmd_once(struct ctl *ctl, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "keep", required_argument, NULL, 'k' },
+        { "wait", required_argument, NULL, 'w' },
+        { "ttl", required_argument, NULL, 't' },
+        { NULL, 0, NULL, 0 },
+    };
+    uint64_t keep_ms = 0, wait_ms = 0, ttl_ms = ONCE_DEFAULT_TTL_MS;
+    const char *wait_arg = NULL;
+    int opt;
+    optind = 1;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "+k:w:t:", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'k':
+            if (!seconds_arg(optarg, &keep_ms))
+                return ctl_usage(ctl, "--keep needs a number of seconds, not %s", optarg);
+            break;
+        case 'w':
+            if (!seconds_arg(optarg, &wait_ms) || wait_ms == 0)
+                return ctl_usage(ctl, "--wait needs a positive number of seconds, not %s",
+                                 optarg);
+            wait_arg = optarg;
+            break;
+        case 't':
+            if (!seconds_arg(optarg, &ttl_ms) || ttl_ms == 0)
+                return ctl_usage(ctl, "--ttl needs a positive number of seconds, not %s",
+                                 optarg);
+            break;
+        case ':':
+            return ctl_usage(ctl, "%s needs a value", argv[optind - 1]);
+        default:
+            return ctl_usage(ctl, "unknown flag %s", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        return ctl_usage(ctl, "missing KEY");
+    const char *key = argv[optind++];
+    if (optind < argc && !strcmp(argv[optind], "--"))
+        optind++;
+    if (optind >= argc)
+        return ctl_usage(ctl, "missing the command to run");
+    char **cmd = argv + optind;
+
+    struct once o;
+    memset(&o, 0, sizeof o);
+    o.ctl = ctl;
+    o.key = key;
+    o.keep_ms = keep_ms;
+    o.conn_ok = true;
+    o.shown = escape(key, strlen(key));
+    if (!o.shown) {
+        fprintf(stderr, "coordctl: once: out of memory\n");
+        return CTL_EXIT_FAIL;
+    }
+    int rc = ctl_connect(ctl);
+    if (rc) {
+        free(o.shown);
+        return rc;
+    }
+
+    int64_t deadline = wait_ms ? mono_ms() + (int64_t)wait_ms : -1;
+    int retries = 0;
+    for (;;) {
+        coord_flight_opts fo = { .owner_ttl_ms = ttl_ms, .max_age_ms = keep_ms };
+        if (deadline >= 0) {
+            int64_t left = deadline - mono_ms();
+            fo.wait_ms = left > 0 ? (uint64_t)left : 1;
+        }
+        coord_flight f;
+        rc = coord_flight_join(ctl->c, key, strlen(key), &fo, &f);
+        if (rc == COORD_ETIMEOUT && deadline < 0)
+            continue;              /* a long chain of owners: wait on */
+        if (rc == COORD_ETIMEOUT) {
+            fprintf(stderr, "coordctl: once: %s: no result within %s s\n", o.shown,
+                    wait_arg);
+            rc = CTL_EXIT_FAIL;
+        } else if (rc < 0) {
+            rc = ctl_fail_call(ctl, "flight.join", rc);
+        } else if (f.role == COORD_FLIGHT_RESULT) {
+            rc = print_result(&o, &f);
+        } else if (f.role == COORD_FLIGHT_FAILED) {
+            if (f.retryable && ++retries < ONCE_MAX_RETRIES &&
+                (deadline < 0 || mono_ms() < deadline)) {
+                coord_flight_clear(&f);
+                continue;          /* the next owner may do better */
+            }
+            char *code = escape(f.error_code, strlen(f.error_code));
+            char *msg = escape(f.error_message, strlen(f.error_message));
+            fprintf(stderr, "coordctl: once: %s: the owner failed: %s: %s\n", o.shown,
+                    code ? code : "?", msg ? msg : "?");
+            free(code);
+            free(msg);
+            rc = CTL_EXIT_FAIL;
+        } else {
+            o.flight = f.flight;
+            o.fence = f.fence;
+            rc = run_owner(&o, cmd);
+        }
+        coord_flight_clear(&f);
+        break;
+    }
+    /* close here: the event callback points at o, which lives on this stack */
+    coord_close(ctl->c);
+    ctl->c = NULL;
+    free(o.buf);
+    free(o.shown);
+    return rc;
+}
+
+/* ---- tables ---- */
+
+struct rows {
+    int ncols;
+    const char *const *titles;
+    char **cell;                /* n * ncols */
+    size_t n;
+    bool failed;
+};
+
+static char **row_add(struct rows *t)
+{
+    if (t->failed)
+        return NULL;
+    char **p = realloc(t->cell, (t->n + 1) * (size_t)t->ncols * sizeof *p);
+    if (!p) {
+        t->failed = true;
+        return NULL;
+    }
+    t->cell = p;
+    char **row = p + t->n * (size_t)t->ncols;
+    memset(row, 0, (size_t)t->ncols * sizeof *row);
+    t->n++;
+    return row;
+}
+
+static void row_check(struct rows *t, char **row)
+{
+    for (int k = 0; k < t->ncols; k++)
+        if (!row[k])
+            t->failed = true;
+}
+
+static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt(const char *f, ...)
+{
+    char buf[256];
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(buf, sizeof buf, f, ap);
+    va_end(ap);
+    return strdup(buf);
+}
+
+static char *uint_cell(coord_map m, const char *key)
+{
+    uint64_t v;
+    if (!coord_map_uint(m, key, &v))
+        return strdup("-");
+    return fmt("%llu", (unsigned long long)v);
+}
+
+static void print_line(const struct rows *t, const size_t *w, char *const *cells)
+{
+    for (int k = 0; k < t->ncols - 1; k++)
+        printf("%-*s  ", (int)w[k], cells[k]);
+    printf("%s\n", cells[t->ncols - 1]);
+}
+
+/* Prints (unless failed) and frees; returns an exit status. */
+static int rows_print(struct rows *t, const char *what)
+{
+    size_t w[16];
+    for (int k = 0; k < t->ncols; k++)
+        w[k] = strlen(t->titles[k]);
+    for (size_t i = 0; !t->failed && i < t->n; i++)
+        for (int k = 0; k < t->ncols; k++) {
+            size_t l = strlen(t->cell[i * (size_t)t->ncols + (size_t)k]);
+            if (l > w[k])
+                w[k] = l;
+        }
+    if (!t->failed) {
+        print_line(t, w, (char *const *)t->titles);
+        for (size_t i = 0; i < t->n; i++)
+            print_line(t, w, t->cell + i * (size_t)t->ncols);
+    }
+    for (size_t i = 0; i < t->n * (size_t)t->ncols; i++)
+        free(t->cell[i]);
+    free(t->cell);
+    if (t->failed) {
+        fprintf(stderr, "coordctl: %s: out of memory\n", what);
+        return CTL_EXIT_FAIL;
+    }
+    return CTL_EXIT_OK;
+}
+
+/* Prints the JSON of reply or hands it to table(); frees it. */
+static int show(struct ctl *ctl, coord_reply_t *reply, const char *what,
+                int (*table)(coord_map m))
+{
+    coord_map m = coord_reply_map(reply);
+    int rc = ctl->json ? ctl_print_json(m) : table(m);
+    bool truncated = false;
+    if (!ctl->json && coord_map_bool(m, "truncated", &truncated) && truncated)
+        fprintf(stderr, "coordctl: %s: the list was cut (frame or count limit)\n", what);
+    coord_reply_free(reply);
+    return rc;
+}
+
+/* ---- coordctl flights ---- */
+
+static int flights_table(coord_map m)
+{
+    static const char *const titles[] = {
+        "KEY", "FLIGHT", "FENCE", "OWNER", "FOLLOWERS", "AGE",
+    };
+    struct rows t = { .ncols = 6, .titles = titles };
+    size_t n = coord_map_array_len(m, "flights");
+    if (n == 0) {
+        printf("no flights running\n");
+        return CTL_EXIT_OK;
+    }
+    for (size_t i = 0; i < n; i++) {
+        coord_map e;
+        char **row = row_add(&t);
+        if (!row)
+            break;
+        if (!coord_map_array_at(m, "flights", i, &e)) {
+            for (int k = 0; k < t.ncols; k++)
+                row[k] = strdup("?");
+        } else {
+            uint64_t conn = 0, pid = 0, age = 0;
+            bool completing = false;
+            char d[64];
+            coord_map_uint(e, "owner_conn", &conn);
+            coord_map_uint(e, "owner_pid", &pid);
+            coord_map_uint(e, "age_ms", &age);
+            coord_map_bool(e, "completing", &completing);
+            ctl_format_duration(d, sizeof d, age);
+            row[0] = escaped_str(e, "key");
+            row[1] = uint_cell(e, "flight");
+            row[2] = uint_cell(e, "fence");
+            if (completing || conn == 0)
+                row[3] = strdup("(completing)");
+            else
+                row[3] = fmt("pid %llu conn %llu", (unsigned long long)pid,
+                             (unsigned long long)conn);
+            row[4] = uint_cell(e, "followers");
+            row[5] = strdup(d);
+        }
+        row_check(&t, row);
+    }
+    return rows_print(&t, "flights");
+}
+
+int cmd_flights(struct ctl *ctl, int argc, char **argv)
+{
+    if (argc > 1)
+        return ctl_usage(ctl, "unexpected argument %s", argv[1]);
+    int rc = ctl_connect(ctl);
+    if (rc)
+        return rc;
+    coord_reply_t *reply = NULL;
+    rc = coord_flight_list(ctl->c, &reply);
+    if (rc < 0)
+        return ctl_fail_call(ctl, "flight.list", rc);
+    return show(ctl, reply, "flights", flights_table);
+}
+
+/* ---- coordctl records ---- */
+
+static int records_table(coord_map m)
+{
+    static const char *const titles[] = {
+        "KEY", "STATUS", "FENCE", "SIZE", "CREATED", "EXPIRES",
+    };
+    struct rows t = { .ncols = 6, .titles = titles };
+    size_t n = coord_map_array_len(m, "records");
+    if (n == 0) {
+        printf("no records\n");
+        return CTL_EXIT_OK;
+    }
+    uint64_t now = wall_now_ms();
+    for (size_t i = 0; i < n; i++) {
+        coord_map e;
+        char **row = row_add(&t);
+        if (!row)
+            break;
+        if (!coord_map_array_at(m, "records", i, &e)) {
+            for (int k = 0; k < t.ncols; k++)
+                row[k] = strdup("?");
+        } else {
+            uint64_t created = 0, expires = 0;
+            char d[64];
+            coord_map_uint(e, "created_ms", &created);
+            coord_map_uint(e, "expires_ms", &expires);
+            row[0] = escaped_str(e, "key");
+            row[1] = escaped_str(e, "status");
+            row[2] = uint_cell(e, "fence");
+            row[3] = uint_cell(e, "size");
+            ctl_format_duration(d, sizeof d, now > created ? now - created : 0);
+            row[4] = fmt("%s ago", d);
+            ctl_format_duration(d, sizeof d, expires > now ? expires - now : 0);
+            row[5] = fmt("in %s", d);
+        }
+        row_check(&t, row);
+    }
+    return rows_print(&t, "records");
+}
+
+/* --prefix P (and, for records, --limit N); false after a usage error,
+ * with *rc set. */
+static bool prefix_args(struct ctl *ctl, int argc, char **argv, bool with_limit,
+                        const char **prefix, unsigned *limit, int *rc)
+{
+    static const struct option longopts[] = {
+        { "prefix", required_argument, NULL, 'p' },
+        { "limit", required_argument, NULL, 'l' },
+        { NULL, 0, NULL, 0 },
+    };
+    int opt;
+    optind = 1;
+    opterr = 0;
+    *prefix = "";
+    while ((opt = getopt_long(argc, argv, "+p:", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'p':
+            *prefix = optarg;
+            break;
+        case 'l': {
+            char *end;
+            unsigned long v = strtoul(optarg, &end, 10);
+            if (!with_limit) {
+                *rc = ctl_usage(ctl, "unknown flag --limit");
+                return false;
+            }
+            if (end == optarg || *end || v == 0 || v > 1000) {
+                *rc = ctl_usage(ctl, "--limit needs a number 1..1000, not %s", optarg);
+                return false;
+            }
+            *limit = (unsigned)v;
+            break;
+        }
+        case ':':
+            *rc = ctl_usage(ctl, "%s needs a value", argv[optind - 1]);
+            return false;
+        default:
+            *rc = ctl_usage(ctl, "unknown flag %s", argv[optind - 1]);
+            return false;
+        }
+    }
+    if (optind < argc) {
+        *rc = ctl_usage(ctl, "unexpected argument %s", argv[optind]);
+        return false;
+    }
+    return true;
+}
+
+int cmd_records(struct ctl *ctl, int argc, char **argv)
+{
+    const char *prefix;
+    unsigned limit = 0;
+    int rc;
+    if (!prefix_args(ctl, argc, argv, true, &prefix, &limit, &rc))
+        return rc;
+    if ((rc = ctl_connect(ctl)))
+        return rc;
+    coord_reply_t *reply = NULL;
+    rc = coord_record_list(ctl->c, prefix, strlen(prefix), limit, &reply);
+    if (rc < 0)
+        return ctl_fail_call(ctl, "record.list", rc);
+    return show(ctl, reply, "records", records_table);
+}
+
+/* ---- coordctl purge ---- */
+
+int cmd_purge(struct ctl *ctl, int argc, char **argv)
+{
+    const char *prefix;
+    int rc;
+    if (!prefix_args(ctl, argc, argv, false, &prefix, NULL, &rc))
+        return rc;
+    if ((rc = ctl_connect(ctl)))
+        return rc;
+    if (ctl->json) {
+        coord_req_t *r = coord_req_new("record.purge");
+        if (!r) {
+            fprintf(stderr, "coordctl: purge: out of memory\n");
+            return CTL_EXIT_FAIL;
+        }
+        coord_req_str(r, "prefix", prefix, strlen(prefix));
+        coord_reply_t *reply = NULL;
+        rc = coord_call(ctl->c, r, &reply);
+        coord_req_free(r);
+        if (rc < 0)
+            return ctl_fail_call(ctl, "record.purge", rc);
+        rc = ctl_print_json(coord_reply_map(reply));
+        coord_reply_free(reply);
+        return rc;
+    }
+    uint64_t deleted = 0;
+    rc = coord_record_purge(ctl->c, prefix, strlen(prefix), &deleted);
+    if (rc < 0)
+        return ctl_fail_call(ctl, "record.purge", rc);
+    printf("deleted %llu\n", (unsigned long long)deleted);
+    return CTL_EXIT_OK;
+}
