@@ -240,14 +240,13 @@ static void encode_outcome(coord_enc *e, const struct outcome *o, uint64_t fence
         coord_enc_kv_str(e, "message", o->message.ptr, o->message.len);
         coord_enc_map_end(e);
         coord_enc_kv_bool(e, "retryable", o->retryable);
-        coord_enc_kv_uint(e, "fence", fence);
     } else {
         coord_enc_kv_cstr(e, "role", "result");
         coord_enc_kv_bin(e, "result", o->result, o->result_len);
-        coord_enc_kv_uint(e, "fence", fence);
-        coord_enc_kv_uint(e, "age_ms", age_ms);
-        coord_enc_kv_cstr(e, "source", source);
     }
+    coord_enc_kv_uint(e, "fence", fence);
+    coord_enc_kv_uint(e, "age_ms", age_ms);
+    coord_enc_kv_cstr(e, "source", source);
 }
 
 /* Answers every follower and frees the flight; returns how many. */
@@ -340,13 +339,13 @@ static struct flight *owned_flight(struct conn *c, uint64_t rid, uint64_t id, ui
 static void finish(struct conn *c, uint64_t rid, struct flight *f, struct outcome *o,
                    uint64_t keep_ms)
 {
+    if (keep_ms && f->by_key.keylen - 4 > RECORD_MAX_KEY) {
+        conn_reply_error(c, rid, COORD_ETOO_LARGE,
+                         "scope and key together exceed 480 bytes for a record");
+        return;
+    }
     if (o->failed) F.failed++; else F.completed++;
-    if (keep_ms == 0 || f->by_key.keylen - 4 > RECORD_MAX_KEY) {
-        if (keep_ms) {
-            conn_reply_error(c, rid, COORD_ETOO_LARGE,
-                             "scope and key together exceed 480 bytes for a record");
-            return;
-        }
+    if (keep_ms == 0) {
         reply_delivered(c, rid, deliver(f, o));
         return;
     }
