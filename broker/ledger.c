@@ -5,12 +5,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include "broker.h"
 #include "errors.h"
 #include "ledger.h"
 
 #define INITIAL_MAP_SIZE (256u << 20)   /* address space, not disk */
 #define MAX_BATCH 4096
+/* Group commit waits this long at most for the rest of a batch (like
+ * PostgreSQL's commit_delay), and only while others are committing too. */
+#define LINGER_NS 250000
 
 struct ledger {
     MDB_env *env;
@@ -23,6 +27,8 @@ struct ledger {
     /* resizing the map needs every transaction of the process closed */
     pthread_rwlock_t resize;
     struct ledger_job *queue_head, *queue_tail;
+    unsigned queued;
+    unsigned last_batch, prev_batch;  /* sizes, to guess who comes back */
     struct ledger_job *done_head, *done_tail;
     int stopping;
     int thread_started;
@@ -122,16 +128,36 @@ static void *writer_main(void *arg)
         pthread_mutex_lock(&l->mu);
         while (!l->queue_head && !l->stopping)
             pthread_cond_wait(&l->cond, &l->mu);
+        /* Committers answered by the last two batches are likely on their
+         * way back: wait a moment for them, so one sync serves them all. */
+        unsigned expect = l->last_batch + l->prev_batch;
+        if (l->last_batch >= 2 && l->queued < expect && !l->stopping) {
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += LINGER_NS;
+            if (until.tv_nsec >= 1000000000) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000;
+            }
+            while (l->queued < expect && !l->stopping &&
+                   pthread_cond_timedwait(&l->cond, &l->mu, &until) == 0)
+                ;
+        }
         struct ledger_job *batch = l->queue_head, *last = batch;
-        int n = 0;
+        unsigned n = batch ? 1 : 0;
         /* bounded batches keep one commit from growing without end */
-        while (last && last->next && ++n < MAX_BATCH)
+        while (last && last->next && n < MAX_BATCH) {
             last = last->next;
+            n++;
+        }
         if (batch) {
             l->queue_head = last->next;
             if (!l->queue_head)
                 l->queue_tail = NULL;
             last->next = NULL;
+            l->queued -= n;
+            l->prev_batch = l->last_batch;
+            l->last_batch = n;
         }
         int stop = l->stopping && !batch;
         pthread_mutex_unlock(&l->mu);
@@ -181,6 +207,7 @@ void ledger_submit(struct ledger *l, struct ledger_job *job)
     else
         l->queue_head = job;
     l->queue_tail = job;
+    l->queued++;
     pthread_cond_signal(&l->cond);
     pthread_mutex_unlock(&l->mu);
 }
