@@ -16,15 +16,17 @@ static void op_stats(struct conn *c, uint64_t rid, coord_fields *f);
 
 struct op {
     const char *name;
+    size_t len;
     op_fn fn;
 };
 
+#define OP(name, fn) { name, sizeof name - 1, fn }
 static const struct op ops[] = {
-    { "hello", op_hello },
-    { "ping", op_ping },
-    { "cancel", op_cancel },
-    { "stats", op_stats },
-#define OPS_ROW(name, fn) { name, fn },
+    OP("hello", op_hello),
+    OP("ping", op_ping),
+    OP("cancel", op_cancel),
+    OP("stats", op_stats),
+#define OPS_ROW(name, fn) OP(name, fn),
     TABLE_OPS(OPS_ROW)
 #undef OPS_ROW
 };
@@ -35,7 +37,7 @@ _Static_assert(NOPS <= 64, "requests_by_op is too small");
 int dispatch_op_index(const char *name, size_t len)
 {
     for (size_t i = 0; i < NOPS; i++)
-        if (strlen(ops[i].name) == len && memcmp(ops[i].name, name, len) == 0)
+        if (ops[i].len == len && memcmp(ops[i].name, name, len) == 0)
             return (int)i;
     return -1;
 }

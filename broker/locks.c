@@ -24,6 +24,7 @@ struct lock_queue {
     struct list waiting;
     unsigned nheld;
     bool held_exclusive;
+    uint8_t keybuf[];               /* the key, in the same allocation */
 };
 
 static struct {
@@ -73,31 +74,35 @@ static uint64_t next_token(void)
     return (L.b->epoch << 32) | L.token_counter;
 }
 
+/* The lookup key is built on the stack: a lock cycle allocates only what
+ * it keeps (the request, and the queue of a name not yet in use). */
 static struct lock_queue *queue_get(struct conn *c, const uint8_t *name,
                                     uint32_t len, bool create)
 {
-    uint8_t *key;
-    size_t klen = scoped_key(&key, c->scope, c->scope_len, name, len);
-    if (!klen)
+    uint8_t stack[4 + 1024 + MAX_NAME];
+    size_t klen = 4 + (size_t)c->scope_len + len;
+    uint8_t *key = klen <= sizeof stack ? stack : NULL;
+    if (!key)
         return NULL;
+    coord_put_be32(key, c->scope_len);
+    if (c->scope_len)
+        memcpy(key + 4, c->scope, c->scope_len);
+    if (len)
+        memcpy(key + 4 + c->scope_len, name, len);
     struct hentry *e = hashmap_get(&L.queues, key, klen);
-    if (e || !create) {
-        free(key);
+    if (e || !create)
         return e ? (struct lock_queue *)e : NULL;
-    }
-    struct lock_queue *q = calloc(1, sizeof *q);
-    if (!q) {
-        free(key);
+    struct lock_queue *q = calloc(1, sizeof *q + klen);
+    if (!q)
         return NULL;
-    }
-    q->key = key;
+    q->key = q->keybuf;
+    memcpy(q->key, key, klen);
     q->scope_len = c->scope_len;
-    q->h.key = key;
+    q->h.key = q->key;
     q->h.keylen = klen;
     list_init(&q->held);
     list_init(&q->waiting);
     if (hashmap_put(&L.queues, &q->h) < 0) {
-        free(key);
         free(q);
         return NULL;
     }
@@ -109,7 +114,6 @@ static void queue_maybe_free(struct lock_queue *q)
     if (!list_empty(&q->held) || !list_empty(&q->waiting))
         return;
     hashmap_del(&L.queues, &q->h);
-    free(q->key);
     free(q);
 }
 

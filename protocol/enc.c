@@ -52,16 +52,69 @@ void coord_buf_consume(coord_buf *b, size_t n)
     b->len -= n;
 }
 
-static int enc_write(void *data, const char *p, size_t n)
+/* Room for n more bytes at the end of the frame, or NULL (and failed). */
+static inline uint8_t *room(coord_enc *e, size_t n)
 {
-    coord_enc *e = data;
+    coord_buf *b = e->buf;
     if (e->failed)
-        return -1;
-    if (coord_buf_append(e->buf, p, n) < 0) {
+        return NULL;
+    if (b->cap - b->len < n && coord_buf_reserve(b, n) < 0) {
         e->failed = true;
-        return -1;
+        return NULL;
     }
-    return 0;
+    uint8_t *p = b->data + b->len;
+    b->len += n;
+    return p;
+}
+
+static void put_be(uint8_t *p, uint64_t v, unsigned n)
+{
+    for (unsigned i = n; i-- > 0; v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+/* One type byte followed by an n-byte big-endian value. */
+static void write_typed(coord_enc *e, uint8_t type, uint64_t v, unsigned n)
+{
+    uint8_t *p = room(e, 1 + n);
+    if (p) {
+        p[0] = type;
+        put_be(p + 1, v, n);
+    }
+}
+
+static void write_uint(coord_enc *e, uint64_t v)
+{
+    if (v < 128)
+        write_typed(e, (uint8_t)v, 0, 0);
+    else if (v <= 0xff)
+        write_typed(e, 0xcc, v, 1);
+    else if (v <= 0xffff)
+        write_typed(e, 0xcd, v, 2);
+    else if (v <= 0xffffffffu)
+        write_typed(e, 0xce, v, 4);
+    else
+        write_typed(e, 0xcf, v, 8);
+}
+
+static void write_bytes(coord_enc *e, const void *s, size_t len)
+{
+    uint8_t *p = room(e, len);
+    if (p && len)
+        memcpy(p, s, len);
+}
+
+static void write_str(coord_enc *e, const void *s, size_t len)
+{
+    if (len < 32)
+        write_typed(e, (uint8_t)(0xa0 | len), 0, 0);
+    else if (len <= 0xff)
+        write_typed(e, 0xd9, len, 1);
+    else if (len <= 0xffff)
+        write_typed(e, 0xda, len, 2);
+    else
+        write_typed(e, 0xdb, len, 4);
+    write_bytes(e, s, len);
 }
 
 static void count_value(coord_enc *e)
@@ -78,12 +131,11 @@ static void open_container(coord_enc *e, bool is_map)
         return;
     }
     /* map16 (keys are ours, never many) / array32 (lists can be long) */
-    uint8_t hdr[5] = { is_map ? 0xde : 0xdd, 0, 0, 0, 0 };
     e->open_at[e->depth] = e->buf->len;
     e->count[e->depth] = 0;
     e->is_map[e->depth] = is_map;
     e->depth++;
-    enc_write(e, (const char *)hdr, is_map ? 3 : 5);
+    write_typed(e, is_map ? 0xde : 0xdd, 0, is_map ? 2 : 4);
 }
 
 static void close_container(coord_enc *e)
@@ -115,9 +167,12 @@ void coord_enc_begin(coord_enc *e, coord_buf *buf)
     e->depth = 0;
     e->failed = false;
     e->frame_start = buf->len;
-    msgpack_packer_init(&e->pk, e, enc_write);
-    static const uint8_t placeholder[COORD_FRAME_HEADER] = { 0 };
-    enc_write(e, (const char *)placeholder, sizeof placeholder);
+    /* most frames are small: one reservation covers them */
+    if (coord_buf_reserve(buf, 256) < 0)
+        e->failed = true;
+    uint8_t *p = room(e, COORD_FRAME_HEADER);
+    if (p)
+        memset(p, 0, COORD_FRAME_HEADER);
     open_container(e, true);
 }
 
@@ -145,15 +200,13 @@ void coord_enc_key(coord_enc *e, const char *key)
     size_t n = strlen(key);
     if (e->depth > 0)
         e->count[e->depth - 1]++;
-    msgpack_pack_str(&e->pk, n);
-    msgpack_pack_str_body(&e->pk, key, n);
+    write_str(e, key, n);
 }
 
 void coord_enc_str(coord_enc *e, const void *s, size_t len)
 {
     count_value(e);
-    msgpack_pack_str(&e->pk, len);
-    msgpack_pack_str_body(&e->pk, s, len);
+    write_str(e, s, len);
 }
 
 void coord_enc_cstr(coord_enc *e, const char *s)
@@ -164,35 +217,48 @@ void coord_enc_cstr(coord_enc *e, const char *s)
 void coord_enc_bin(coord_enc *e, const void *p, size_t len)
 {
     count_value(e);
-    msgpack_pack_bin(&e->pk, len);
-    msgpack_pack_bin_body(&e->pk, p, len);
+    if (len <= 0xff)
+        write_typed(e, 0xc4, len, 1);
+    else if (len <= 0xffff)
+        write_typed(e, 0xc5, len, 2);
+    else
+        write_typed(e, 0xc6, len, 4);
+    write_bytes(e, p, len);
 }
 
 void coord_enc_uint(coord_enc *e, uint64_t v)
 {
     count_value(e);
-    msgpack_pack_uint64(&e->pk, v);
+    write_uint(e, v);
 }
 
 void coord_enc_int(coord_enc *e, int64_t v)
 {
     count_value(e);
-    msgpack_pack_int64(&e->pk, v);
+    if (v >= 0)
+        write_uint(e, (uint64_t)v);
+    else if (v >= -32)
+        write_typed(e, (uint8_t)(int8_t)v, 0, 0);
+    else if (v >= INT8_MIN)
+        write_typed(e, 0xd0, (uint64_t)v, 1);
+    else if (v >= INT16_MIN)
+        write_typed(e, 0xd1, (uint64_t)v, 2);
+    else if (v >= INT32_MIN)
+        write_typed(e, 0xd2, (uint64_t)v, 4);
+    else
+        write_typed(e, 0xd3, (uint64_t)v, 8);
 }
 
 void coord_enc_bool(coord_enc *e, bool v)
 {
     count_value(e);
-    if (v)
-        msgpack_pack_true(&e->pk);
-    else
-        msgpack_pack_false(&e->pk);
+    write_typed(e, v ? 0xc3 : 0xc2, 0, 0);
 }
 
 void coord_enc_nil(coord_enc *e)
 {
     count_value(e);
-    msgpack_pack_nil(&e->pk);
+    write_typed(e, 0xc0, 0, 0);
 }
 
 void coord_enc_map_begin(coord_enc *e)   { open_container(e, true); }

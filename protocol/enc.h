@@ -2,8 +2,10 @@
  * length-prefixed MessagePack maps into it.
  *
  * Containers are written with 16/32-bit count headers and patched when they
- * are closed, so callers never count fields ahead of time.  Scalars go
- * through msgpack-c's packer. */
+ * are closed, so callers never count fields ahead of time.  Scalars are
+ * written inline in their smallest MessagePack form: on the broker's hot
+ * path a callback per token (msgpack-c's packer) cost more than the rest
+ * of a reply. */
 #ifndef COORD_PROTO_ENC_H
 #define COORD_PROTO_ENC_H
 
@@ -29,7 +31,6 @@ void coord_buf_consume(coord_buf *b, size_t n);
 
 typedef struct coord_enc {
     coord_buf *buf;
-    msgpack_packer pk;
     size_t frame_start;
     int depth;
     bool failed;                               /* out of memory */
