@@ -1,9 +1,11 @@
 /* coordctl.c - the command line of coord: global flags, the command table,
  * and the helpers every command uses (see coordctl.h). */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "coordctl.h"
 #include "paths.h"
 
@@ -324,6 +326,68 @@ void ctl_format_duration(char *out, size_t size, uint64_t ms)
     else
         snprintf(out, size, "%llud %lluh", (unsigned long long)(s / 86400),
                  (unsigned long long)(s / 3600 % 24));
+}
+
+/* ---- names, numbers, clocks ---- */
+
+char *ctl_escape(const char *p, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    char *out = malloc(n * 4 + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)p[i];
+        if (ch == '\\') {
+            *o++ = '\\';
+            *o++ = '\\';
+        } else if (ch >= 0x20 && ch < 0x7f) {
+            *o++ = (char)ch;
+        } else {
+            *o++ = '\\';
+            *o++ = 'x';
+            *o++ = hex[ch >> 4];
+            *o++ = hex[ch & 15];
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+char *ctl_escaped_field(coord_map m, const char *key)
+{
+    const char *s = NULL;
+    size_t n = 0;
+    if (!coord_map_str(m, key, &s, &n) || !s)
+        n = 0;
+    return ctl_escape(s ? s : "", n);
+}
+
+bool ctl_parse_seconds(const char *s, uint64_t *ms)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= 0) || v > 1e9)
+        return false;
+    *ms = (uint64_t)(v * 1000.0 + 0.5);
+    if (*ms == 0 && v > 0)
+        *ms = 1;
+    return true;
+}
+
+int64_t ctl_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+uint64_t ctl_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* ---- main ---- */

@@ -77,6 +77,18 @@ int ctl_table_print(struct ctl_table *t);
 /* Durations for people: "812 ms", "4.2 s", "5m 12s", "3h 05m", "2d 4h". */
 void ctl_format_duration(char *out, size_t size, uint64_t ms);
 
+/* p[0..n) for a terminal: printable ASCII as is, a backslash doubled,
+ * every other byte as \xNN.  The caller frees it; NULL when out of memory. */
+char *ctl_escape(const char *p, size_t n);
+/* A string field of m, escaped ("" when absent); NULL when out of memory. */
+char *ctl_escaped_field(coord_map m, const char *key);
+/* "2", "0.5", "1.25": seconds to milliseconds (a non-zero value rounds up
+ * to at least 1 ms).  False when s is not such a number. */
+bool ctl_parse_seconds(const char *s, uint64_t *ms);
+/* Milliseconds of CLOCK_MONOTONIC and of the wall clock. */
+int64_t ctl_mono_ms(void);
+uint64_t ctl_wall_ms(void);
+
 /* ---- commands (ctl-info.c) ---- */
 int cmd_status(struct ctl *ctl, int argc, char **argv);
 int cmd_stats(struct ctl *ctl, int argc, char **argv);

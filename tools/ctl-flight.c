@@ -30,7 +30,6 @@
 #include <string.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 #include "coordctl.h"
 
@@ -41,70 +40,6 @@
 #define ONCE_KILL_AFTER_MS 10000              /* SIGKILL this long after SIGTERM */
 
 /* ---- helpers ---- */
-
-/* p[0..n) for a terminal: printable ASCII as is, a backslash doubled,
- * every other byte as \xNN.  The caller frees it; NULL: out of memory. */
-static char *escape(const char *p, size_t n)
-{
-    static const char hex[] = "0123456789abcdef";
-    char *out = malloc(n * 4 + 1), *o = out;
-    if (!out)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)p[i];
-        if (ch == '\\') {
-            *o++ = '\\';
-            *o++ = '\\';
-        } else if (ch >= 0x20 && ch < 0x7f) {
-            *o++ = (char)ch;
-        } else {
-            *o++ = '\\';
-            *o++ = 'x';
-            *o++ = hex[ch >> 4];
-            *o++ = hex[ch & 15];
-        }
-    }
-    *o = '\0';
-    return out;
-}
-
-static char *escaped_str(coord_map m, const char *key)
-{
-    const char *s = NULL;
-    size_t n = 0;
-    if (!coord_map_str(m, key, &s, &n) || !s)
-        n = 0;
-    return escape(s ? s : "", n);
-}
-
-/* "2", "0.5": seconds to milliseconds (a non-zero value is at least
- * 1 ms).  False when s is not such a number. */
-static bool seconds_arg(const char *s, uint64_t *ms)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= 0) || v > 1e9)
-        return false;
-    *ms = (uint64_t)(v * 1000.0 + 0.5);
-    if (*ms == 0 && v > 0)
-        *ms = 1;
-    return true;
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static uint64_t wall_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* Writes all of p[0..n) to fd; false on an error (EPIPE included). */
 static bool write_all(int fd, const void *p, size_t n)
@@ -289,7 +224,7 @@ static int run_owner(struct once *o, char **cmd)
                     o->shown);
             kill(pid, SIGTERM);
             term_sent = true;
-            kill_at = mono_ms() + ONCE_KILL_AFTER_MS;
+            kill_at = ctl_mono_ms() + ONCE_KILL_AFTER_MS;
         }
         struct pollfd p[3] = {
             { .fd = sfd, .events = POLLIN },
@@ -298,7 +233,7 @@ static int run_owner(struct once *o, char **cmd)
         };
         int timeout = -1;
         if (kill_at >= 0 && !exited) {
-            int64_t left = kill_at - mono_ms();
+            int64_t left = kill_at - ctl_mono_ms();
             timeout = left < 0 ? 0 : (int)left;
         }
         int n = poll(p, 3, timeout);
@@ -306,7 +241,7 @@ static int run_owner(struct once *o, char **cmd)
             fprintf(stderr, "coordctl: once: poll: %s\n", strerror(errno));
             break;
         }
-        if (kill_at >= 0 && !exited && mono_ms() >= kill_at) {
+        if (kill_at >= 0 && !exited && ctl_mono_ms() >= kill_at) {
             kill(pid, SIGKILL);
             kill_at = -1;
         }
@@ -429,17 +364,17 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "+k:w:t:", longopts, NULL)) != -1) {
         switch (opt) {
         case 'k':
-            if (!seconds_arg(optarg, &keep_ms))
+            if (!ctl_parse_seconds(optarg, &keep_ms))
                 return ctl_usage(ctl, "--keep needs a number of seconds, not %s", optarg);
             break;
         case 'w':
-            if (!seconds_arg(optarg, &wait_ms) || wait_ms == 0)
+            if (!ctl_parse_seconds(optarg, &wait_ms) || wait_ms == 0)
                 return ctl_usage(ctl, "--wait needs a positive number of seconds, not %s",
                                  optarg);
             wait_arg = optarg;
             break;
         case 't':
-            if (!seconds_arg(optarg, &ttl_ms) || ttl_ms == 0)
+            if (!ctl_parse_seconds(optarg, &ttl_ms) || ttl_ms == 0)
                 return ctl_usage(ctl, "--ttl needs a positive number of seconds, not %s",
                                  optarg);
             break;
@@ -464,7 +399,7 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
     o.key = key;
     o.keep_ms = keep_ms;
     o.conn_ok = true;
-    o.shown = escape(key, strlen(key));
+    o.shown = ctl_escape(key, strlen(key));
     if (!o.shown) {
         fprintf(stderr, "coordctl: once: out of memory\n");
         return CTL_EXIT_FAIL;
@@ -475,12 +410,12 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
         return rc;
     }
 
-    int64_t deadline = wait_ms ? mono_ms() + (int64_t)wait_ms : -1;
+    int64_t deadline = wait_ms ? ctl_mono_ms() + (int64_t)wait_ms : -1;
     int retries = 0;
     for (;;) {
         coord_flight_opts fo = { .owner_ttl_ms = ttl_ms, .max_age_ms = keep_ms };
         if (deadline >= 0) {
-            int64_t left = deadline - mono_ms();
+            int64_t left = deadline - ctl_mono_ms();
             fo.wait_ms = left > 0 ? (uint64_t)left : 1;
         }
         coord_flight f;
@@ -497,12 +432,12 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
             rc = print_result(&o, &f);
         } else if (f.role == COORD_FLIGHT_FAILED) {
             if (f.retryable && ++retries < ONCE_MAX_RETRIES &&
-                (deadline < 0 || mono_ms() < deadline)) {
+                (deadline < 0 || ctl_mono_ms() < deadline)) {
                 coord_flight_clear(&f);
                 continue;          /* the next owner may do better */
             }
-            char *code = escape(f.error_code, strlen(f.error_code));
-            char *msg = escape(f.error_message, strlen(f.error_message));
+            char *code = ctl_escape(f.error_code, strlen(f.error_code));
+            char *msg = ctl_escape(f.error_message, strlen(f.error_message));
             fprintf(stderr, "coordctl: once: %s: the owner failed: %s: %s\n", o.shown,
                     code ? code : "?", msg ? msg : "?");
             free(code);
@@ -653,7 +588,7 @@ static int flights_table(coord_map m)
             coord_map_uint(e, "age_ms", &age);
             coord_map_bool(e, "completing", &completing);
             ctl_format_duration(d, sizeof d, age);
-            row[0] = escaped_str(e, "key");
+            row[0] = ctl_escaped_field(e, "key");
             row[1] = uint_cell(e, "flight");
             row[2] = uint_cell(e, "fence");
             if (completing || conn == 0)
@@ -696,7 +631,7 @@ static int records_table(coord_map m)
         printf("no records\n");
         return CTL_EXIT_OK;
     }
-    uint64_t now = wall_now_ms();
+    uint64_t now = ctl_wall_ms();
     for (size_t i = 0; i < n; i++) {
         coord_map e;
         char **row = row_add(&t);
@@ -710,8 +645,8 @@ static int records_table(coord_map m)
             char d[64];
             coord_map_uint(e, "created_ms", &created);
             coord_map_uint(e, "expires_ms", &expires);
-            row[0] = escaped_str(e, "key");
-            row[1] = escaped_str(e, "status");
+            row[0] = ctl_escaped_field(e, "key");
+            row[1] = ctl_escaped_field(e, "status");
             row[2] = uint_cell(e, "fence");
             row[3] = uint_cell(e, "size");
             ctl_format_duration(d, sizeof d, now > created ? now - created : 0);

@@ -16,59 +16,10 @@
 #include <string.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 #include "coordctl.h"
 
 #define DEFAULT_LEASE_MS 30000
-
-/* p[0..n) for a terminal: printable ASCII as is, a backslash doubled,
- * every other byte as \xNN.  The caller frees it; NULL when out of memory. */
-static char *escape_bytes(const char *p, size_t n)
-{
-    static const char hex[] = "0123456789abcdef";
-    char *out = malloc(n * 4 + 1), *o = out;
-    if (!out)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)p[i];
-        if (ch == '\\') {
-            *o++ = '\\';
-            *o++ = '\\';
-        } else if (ch >= 0x20 && ch < 0x7f) {
-            *o++ = (char)ch;
-        } else {
-            *o++ = '\\';
-            *o++ = 'x';
-            *o++ = hex[ch >> 4];
-            *o++ = hex[ch & 15];
-        }
-    }
-    *o = '\0';
-    return out;
-}
-
-/* "2", "0.5": seconds to milliseconds (a non-zero value is at least 1 ms).
- * False when s is not such a number. */
-static bool parse_seconds(const char *s, uint64_t *ms)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= 0) || v > 1e9)
-        return false;
-    *ms = (uint64_t)(v * 1000.0 + 0.5);
-    if (*ms == 0 && v > 0)
-        *ms = 1;
-    return true;
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* The single WORKSTREAM argument of leader, disable and enable. */
 static int one_workstream(struct ctl *ctl, int argc, char **argv, const char **ws)
@@ -108,7 +59,7 @@ int cmd_leader(struct ctl *ctl, int argc, char **argv)
     }
 
     struct ctl_table t = { 0 };
-    char *shown = escape_bytes(ws, strlen(ws));
+    char *shown = ctl_escape(ws, strlen(ws));
     ctl_table_add(&t, "workstream", shown ? shown : "?");
     free(shown);
     uint64_t gen = 0, live = 0, v;
@@ -130,7 +81,7 @@ int cmd_leader(struct ctl *ctl, int argc, char **argv)
             len += snprintf(who + len, sizeof who - (size_t)len, "%spid %llu",
                             len ? ", " : "", (unsigned long long)v);
         if (coord_map_str(m, "client", &s, &n) && n && len < (int)sizeof who) {
-            char *e = escape_bytes(s, n > 200 ? 200 : n);
+            char *e = ctl_escape(s, n > 200 ? 200 : n);
             len += snprintf(who + len, sizeof who - (size_t)len, "%sclient %s",
                             len ? ", " : "", e ? e : "?");
             free(e);
@@ -208,7 +159,7 @@ static void mark_lost(struct leader_run *lr, const char *p, size_t n)
     if (lr->lost)
         return;
     lr->lost = true;
-    char *e = escape_bytes(p, n);
+    char *e = ctl_escape(p, n);
     snprintf(lr->reason, sizeof lr->reason, "%s", e ? e : "?");
     free(e);
 }
@@ -330,7 +281,7 @@ static int run_leading(struct leader_run *lr, char **cmd)
     int64_t period = (int64_t)(lr->lease_ms / 3);
     if (period == 0)
         period = 1;
-    int64_t next_renew = mono_ms() + period;
+    int64_t next_renew = ctl_mono_ms() + period;
 
     /* frames that came with the campaign's reply are already read */
     if (coord_dispatch(c) < 0) {
@@ -350,7 +301,7 @@ static int run_leading(struct leader_run *lr, char **cmd)
         int timeout = -1;
         bool renewing = conn_ok && !lr->lost;
         if (renewing) {
-            int64_t left = next_renew - mono_ms();
+            int64_t left = next_renew - ctl_mono_ms();
             timeout = left < 0 ? 0 : left > 1000000000 ? 1000000000 : (int)left;
         }
         int n = poll(p, 2, timeout);
@@ -385,12 +336,12 @@ static int run_leading(struct leader_run *lr, char **cmd)
             conn_ok = false;
             mark_lost_c(lr, "broker connection closed");
         }
-        if (renewing && !lr->lost && mono_ms() >= next_renew) {
+        if (renewing && !lr->lost && ctl_mono_ms() >= next_renew) {
             if (!lr->renew_in_flight && send_renew(lr) < 0) {
                 conn_ok = false;
                 mark_lost_c(lr, "broker connection closed");
             }
-            next_renew = mono_ms() + period;
+            next_renew = ctl_mono_ms() + period;
         }
     }
 
@@ -443,7 +394,7 @@ int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "+nw:", longopts, NULL)) != -1) {
         switch (opt) {
         case 'L':
-            if (!parse_seconds(optarg, &o.lease_ms) || o.lease_ms == 0)
+            if (!ctl_parse_seconds(optarg, &o.lease_ms) || o.lease_ms == 0)
                 return ctl_usage(ctl, "--lease needs a positive number of seconds, not %s",
                                  optarg);
             break;
@@ -454,7 +405,7 @@ int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
             o.steal = true;
             break;
         case 'w':
-            if (!parse_seconds(optarg, &wait_ms))
+            if (!ctl_parse_seconds(optarg, &wait_ms))
                 return ctl_usage(ctl, "-w needs a number of seconds, not %s", optarg);
             have_wait = true;
             break;
@@ -489,7 +440,7 @@ int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
     lr.ctl = ctl;
     lr.ws = ws;
     lr.lease_ms = o.lease_ms ? o.lease_ms : DEFAULT_LEASE_MS;
-    lr.shown = escape_bytes(ws, strlen(ws));
+    lr.shown = ctl_escape(ws, strlen(ws));
     if (!lr.shown) {
         fprintf(stderr, "coordctl: leader-run: out of memory\n");
         return CTL_EXIT_FAIL;

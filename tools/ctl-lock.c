@@ -14,71 +14,8 @@
 #include <string.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 #include "coordctl.h"
-
-/* ---- shared helpers ---- */
-
-/* p[0..n) for a terminal: printable ASCII as is, a backslash doubled,
- * every other byte as \xNN.  The caller frees the result; NULL when out of
- * memory. */
-static char *escape_bytes(const char *p, size_t n)
-{
-    static const char hex[] = "0123456789abcdef";
-    char *out = malloc(n * 4 + 1), *o = out;
-    if (!out)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)p[i];
-        if (ch == '\\') {
-            *o++ = '\\';
-            *o++ = '\\';
-        } else if (ch >= 0x20 && ch < 0x7f) {
-            *o++ = (char)ch;
-        } else {
-            *o++ = '\\';
-            *o++ = 'x';
-            *o++ = hex[ch >> 4];
-            *o++ = hex[ch & 15];
-        }
-    }
-    *o = '\0';
-    return out;
-}
-
-/* A string field of m, escaped ("" when absent); NULL when out of memory. */
-static char *escaped_field(coord_map m, const char *key)
-{
-    const char *s = NULL;
-    size_t n = 0;
-    if (!coord_map_str(m, key, &s, &n) || !s)
-        n = 0;
-    return escape_bytes(s ? s : "", n);
-}
-
-/* "2", "0.5", "1.25": seconds to milliseconds (a non-zero value rounds up
- * to at least 1 ms).  False when s is not such a number. */
-static bool parse_seconds(const char *s, uint64_t *ms)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= 0) || v > 1e9)
-        return false;
-    double m = v * 1000.0;
-    *ms = (uint64_t)(m + 0.5);
-    if (*ms == 0 && v > 0)
-        *ms = 1;
-    return true;
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- coordctl lock ---- */
 
@@ -100,7 +37,7 @@ static void mark_lost(struct lock_run *lr, const char *p, size_t n)
     if (lr->lost)
         return;
     lr->lost = true;
-    char *e = escape_bytes(p, n);
+    char *e = ctl_escape(p, n);
     snprintf(lr->reason, sizeof lr->reason, "%s", e ? e : "?");
     free(e);
 }
@@ -225,7 +162,7 @@ static int run_locked(struct lock_run *lr, char **cmd)
     int64_t period = (int64_t)(lr->lease_ms / 3);
     if (lr->lease_ms && period == 0)
         period = 1;
-    int64_t next_renew = lr->lease_ms ? mono_ms() + period : -1;
+    int64_t next_renew = lr->lease_ms ? ctl_mono_ms() + period : -1;
 
     while (!exited) {
         if (lr->lost && !term_sent) {
@@ -240,7 +177,7 @@ static int run_locked(struct lock_run *lr, char **cmd)
         int timeout = -1;
         bool renewing = next_renew >= 0 && conn_ok && !lr->lost;
         if (renewing) {
-            int64_t left = next_renew - mono_ms();
+            int64_t left = next_renew - ctl_mono_ms();
             timeout = left < 0 ? 0 : left > 1000000000 ? 1000000000 : (int)left;
         }
         int n = poll(p, 2, timeout);
@@ -277,12 +214,12 @@ static int run_locked(struct lock_run *lr, char **cmd)
                 conn_lost(lr);
             }
         }
-        if (renewing && !lr->lost && mono_ms() >= next_renew) {
+        if (renewing && !lr->lost && ctl_mono_ms() >= next_renew) {
             if (!lr->renew_in_flight && send_renew(lr) < 0) {
                 conn_ok = false;
                 conn_lost(lr);
             }
-            next_renew = mono_ms() + period;
+            next_renew = ctl_mono_ms() + period;
         }
     }
 
@@ -347,13 +284,13 @@ int cmd_lock(struct ctl *ctl, int argc, char **argv)
             o.steal = true;
             break;
         case 'w':
-            if (!parse_seconds(optarg, &wait_ms))
+            if (!ctl_parse_seconds(optarg, &wait_ms))
                 return ctl_usage(ctl, "-w needs a number of seconds, not %s", optarg);
             have_wait = true;
             wait_arg = optarg;
             break;
         case 'L':
-            if (!parse_seconds(optarg, &o.lease_ms) || o.lease_ms == 0)
+            if (!ctl_parse_seconds(optarg, &o.lease_ms) || o.lease_ms == 0)
                 return ctl_usage(ctl, "--lease needs a positive number of seconds, not %s",
                                  optarg);
             break;
@@ -388,7 +325,7 @@ int cmd_lock(struct ctl *ctl, int argc, char **argv)
     lr.ctl = ctl;
     lr.name = name;
     lr.lease_ms = o.lease_ms;
-    lr.shown = escape_bytes(name, strlen(name));
+    lr.shown = ctl_escape(name, strlen(name));
     if (!lr.shown) {
         fprintf(stderr, "coordctl: lock: out of memory\n");
         return CTL_EXIT_FAIL;
@@ -468,12 +405,12 @@ static void add_rows(struct lock_rows *t, coord_map m, const char *list, bool he
             coord_map_uint(e, "age_ms", &age);
             ctl_format_duration(d, sizeof d, age);
             row[COL_STATE] = strdup(held ? "held" : "pending");
-            row[COL_NAME] = escaped_field(e, "name");
-            row[COL_MODE] = escaped_field(e, "mode");
+            row[COL_NAME] = ctl_escaped_field(e, "name");
+            row[COL_MODE] = ctl_escaped_field(e, "mode");
             row[COL_TOKEN] = held ? uint_field(e, "token") : strdup("-");
             row[COL_CONN] = uint_field(e, "conn");
             row[COL_PID] = uint_field(e, "pid");
-            row[COL_CLIENT] = escaped_field(e, "client");
+            row[COL_CLIENT] = ctl_escaped_field(e, "client");
             row[COL_AGE] = strdup(d);
         }
         for (int k = 0; k < NCOLS; k++)

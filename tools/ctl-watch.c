@@ -83,11 +83,8 @@ static void put_data(FILE *f, const void *data, size_t n)
 /* "12:00:01.234" in local time, for wall-clock ms (0: now). */
 static void put_time(FILE *f, uint64_t at_ms)
 {
-    if (!at_ms) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        at_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-    }
+    if (!at_ms)
+        at_ms = ctl_wall_ms();
     time_t s = (time_t)(at_ms / 1000);
     struct tm tm;
     char buf[16];
