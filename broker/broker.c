@@ -119,8 +119,7 @@ int broker_run(struct broker_options *opt)
     }
 
     b->loop = uv_default_loop();
-    if (coord_msg_init(&b->msg) < 0 ||
-        ledger_open(&b->ledger, b->opt.data_dir, b->loop, err, sizeof err) < 0) {
+    if (ledger_open(&b->ledger, b->opt.data_dir, b->loop, err, sizeof err) < 0) {
         log_event(LOG_ERROR, "broker.start_failed", "error=\"%s\"", err);
         return 1;
     }
@@ -166,7 +165,6 @@ int broker_run(struct broker_options *opt)
     uv_run(b->loop, UV_RUN_DEFAULT);
     rc = uv_loop_close(b->loop);
     deadlines_free();
-    coord_msg_destroy(&b->msg);
     log_event(LOG_INFO, "broker.exit", "clean=%d", rc == 0);
     return 0;
 }

@@ -126,7 +126,7 @@ struct broker {
     bool shutting_down;
 
     struct ledger *ledger;
-    coord_msg msg;                /* the frame being dispatched */
+    coord_index req;              /* the frame being dispatched */
     uint8_t read_buf[65536];      /* shared by every read callback */
 };
 

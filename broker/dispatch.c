@@ -69,7 +69,9 @@ void printable_copy(char *out, size_t size, const uint8_t *p, size_t n)
 int dispatch_frame(struct conn *c, const uint8_t *body, size_t len)
 {
     struct broker *b = c->b;
-    int st = coord_msg_parse(&b->msg, body, len);
+    /* one pass validates the frame and indexes its fields: nothing from
+     * a client is decoded into objects on the broker's hot path */
+    int st = coord_frame_index(body, len, &b->req);
     if (st != COORD_FRAME_OK) {
         b->stats.bad_frames++;
         log_event(LOG_INFO, "conn.bad_frame", "conn=%llu pid=%d why=\"%s\"",
@@ -81,7 +83,7 @@ int dispatch_frame(struct conn *c, const uint8_t *body, size_t len)
     }
 
     coord_fields f;
-    coord_fields_init(&f, b->msg.map);
+    coord_fields_init_index(&f, &b->req);
     uint64_t rid = 0;
     coord_bytes opname = { NULL, 0 };
     bool have_rid = coord_field_uint(&f, "rid", true, &rid);

@@ -434,15 +434,14 @@ void op_flight_fail(struct conn *c, uint64_t rid, coord_fields *f)
 {
     uint64_t id = 0, fence = 0, keep_ms;
     bool retryable = false;
-    const msgpack_object_map *err = NULL;
+    coord_index err_index;
+    coord_fields ef;
     coord_field_uint(f, "flight", true, &id);
     coord_field_uint(f, "fence", true, &fence);
-    coord_field_map(f, "error", true, &err);
+    bool have_err = coord_field_nested(f, "error", true, &err_index, &ef);
     coord_field_bool(f, "retryable", false, &retryable);
     coord_bytes code = { (const uint8_t *)"", 0 }, message = code;
-    if (err) {
-        coord_fields ef;
-        coord_fields_nested(&ef, f, "error", err);
+    if (have_err) {
         coord_field_str(&ef, "code", true, &code);
         coord_field_str(&ef, "message", false, &message);
         if (ef.failed && !f->failed) {

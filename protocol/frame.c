@@ -97,7 +97,10 @@ static int elem_header(const uint8_t *p, size_t avail, size_t *hdr,
     return kind == ELEM_STR ? ELEM_STR : kind;
 }
 
-int coord_frame_validate(const uint8_t *body, size_t len, int max_depth)
+/* The walk behind coord_frame_validate and coord_frame_index: when idx is
+ * not NULL, the top-level keys and where their values start are recorded
+ * on the way (the first COORD_INDEX_MAX of them). */
+static int walk(const uint8_t *body, size_t len, int max_depth, coord_index *idx)
 {
     /* items left in each open container; maps count keys and values */
     uint64_t left[COORD_MAX_DEPTH + 1];
@@ -138,6 +141,18 @@ int coord_frame_validate(const uint8_t *body, size_t len, int max_depth)
             return COORD_FRAME_TRUNCATED;
         if (is_key && kind != ELEM_STR)
             return COORD_FRAME_KEY_NOT_STRING;
+        if (idx && sp == 1) {
+            if (is_key) {
+                if (idx->n < COORD_INDEX_MAX) {
+                    idx->f[idx->n].key = body + pos + hdr;
+                    idx->f[idx->n].klen = (uint32_t)payload;
+                } else {
+                    idx->complete = false;
+                }
+            } else if (idx->n < COORD_INDEX_MAX) {
+                idx->f[idx->n++].val = body + pos;
+            }
+        }
         pos += hdr;
         size_t rest = len - pos;
 
@@ -159,6 +174,41 @@ int coord_frame_validate(const uint8_t *body, size_t len, int max_depth)
     } while (sp > 0);
 
     return pos == len ? COORD_FRAME_OK : COORD_FRAME_TRAILING;
+}
+
+int coord_frame_validate(const uint8_t *body, size_t len, int max_depth)
+{
+    return walk(body, len, max_depth, NULL);
+}
+
+int coord_frame_index(const uint8_t *body, size_t len, coord_index *idx)
+{
+    idx->n = 0;
+    idx->complete = true;
+    idx->map = body;
+    idx->map_len = len;
+    return walk(body, len, COORD_MAX_DEPTH, idx);
+}
+
+/* Bytes taken by the (already validated) element at p. */
+size_t coord_elem_size(const uint8_t *p, size_t avail)
+{
+    size_t hdr;
+    uint64_t payload, count;
+    int kind = elem_header(p, avail, &hdr, &payload, &count);
+    if (kind != ELEM_ARRAY && kind != ELEM_MAP)
+        return hdr + (size_t)payload;
+    size_t pos = hdr;
+    uint64_t items = kind == ELEM_MAP ? count * 2 : count;
+    for (uint64_t i = 0; i < items && pos < avail; i++)
+        pos += coord_elem_size(p + pos, avail - pos);   /* depth <= COORD_MAX_DEPTH */
+    return pos;
+}
+
+int coord_index_nested(const uint8_t *map, size_t avail, coord_index *idx)
+{
+    size_t len = coord_elem_size(map, avail);
+    return coord_frame_index(map, len > avail ? avail : len, idx);
 }
 
 /* ---- incremental reader ---- */

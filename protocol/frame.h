@@ -6,6 +6,7 @@
 #ifndef COORD_PROTO_FRAME_H
 #define COORD_PROTO_FRAME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,6 +36,29 @@ const char *coord_frame_status_text(int status);
 /* Walk body[0..len) without allocating and without recursion; returns
  * COORD_FRAME_OK only when msgpack-c may safely decode it. */
 int coord_frame_validate(const uint8_t *body, size_t len, int max_depth);
+
+/* A validated map with its top-level keys indexed in the same pass: the
+ * broker reads request fields from this, without decoding the frame into
+ * objects.  Values are raw MessagePack bytes inside the frame. */
+#define COORD_INDEX_MAX 32
+typedef struct coord_index {
+    uint32_t n;                 /* fields indexed */
+    bool complete;              /* false: more keys than COORD_INDEX_MAX */
+    const uint8_t *map;         /* the map's bytes */
+    size_t map_len;
+    struct {
+        const uint8_t *key;
+        uint32_t klen;
+        const uint8_t *val;
+    } f[COORD_INDEX_MAX];
+} coord_index;
+
+/* coord_frame_validate (depth COORD_MAX_DEPTH) plus the index. */
+int coord_frame_index(const uint8_t *body, size_t len, coord_index *idx);
+/* Bytes taken by one element of a frame that was validated. */
+size_t coord_elem_size(const uint8_t *p, size_t avail);
+/* Index a map nested in a frame that coord_frame_index accepted. */
+int coord_index_nested(const uint8_t *map, size_t avail, coord_index *idx);
 
 /* Incremental frame reader.  Bytes are fed as they arrive; complete frames
  * are handed to a callback straight from the caller's buffer, and only the

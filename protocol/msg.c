@@ -57,9 +57,16 @@ bool coord_bytes_eq(coord_bytes b, const char *s)
 void coord_fields_init(coord_fields *f, const msgpack_object_map *map)
 {
     f->map = map;
+    f->idx = NULL;
     f->prefix = "";
     f->failed = false;
     f->err[0] = '\0';
+}
+
+void coord_fields_init_index(coord_fields *f, const coord_index *idx)
+{
+    coord_fields_init(f, NULL);
+    f->idx = idx;
 }
 
 void coord_fields_nested(coord_fields *child, const coord_fields *parent,
@@ -82,66 +89,177 @@ void coord_fields_fail(coord_fields *f, const char *key, const char *why)
         snprintf(f->err, sizeof f->err, "%s: %s", key, why);
 }
 
-/* Looks key up; nil is absent.  Returns the value or NULL (and records a
- * missing required field). */
-static const msgpack_object *lookup(coord_fields *f, const char *key,
-                                    bool required)
+/* A field's value, from either backend. */
+enum vtype { V_NIL, V_UINT, V_NEGINT, V_BOOL, V_STR, V_BIN, V_MAP, V_OTHER };
+struct value {
+    enum vtype type;
+    uint64_t u;
+    bool b;
+    const uint8_t *ptr;          /* str, bin: bytes; map (raw): the map */
+    uint32_t len;
+    const msgpack_object_map *map;   /* map (msgpack backend) */
+};
+
+static uint64_t be(const uint8_t *p, unsigned n)
 {
-    const msgpack_object *v = f->map ? coord_map_find(f->map, key) : NULL;
-    if (v && v->type == MSGPACK_OBJECT_NIL)
-        v = NULL;
-    if (!v && required)
-        coord_fields_fail(f, key, "missing");
+    uint64_t v = 0;
+    for (unsigned i = 0; i < n; i++)
+        v = (v << 8) | p[i];
     return v;
+}
+
+/* Decodes the scalar (or notes the map) at p, inside a validated frame. */
+static void raw_value(const uint8_t *p, struct value *v)
+{
+    uint8_t b = p[0];
+    memset(v, 0, sizeof *v);
+    v->type = V_OTHER;
+    if (b <= 0x7f) { v->type = V_UINT; v->u = b; }
+    else if (b >= 0xe0) v->type = V_NEGINT;
+    else if (b <= 0x8f || b == 0xde || b == 0xdf) { v->type = V_MAP; v->ptr = p; }
+    else if (b >= 0xa0 && b <= 0xbf) { v->type = V_STR; v->len = b & 0x1f; v->ptr = p + 1; }
+    else if (b == 0xc0) v->type = V_NIL;
+    else if (b == 0xc2 || b == 0xc3) { v->type = V_BOOL; v->b = b == 0xc3; }
+    else if (b >= 0xcc && b <= 0xcf) { v->type = V_UINT; v->u = be(p + 1, 1u << (b - 0xcc)); }
+    else if (b >= 0xd0 && b <= 0xd3) {
+        unsigned n = 1u << (b - 0xd0);
+        uint64_t raw = be(p + 1, n);
+        bool neg = raw >> (n * 8 - 1);
+        if (neg) {
+            v->type = V_NEGINT;
+        } else {
+            v->type = V_UINT;
+            v->u = raw;
+        }
+    } else if (b >= 0xd9 && b <= 0xdb) {
+        unsigned n = 1u << (b - 0xd9);
+        v->type = V_STR;
+        v->len = (uint32_t)be(p + 1, n);
+        v->ptr = p + 1 + n;
+    } else if (b >= 0xc4 && b <= 0xc6) {
+        unsigned n = 1u << (b - 0xc4);
+        v->type = V_BIN;
+        v->len = (uint32_t)be(p + 1, n);
+        v->ptr = p + 1 + n;
+    }
+}
+
+static void object_value(const msgpack_object *o, struct value *v)
+{
+    memset(v, 0, sizeof *v);
+    switch (o->type) {
+    case MSGPACK_OBJECT_NIL: v->type = V_NIL; break;
+    case MSGPACK_OBJECT_POSITIVE_INTEGER: v->type = V_UINT; v->u = o->via.u64; break;
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER: v->type = V_NEGINT; break;
+    case MSGPACK_OBJECT_BOOLEAN: v->type = V_BOOL; v->b = o->via.boolean; break;
+    case MSGPACK_OBJECT_STR:
+        v->type = V_STR;
+        v->ptr = (const uint8_t *)o->via.str.ptr;
+        v->len = o->via.str.size;
+        break;
+    case MSGPACK_OBJECT_BIN:
+        v->type = V_BIN;
+        v->ptr = (const uint8_t *)o->via.bin.ptr;
+        v->len = o->via.bin.size;
+        break;
+    case MSGPACK_OBJECT_MAP: v->type = V_MAP; v->map = &o->via.map; break;
+    default: v->type = V_OTHER; break;
+    }
+    /* msgpack-c gives an empty str a NULL ptr; callers may memcpy or
+     * memcmp ptr with len 0, which is undefined with NULL */
+    if ((v->type == V_STR || v->type == V_BIN) && !v->ptr)
+        v->ptr = (const uint8_t *)"";
+}
+
+/* The raw value of key in an index: the indexed keys, and for a map with
+ * more keys than the index holds, a walk over the rest of its pairs. */
+static const uint8_t *index_find(const coord_index *idx, const char *key)
+{
+    size_t klen = strlen(key);
+    for (uint32_t i = 0; i < idx->n; i++)
+        if (idx->f[i].klen == klen && (klen == 0 || memcmp(idx->f[i].key, key, klen) == 0))
+            return idx->f[i].val;
+    if (idx->complete || idx->n == 0)
+        return NULL;
+    const uint8_t *end = idx->map + idx->map_len;
+    const uint8_t *p = idx->f[idx->n - 1].val;
+    p += coord_elem_size(p, (size_t)(end - p));
+    while (p < end) {
+        struct value k;
+        raw_value(p, &k);
+        const uint8_t *val = k.ptr + k.len;
+        if (k.type == V_STR && k.len == klen && (klen == 0 || memcmp(k.ptr, key, klen) == 0))
+            return val;
+        p = val + coord_elem_size(val, (size_t)(end - val));
+    }
+    return NULL;
+}
+
+/* Looks key up; nil is absent.  Returns false when absent (recording a
+ * missing required field). */
+static bool lookup(coord_fields *f, const char *key, bool required, struct value *v)
+{
+    bool found = false;
+    if (f->idx) {
+        const uint8_t *raw = index_find(f->idx, key);
+        if (raw) {
+            raw_value(raw, v);
+            found = true;
+        }
+    } else if (f->map) {
+        const msgpack_object *o = coord_map_find(f->map, key);
+        if (o) {
+            object_value(o, v);
+            found = true;
+        }
+    }
+    if (found && v->type == V_NIL)
+        found = false;
+    if (!found && required)
+        coord_fields_fail(f, key, "missing");
+    return found;
 }
 
 bool coord_field_uint(coord_fields *f, const char *key, bool required,
                       uint64_t *out)
 {
-    const msgpack_object *v = lookup(f, key, required);
-    if (!v)
+    struct value v;
+    if (!lookup(f, key, required, &v))
         return false;
-    if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER) {
+    if (v.type != V_UINT) {
         coord_fields_fail(f, key, "expected unsigned integer");
         return false;
     }
-    *out = v->via.u64;
+    *out = v.u;
     return true;
 }
 
 bool coord_field_bool(coord_fields *f, const char *key, bool required,
                       bool *out)
 {
-    const msgpack_object *v = lookup(f, key, required);
-    if (!v)
+    struct value v;
+    if (!lookup(f, key, required, &v))
         return false;
-    if (v->type != MSGPACK_OBJECT_BOOLEAN) {
+    if (v.type != V_BOOL) {
         coord_fields_fail(f, key, "expected boolean");
         return false;
     }
-    *out = v->via.boolean;
+    *out = v.b;
     return true;
 }
 
 static bool field_bytes(coord_fields *f, const char *key, bool required,
                         coord_bytes *out, const char *expected)
 {
-    const msgpack_object *v = lookup(f, key, required);
-    if (!v)
+    struct value v;
+    if (!lookup(f, key, required, &v))
         return false;
-    if (v->type == MSGPACK_OBJECT_STR) {
-        /* msgpack-c gives an empty str a NULL ptr; callers may memcpy or
-         * memcmp ptr with len 0, which is undefined with NULL */
-        out->ptr = v->via.str.ptr ? (const uint8_t *)v->via.str.ptr
-                                  : (const uint8_t *)"";
-        out->len = v->via.str.size;
-    } else if (v->type == MSGPACK_OBJECT_BIN) {
-        out->ptr = (const uint8_t *)v->via.bin.ptr;
-        out->len = v->via.bin.size;
-    } else {
+    if (v.type != V_STR && v.type != V_BIN) {
         coord_fields_fail(f, key, expected);
         return false;
     }
+    out->ptr = v.ptr;
+    out->len = v.len;
     return true;
 }
 
@@ -160,13 +278,37 @@ bool coord_field_bin(coord_fields *f, const char *key, bool required,
 bool coord_field_map(coord_fields *f, const char *key, bool required,
                      const msgpack_object_map **out)
 {
-    const msgpack_object *v = lookup(f, key, required);
-    if (!v)
+    struct value v;
+    if (!lookup(f, key, required, &v))
         return false;
-    if (v->type != MSGPACK_OBJECT_MAP) {
+    if (v.type != V_MAP || !v.map) {
         coord_fields_fail(f, key, "expected map");
         return false;
     }
-    *out = &v->via.map;
+    *out = v.map;
+    return true;
+}
+
+bool coord_field_nested(coord_fields *f, const char *key, bool required,
+                        coord_index *store, coord_fields *child)
+{
+    struct value v;
+    if (!lookup(f, key, required, &v))
+        return false;
+    if (v.type != V_MAP) {
+        coord_fields_fail(f, key, "expected map");
+        return false;
+    }
+    if (v.map) {
+        coord_fields_nested(child, f, key, v.map);
+        return true;
+    }
+    size_t avail = f->idx->map_len - (size_t)(v.ptr - f->idx->map);
+    if (coord_index_nested(v.ptr, avail, store) != COORD_FRAME_OK) {
+        coord_fields_fail(f, key, "malformed map");
+        return false;
+    }
+    coord_fields_init_index(child, store);
+    child->prefix = key;
     return true;
 }

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <msgpack.h>
+#include "frame.h"
 
 typedef struct coord_bytes {
     const uint8_t *ptr;
@@ -37,13 +38,16 @@ const msgpack_object *coord_map_find(const msgpack_object_map *map,
  * ("rid: missing", "mode: expected string").  A nil value counts as absent,
  * so optional fields may be sent as nil. */
 typedef struct coord_fields {
-    const msgpack_object_map *map;
+    const msgpack_object_map *map;   /* decoded by msgpack-c, or ... */
+    const coord_index *idx;          /* ... indexed raw bytes (the broker) */
     const char *prefix;      /* "error." for nested maps, else "" */
     bool failed;
     char err[128];
 } coord_fields;
 
 void coord_fields_init(coord_fields *f, const msgpack_object_map *map);
+/* Fields of a frame indexed by coord_frame_index (idx must outlive f). */
+void coord_fields_init_index(coord_fields *f, const coord_index *idx);
 /* Each getter returns true when the field was present and well typed.  A
  * missing required field or any wrongly typed field sets f->failed. */
 bool coord_field_uint(coord_fields *f, const char *key, bool required,
@@ -61,6 +65,10 @@ bool coord_field_map(coord_fields *f, const char *key, bool required,
                      const msgpack_object_map **out);
 void coord_fields_nested(coord_fields *child, const coord_fields *parent,
                          const char *key, const msgpack_object_map *map);
+/* A nested map as a child reader, for either kind of parent: *store holds
+ * the child's index when the parent is indexed (it must outlive child). */
+bool coord_field_nested(coord_fields *f, const char *key, bool required,
+                        coord_index *store, coord_fields *child);
 /* Marks a field as refused for a reason other than its type. */
 void coord_fields_fail(coord_fields *f, const char *key, const char *why);
 

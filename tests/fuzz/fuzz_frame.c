@@ -274,12 +274,50 @@ static void check_reencode(struct ctx *c)
     coord_buf_consume(&c->out, c->out.len);
 }
 
+/* The broker reads fields from the raw index (coord_frame_index), the
+ * client from msgpack-c objects: both must read every field the same. */
+static void compare_backends(coord_fields *a, coord_fields *b, const uint8_t *body,
+                             size_t len, int level)
+{
+    for (size_t i = 0; i < NFIELDS; i++) {
+        const char *key = field_names[i];
+        bool required = (i & 1) != 0;
+        uint64_t ua = 0, ub = 0;
+        bool ba = false, bb = false;
+        coord_bytes sa = { NULL, 0 }, sb = { NULL, 0 };
+        FUZZ_ASSERT(coord_field_uint(a, key, required, &ua) ==
+                    coord_field_uint(b, key, required, &ub));
+        FUZZ_ASSERT(ua == ub);
+        FUZZ_ASSERT(coord_field_bool(a, key, required, &ba) ==
+                    coord_field_bool(b, key, required, &bb));
+        FUZZ_ASSERT(ba == bb);
+        bool ga = coord_field_str(a, key, required, &sa);
+        FUZZ_ASSERT(ga == coord_field_str(b, key, required, &sb));
+        if (ga) {
+            FUZZ_ASSERT(sa.len == sb.len && inside(sa.ptr, sa.len, body, len));
+            FUZZ_ASSERT(sa.len == 0 || memcmp(sa.ptr, sb.ptr, sa.len) == 0);
+        }
+        if (level == 0) {
+            coord_index store;
+            coord_fields ca, cb;
+            bool na = coord_field_nested(a, key, required, &store, &ca);
+            FUZZ_ASSERT(na == coord_field_nested(b, key, required, NULL, &cb));
+            if (na)
+                compare_backends(&ca, &cb, body, len, 1);
+        }
+        FUZZ_ASSERT(a->failed == b->failed);
+        FUZZ_ASSERT(strcmp(a->err, b->err) == 0);
+    }
+}
+
 static int on_frame(void *ud, const uint8_t *body, size_t len)
 {
     struct ctx *c = ud;
     c->frames++;
     FUZZ_ASSERT(len > 0);
     int walk = coord_frame_validate(body, len, COORD_MAX_DEPTH);
+    static coord_index pre;
+    FUZZ_ASSERT(coord_frame_index(body, len, &pre) == walk);
     int st = coord_msg_parse(&c->msg, body, len);
     /* the walk and msgpack-c never disagree */
     FUZZ_ASSERT(st == walk || (walk == COORD_FRAME_OK && st == COORD_FRAME_NOMEM));
@@ -287,6 +325,12 @@ static int on_frame(void *ud, const uint8_t *body, size_t len)
     if (st != COORD_FRAME_OK)
         return 0;
     FUZZ_ASSERT(c->msg.root.type == MSGPACK_OBJECT_MAP);
+    static coord_index idx;
+    FUZZ_ASSERT(coord_frame_index(body, len, &idx) == COORD_FRAME_OK);
+    coord_fields fa, fb;
+    coord_fields_init_index(&fa, &idx);
+    coord_fields_init(&fb, c->msg.map);
+    compare_backends(&fa, &fb, body, len, 0);
     read_fields(c->msg.map, body, len, 0);
     check_reencode(c);
     /* a broker's answer to the frame */
