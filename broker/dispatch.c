@@ -112,6 +112,12 @@ int dispatch_frame(struct conn *c, const uint8_t *body, size_t len)
         conn_reply_error(c, rid, COORD_EUNKNOWN_OP, msg);
         return 0;
     }
+    /* replies are matched by rid: one still waiting may not be reused */
+    if (c->npending && pending_find(c, rid)) {
+        b->stats.bad_requests++;
+        conn_reply_error(c, rid, COORD_EBAD_REQUEST, "rid: already used by a waiting request");
+        return 0;
+    }
     b->stats.requests++;
     b->requests_by_op[idx]++;
     if (b->shutting_down) {

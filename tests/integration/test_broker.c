@@ -547,6 +547,72 @@ static void test_idle_connections_memory(void)
     broker_cleanup(&bp);
 }
 
+/* --max-pending: a request that would wait past the limit gets LIMIT at
+ * once and nothing is queued; one that is granted at once still passes. */
+static void test_pending_limit(void)
+{
+    const char *args[] = { "--max-pending", "2", NULL };
+    memset(&bp, 0, sizeof bp);
+    REQUIRE(broker_start(&bp, args) == 0);
+    struct rcl *holder = connect_or_exit(&bp, NULL), *w = connect_or_exit(&bp, NULL);
+    rcl_acquire(holder, 1, "busy", 4, NULL, 0, 0);
+    REQUIRE(rcl_reply(holder, 1, 5000, &m) == 0 && msg_bool(&m, "granted"));
+    rcl_acquire(w, 1, "busy", 4, NULL, 0, 0);
+    rcl_acquire(w, 2, "busy", 4, NULL, 0, 0);
+    rcl_acquire(w, 3, "busy", 4, NULL, 0, 0);
+    REQUIRE(rcl_reply(w, 3, 5000, &m) == 0);
+    CHECK(msg_code_is(&m, "LIMIT"));
+    /* a rid still waiting cannot be reused */
+    rcl_begin(w, "lock.query", 2);
+    rcl_send(w);
+    REQUIRE(rcl_reply(w, 2, 5000, &m) == 0);
+    CHECK(msg_code_is(&m, "BAD_REQUEST"));
+    rcl_begin(w, "lock.query", 4);
+    rcl_send(w);
+    REQUIRE(rcl_reply(w, 4, 5000, &m) == 0);
+    const msgpack_object *pend = coord_map_find(m.map, "pending");
+    CHECK(pend && pend->via.array.size == 2);
+    rcl_begin(w, "stats", 5);
+    rcl_send(w);
+    REQUIRE(rcl_reply(w, 5, 5000, &m) == 0);
+    CHECK_EQ_U(msg_uint(&m, "pending_limit_hits"), 1);
+    rcl_close(holder);
+    rcl_close(w);
+    stop_and_clean(&bp);
+}
+
+/* SIGTERM: waiting requests are answered SHUTTING_DOWN, then exit 0. */
+static void test_shutdown_answers_waiters(void)
+{
+    start_or_exit(&bp, NULL);
+    struct rcl *holder = connect_or_exit(&bp, NULL), *w = connect_or_exit(&bp, NULL);
+    rcl_acquire(holder, 1, "x", 1, NULL, 0, 0);
+    REQUIRE(rcl_reply(holder, 1, 5000, &m) == 0 && msg_bool(&m, "granted"));
+    rcl_acquire(w, 7, "x", 1, NULL, 0, 0);
+    coord_enc *e = rcl_begin(w, "flight.join", 8);
+    coord_enc_kv_cstr(e, "key", "k");
+    rcl_send(w);
+    REQUIRE(rcl_reply(w, 8, 5000, &m) == 0);          /* owner */
+    e = rcl_begin(holder, "flight.join", 2);
+    coord_enc_kv_cstr(e, "key", "k");
+    rcl_send(holder);                                 /* follower, waiting */
+    rcl_sync(holder);
+    rcl_sync(w);
+    kill(bp.pid, SIGTERM);
+    REQUIRE(rcl_reply(w, 7, 5000, &m) == 0);
+    CHECK(msg_code_is(&m, "SHUTTING_DOWN"));
+    REQUIRE(rcl_reply(holder, 2, 5000, &m) == 0);
+    CHECK(msg_code_is(&m, "SHUTTING_DOWN"));
+    CHECK(raw_wait_eof(rcl_fd(w), 5000));
+    int st = wait_pid_timeout(bp.pid, 10000);
+    CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    if (st != -1)
+        bp.pid = -1;
+    rcl_close(holder);
+    rcl_close(w);
+    broker_cleanup(&bp);
+}
+
 /* systemd socket activation: the listening socket arrives as fd 3 with
  * LISTEN_PID/LISTEN_FDS, and the broker serves it without binding. */
 static void test_socket_activation(void)
@@ -612,6 +678,8 @@ int main(int argc, char **argv)
         { "idle_exit", test_idle_exit },
         { "idle_connections_memory", test_idle_connections_memory },
         { "socket_activation", test_socket_activation },
+        { "pending_limit", test_pending_limit },
+        { "shutdown_answers_waiters", test_shutdown_answers_waiters },
         { NULL, NULL },
     };
     int rc = run_tests(argc, argv, tests);
