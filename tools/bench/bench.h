@@ -228,6 +228,7 @@ void sc_handoff(struct bench *b, struct result *r);
 void sc_memory(struct bench *b, struct result *r);
 void sc_flight_storm(struct bench *b, struct result *r);
 void sc_durable_commits(struct bench *b, struct result *r);
+void sc_durable_records(struct bench *b, struct result *r);
 void sc_fanout(struct bench *b, struct result *r);
 
 /* sc-lock.c: the raw round trip used by several scenarios.  Fills out[n]

@@ -26,6 +26,7 @@ static const struct {
     { "memory", sc_memory, "RSS growth: 10,000 idle connections; 100,000 held locks (<= 64 MiB each)" },
     { "flight-storm", sc_flight_storm, "1,000 clients join one key: 1 execution, all get the result, fan-out p50/p99" },
     { "durable-commits", sc_durable_commits, "leader.commit, 32 clients: commits/s / fsyncs/s (>= 10x)" },
+    { "durable-records", sc_durable_records, "flight.join+complete keep_ms, 32 clients: records/s / fsyncs/s (info)" },
     { "fanout", sc_fanout, "20 subscribers: delivered messages/s" },
 };
 #define NSCEN (int)(sizeof scenarios / sizeof scenarios[0])

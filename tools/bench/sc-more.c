@@ -1,6 +1,8 @@
 /* sc-more.c - durable-commits (leader.commit from 32 clients vs fsync/s of
- * a small file in the broker's data dir) and fanout (20 subscribers of one
- * channel, delivered messages/s). */
+ * a small file in the broker's data dir), durable-records (flight.join +
+ * flight.complete with keep_ms from 32 clients: completion records/s vs the
+ * same fsync/s) and fanout (20 subscribers of one channel, delivered
+ * messages/s). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -52,35 +54,27 @@ static double stat_of(struct wconn *w, const char *key)
     return (double)v;
 }
 
-struct committer {
-    const char *ws;
-    uint64_t gen;
-    unsigned seq;
-    uint64_t next_op;
-    uint64_t applied, dups, failed;
+/* ---- requests kept in flight on many connections ----
+ * A driver says what to send and what a reply means: send encodes the
+ * next request of w into w->out; reply classifies the reply just parsed on
+ * w (status: wm_status of it) as DRV_DONE (one unit of work, counted in
+ * the rate), DRV_STEP (a step within a unit: the next request follows,
+ * nothing counted) or a negative code (a failure: sending stops). */
+enum { DRV_STEP = 0, DRV_DONE = 1 };
+
+struct driver {
+    void (*send)(void *ctx, struct wconn *w);
+    int (*reply)(void *ctx, struct wconn *w, int status);
+    void *ctx;
+    uint64_t done, failed;     /* replies so classified, over all windows */
     int last_err;
 };
 
-static void send_commit(struct committer *cm, struct wconn *w)
-{
-    static const uint8_t value[VALUE_SIZE] = { 1, 2, 3 };
-    char op_id[64], key[32];
-    snprintf(op_id, sizeof op_id, "bench-%u-%llu", cm->seq,
-             (unsigned long long)++cm->next_op);
-    snprintf(key, sizeof key, "k%d", w->idx);
-    coord_enc e;
-    wq_begin(w, &e, "leader.commit");
-    coord_enc_kv_cstr(&e, "workstream", cm->ws);
-    coord_enc_kv_uint(&e, "generation", cm->gen);
-    coord_enc_kv_cstr(&e, "op_id", op_id);
-    coord_enc_kv_cstr(&e, "key", key);
-    coord_enc_kv_bin(&e, "value", value, sizeof value);
-    wq_end(&e);
-}
-
-/* Keeps depth commits in flight on each of n connections for dur_ms. */
-static int commit_run(struct committer *cm, struct wconn *c, int n, int depth,
-                      unsigned dur_ms, double *rate)
+/* Keeps depth requests in flight on each of n connections for dur_ms,
+ * then lets the ones in flight finish; *rate: units done per second of
+ * the window. */
+static int drive(struct driver *d, struct wconn *c, int n, int depth, unsigned dur_ms,
+                 double *rate)
 {
     int ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0)
@@ -90,8 +84,8 @@ static int commit_run(struct committer *cm, struct wconn *c, int n, int depth,
     for (int i = 0; i < n; i++) {
         struct epoll_event ev = { .events = EPOLLIN, .data.u32 = (uint32_t)i };
         epoll_ctl(ep, EPOLL_CTL_ADD, c[i].fd, &ev);
-        for (int d = 0; d < depth; d++)
-            send_commit(cm, &c[i]);
+        for (int k = 0; k < depth; k++)
+            d->send(d->ctx, &c[i]);
         inflight += depth;
         if (wc_flush(&c[i]) < 0) {
             rc = COORD_ECLOSED;
@@ -99,13 +93,13 @@ static int commit_run(struct committer *cm, struct wconn *c, int n, int depth,
         }
     }
     uint64_t t0 = now_ns(), end = t0 + (uint64_t)dur_ms * 1000000u, t1 = 0;
-    uint64_t done_at_end = 0, done0 = cm->applied + cm->dups + cm->failed;
+    uint64_t done_at_end = 0, done0 = d->done;
     struct epoll_event evs[64];
     while (inflight > 0) {
         uint64_t now = now_ns();
         if (!t1 && now >= end) {
             t1 = now;
-            done_at_end = cm->applied + cm->dups + cm->failed;
+            done_at_end = d->done;
         }
         if (now > end + 30000000000ull) {
             rc = COORD_ETIMEOUT;
@@ -124,18 +118,15 @@ static int commit_run(struct committer *cm, struct wconn *c, int n, int depth,
                 if (wm_is_event(w) || !wm_uint(w, "rid", &rid))
                     continue;
                 inflight--;
-                int st = wm_status(w);
-                bool applied = false, dup = false;
-                if (st == 0 && wm_bool(w, "applied", &applied) && applied) {
-                    cm->applied++;
-                } else if (st == 0 && wm_bool(w, "duplicate", &dup) && dup) {
-                    cm->dups++;
-                } else {
-                    cm->failed++;
-                    cm->last_err = st ? st : COORD_EPROTOCOL;
+                int v = d->reply(d->ctx, w, wm_status(w));
+                if (v == DRV_DONE) {
+                    d->done++;
+                } else if (v < 0) {
+                    d->failed++;
+                    d->last_err = v;
                 }
-                if (!t1 && !cm->failed) {
-                    send_commit(cm, w);
+                if (!t1 && !d->failed) {
+                    d->send(d->ctx, w);
                     inflight++;
                 }
             }
@@ -151,12 +142,172 @@ static int commit_run(struct committer *cm, struct wconn *c, int n, int depth,
     }
     if (!t1) {
         t1 = now_ns();
-        done_at_end = cm->applied + cm->dups + cm->failed;
+        done_at_end = d->done;
     }
     *rate = (double)(done_at_end - done0) / ((double)(t1 - t0) / 1e9);
 out:
     close(ep);
     return rc;
+}
+
+/* ---- broker windows alternating with write+fsync windows ----
+ * Storage here is shared and its speed drifts, so fsync and broker windows
+ * alternate (fsync first in even pairs, second in odd ones) and the figure
+ * is the median of the per-pair ratios. */
+
+struct windows {
+    unsigned pairs;
+    double fr[16], br[16], ratio[16];  /* fsync/s, broker units/s, br/fr */
+    double secs;                       /* spent in broker windows */
+    double batches, jobs;              /* LMDB batches and jobs meanwhile; -1 unknown */
+};
+
+static unsigned window_pairs(const struct bench *b)
+{
+    return b->quick ? 3 : 7;
+}
+
+static const char *fsync_dir(const struct bench *b)
+{
+    return b->data_dir[0] ? b->data_dir : b->tmpdir;
+}
+
+static const char *fsync_dir_name(const struct bench *b)
+{
+    return b->data_dir[0] ? "the data dir" : "our temp dir";
+}
+
+/* Runs the pairs of windows: the broker side is drive(d, c, n, depth);
+ * ctl (idle) reads the ledger counters.  fsize: the baseline's write size.
+ * 0, or -1 with why set. */
+static int run_windows(struct bench *b, const char *tag, struct driver *d, struct wconn *c,
+                       int n, int depth, struct wconn *ctl, size_t fsize,
+                       struct windows *wd, char *why, size_t whysz)
+{
+    unsigned dur = scaled(b, b->quick ? 300 : 500, 100);
+    unsigned fdur = scaled(b, b->quick ? 150 : 250, 50);
+    const char *dir = fsync_dir(b);
+    wd->pairs = window_pairs(b);
+    wd->secs = 0;
+    double b0 = stat_of(ctl, "ledger_batches"), j0 = stat_of(ctl, "ledger_jobs");
+    for (unsigned k = 0; k < wd->pairs; k++) {
+        double rate = 0;
+        if (k % 2 == 0)
+            wd->fr[k] = fsync_rate(dir, fsize, fdur, why, whysz);
+        uint64_t t0 = now_ns();
+        int rc = drive(d, c, n, depth, dur, &rate);
+        wd->secs += (double)(now_ns() - t0) / 1e9;
+        if (rc == 0 && d->failed)
+            rc = d->last_err;
+        if (rc != 0) {
+            snprintf(why, whysz, "%s", code_name(rc));
+            return -1;
+        }
+        if (k % 2 == 1)
+            wd->fr[k] = fsync_rate(dir, fsize, fdur, why, whysz);
+        if (wd->fr[k] < 0) {
+            char w2[256];
+            snprintf(w2, sizeof w2, "%s", why);
+            snprintf(why, whysz, "fsync baseline: %s", w2);
+            return -1;
+        }
+        wd->br[k] = rate;
+        wd->ratio[k] = rate / wd->fr[k];
+        vlog(b, "%s: %.0f/s, %.0f fsyncs/s", tag, wd->br[k], wd->fr[k]);
+    }
+    double b1 = stat_of(ctl, "ledger_batches"), j1 = stat_of(ctl, "ledger_jobs");
+    bool known = b0 >= 0 && j0 >= 0 && b1 >= b0 && j1 >= j0;
+    wd->batches = known ? b1 - b0 : -1;
+    wd->jobs = known ? j1 - j0 : -1;
+    return 0;
+}
+
+/* The ratio figure (median of the per-pair ratios; broker and baseline:
+ * medians of their own). */
+static struct figure *windows_figure(struct result *r, const struct windows *wd,
+                                     const char *key, const char *what, enum cmp cmp,
+                                     double target)
+{
+    double fr[16], br[16], ratio[16];
+    memcpy(fr, wd->fr, sizeof fr);
+    memcpy(br, wd->br, sizeof br);
+    memcpy(ratio, wd->ratio, sizeof ratio);
+    struct figure *fg = res_ratio(r, key, what, median3(br, wd->pairs),
+                                  "write+fsync/s, 1 thread", median3(fr, wd->pairs), "/s",
+                                  false, cmp, target);
+    if (fg) {
+        double rat = median3(ratio, wd->pairs);
+        fg->value = rat;
+        if (cmp == CMP_GE)
+            fg->verdict = rat >= target ? V_PASS : V_MISS;
+    }
+    return fg;
+}
+
+/* The info lines both scenarios give: baseline spread, write size, LMDB
+ * batches (per_batch: the name of jobs per batch). */
+static void windows_info(struct result *r, const struct windows *wd, size_t fsize,
+                         const char *per_batch)
+{
+    double fmin = wd->fr[0], fmax = wd->fr[0], fr[16];
+    for (unsigned k = 1; k < wd->pairs; k++) {
+        fmin = wd->fr[k] < fmin ? wd->fr[k] : fmin;
+        fmax = wd->fr[k] > fmax ? wd->fr[k] : fmax;
+    }
+    memcpy(fr, wd->fr, sizeof fr);
+    res_info(r, "fsync/s, slowest window", fmin, "/s");
+    res_info(r, "fsync/s, fastest window", fmax, "/s");
+    res_info(r, "write size", (double)fsize, "B");
+    if (wd->batches > 0) {
+        res_info(r, "LMDB commits (batches)/s", wd->batches / wd->secs, "/s");
+        res_info(r, per_batch, wd->jobs / wd->batches, "");
+        res_info(r, "LMDB commits per fsync time",
+                 wd->batches / wd->secs / median3(fr, wd->pairs), "");
+    }
+}
+
+/* ---- durable-commits ---- */
+
+struct committer {
+    const char *ws;
+    uint64_t gen;
+    unsigned seq;
+    uint64_t next_op;
+    uint64_t applied, dups;
+};
+
+static void send_commit(void *ctx, struct wconn *w)
+{
+    static const uint8_t value[VALUE_SIZE] = { 1, 2, 3 };
+    struct committer *cm = ctx;
+    char op_id[64], key[32];
+    snprintf(op_id, sizeof op_id, "bench-%u-%llu", cm->seq,
+             (unsigned long long)++cm->next_op);
+    snprintf(key, sizeof key, "k%d", w->idx);
+    coord_enc e;
+    wq_begin(w, &e, "leader.commit");
+    coord_enc_kv_cstr(&e, "workstream", cm->ws);
+    coord_enc_kv_uint(&e, "generation", cm->gen);
+    coord_enc_kv_cstr(&e, "op_id", op_id);
+    coord_enc_kv_cstr(&e, "key", key);
+    coord_enc_kv_bin(&e, "value", value, sizeof value);
+    wq_end(&e);
+}
+
+/* applied or duplicate: a commit done; anything else fails the run. */
+static int commit_reply(void *ctx, struct wconn *w, int st)
+{
+    struct committer *cm = ctx;
+    bool applied = false, dup = false;
+    if (st == 0 && wm_bool(w, "applied", &applied) && applied) {
+        cm->applied++;
+        return DRV_DONE;
+    }
+    if (st == 0 && wm_bool(w, "duplicate", &dup) && dup) {
+        cm->dups++;
+        return DRV_DONE;
+    }
+    return st ? st : COORD_EPROTOCOL;
 }
 
 void sc_durable_commits(struct bench *b, struct result *r)
@@ -169,13 +320,9 @@ void sc_durable_commits(struct bench *b, struct result *r)
         return;
     }
     enum { NC = 32 };
-    unsigned pairs = b->quick ? 3 : 7;
-    unsigned dur = scaled(b, b->quick ? 300 : 500, 100);
-    unsigned fdur = scaled(b, b->quick ? 150 : 250, 50);
-    const char *dir = b->data_dir[0] ? b->data_dir : b->tmpdir;
     res_title(r, "leader.campaign once, then %d clients leader.commit back to back vs "
               "write+fsync/s of a file in %s; ratio: median of %u pairs of windows",
-              NC, b->data_dir[0] ? "the data dir" : "our temp dir", pairs);
+              NC, fsync_dir_name(b), window_pairs(b));
     struct wconn lead, c[NC];
     wc_open(&lead);
     for (int i = 0; i < NC; i++)
@@ -186,6 +333,7 @@ void sc_durable_commits(struct bench *b, struct result *r)
     cm.seq = ++b->seq;
     snprintf(ws, sizeof ws, "bench/dc-%u-%d", cm.seq, (int)getpid());
     cm.ws = ws;
+    struct driver d = { .send = send_commit, .reply = commit_reply, .ctx = &cm };
     int rc;
     if ((rc = wc_dial(&lead, b->socket_path)) != 0)
         goto fail;
@@ -223,59 +371,19 @@ void sc_durable_commits(struct bench *b, struct result *r)
     send_commit(&cm, &lead);       /* its size: the baseline's write size */
     fsize = lead.out.len - fsize;
     lead.out.len = 0;
-    cm.applied = cm.dups = cm.failed = 0;
+    cm.applied = cm.dups = 0;
 
-    /* alternate fsync and commit windows; the figure is the median of
-     * the per-pair ratios (storage here is shared and its speed drifts) */
-    double fr[16], cr[16], ratio[16], secs = 0;
-    double b0 = stat_of(&lead, "ledger_batches"), j0 = stat_of(&lead, "ledger_jobs");
-    for (unsigned k = 0; k < pairs; k++) {
-        double rate = 0;
-        if (k % 2 == 0)
-            fr[k] = fsync_rate(dir, fsize, fdur, why, sizeof why);
-        uint64_t t0 = now_ns();
-        rc = via_leader ? commit_run(&cm, &lead, 1, NC, dur, &rate)
-                        : commit_run(&cm, c, NC, 1, dur, &rate);
-        secs += (double)(now_ns() - t0) / 1e9;
-        if (rc != 0)
-            goto fail;
-        if (cm.failed) {
-            rc = cm.last_err;
-            goto fail;
-        }
-        if (k % 2 == 1)
-            fr[k] = fsync_rate(dir, fsize, fdur, why, sizeof why);
-        if (fr[k] < 0) {
-            res_error(r, "fsync baseline: %s", why);
-            goto out;
-        }
-        cr[k] = rate;
-        ratio[k] = rate / fr[k];
-        vlog(b, "durable-commits: %.0f commits/s, %.0f fsyncs/s", cr[k], fr[k]);
+    struct windows wd;
+    if ((via_leader ? run_windows(b, "durable-commits", &d, &lead, 1, NC, &lead, fsize, &wd,
+                                  why, sizeof why)
+                    : run_windows(b, "durable-commits", &d, c, NC, 1, &lead, fsize, &wd,
+                                  why, sizeof why)) < 0) {
+        res_error(r, "%s", why);
+        goto out;
     }
-    double b1 = stat_of(&lead, "ledger_batches"), j1 = stat_of(&lead, "ledger_jobs");
-    double fmin = fr[0], fmax = fr[0];
-    for (unsigned k = 1; k < pairs; k++) {
-        fmin = fr[k] < fmin ? fr[k] : fmin;
-        fmax = fr[k] > fmax ? fr[k] : fmax;
-    }
-    double rat = median3(ratio, pairs);
-    struct figure *fg = res_ratio(r, "commits/fsyncs", "leader.commit/s, 32 clients",
-                                  median3(cr, pairs), "write+fsync/s, 1 thread",
-                                  median3(fr, pairs), "/s", false, CMP_GE, 10);
-    if (fg) {
-        fg->value = rat;
-        fg->verdict = rat >= 10 ? V_PASS : V_MISS;
-    }
+    windows_figure(r, &wd, "commits/fsyncs", "leader.commit/s, 32 clients", CMP_GE, 10);
     res_info(r, "commits applied", (double)cm.applied, "");
-    res_info(r, "fsync/s, slowest window", fmin, "/s");
-    res_info(r, "fsync/s, fastest window", fmax, "/s");
-    res_info(r, "write size", (double)fsize, "B");
-    if (b0 >= 0 && b1 > b0) {
-        res_info(r, "LMDB commits (batches)/s", (b1 - b0) / secs, "/s");
-        res_info(r, "commits per batch", (j1 - j0) / (b1 - b0), "");
-        res_info(r, "LMDB commits per fsync time", (b1 - b0) / secs / median3(fr, pairs), "");
-    }
+    windows_info(r, &wd, fsize, "commits per batch");
     if (via_leader)
         res_note(r, "this broker refuses commits from other connections (%s): the 32 "
                  "commits in flight went through the leader's connection", code_name(refused));
@@ -291,6 +399,154 @@ out:
     wc_close(&lead);
     for (int i = 0; i < NC; i++)
         wc_close(&c[i]);
+}
+
+/* ---- durable-records ----
+ * Each writer loops flight.join on a key of its own (so it owns the
+ * flight) -> flight.complete with keep_ms (a completion record, written
+ * durably before the reply).  One request in flight per connection; the
+ * flight a join gave is completed by the connection's next request, even
+ * when that is in the next window. */
+
+#define DR_WRITERS 32
+#define DR_KEEP_MS 600000
+
+struct recorder {
+    char prefix[48];           /* of every key: bench/dr-SEQ-PID/ */
+    uint64_t next_key;
+    struct writer_state {
+        uint64_t flight, fence;
+        bool owned;            /* joined as owner, not completed yet */
+        bool completing;       /* the request in flight is the complete */
+    } st[DR_WRITERS];
+    uint64_t joins;
+};
+
+static const uint8_t dr_result[VALUE_SIZE] = { 'r', 'e', 'c', 'o', 'r', 'd' };
+
+static void enc_complete(struct wconn *w, uint64_t flight, uint64_t fence)
+{
+    coord_enc e;
+    wq_begin(w, &e, "flight.complete");
+    coord_enc_kv_uint(&e, "flight", flight);
+    coord_enc_kv_uint(&e, "fence", fence);
+    coord_enc_kv_bin(&e, "result", dr_result, sizeof dr_result);
+    coord_enc_kv_uint(&e, "keep_ms", DR_KEEP_MS);
+    wq_end(&e);
+}
+
+static void send_record_step(void *ctx, struct wconn *w)
+{
+    struct recorder *rc = ctx;
+    struct writer_state *s = &rc->st[w->idx];
+    s->completing = s->owned;
+    if (s->owned) {
+        enc_complete(w, s->flight, s->fence);
+        return;
+    }
+    char key[96];
+    snprintf(key, sizeof key, "%s%llu", rc->prefix, (unsigned long long)++rc->next_key);
+    coord_enc e;
+    wq_begin(w, &e, "flight.join");
+    coord_enc_kv_cstr(&e, "key", key);
+    coord_enc_kv_uint(&e, "owner_ttl_ms", 120000);
+    wq_end(&e);
+}
+
+/* A join must make us the owner (the key is new); a complete answered ok
+ * is a record durably written. */
+static int record_reply(void *ctx, struct wconn *w, int st)
+{
+    struct recorder *rc = ctx;
+    struct writer_state *s = &rc->st[w->idx];
+    if (st != 0)
+        return st;
+    if (s->completing) {
+        s->owned = false;
+        return DRV_DONE;
+    }
+    if (!wm_is(w, "role", "owner") || !wm_uint(w, "flight", &s->flight) ||
+        !wm_uint(w, "fence", &s->fence))
+        return COORD_EPROTOCOL;
+    s->owned = true;
+    rc->joins++;
+    return DRV_STEP;
+}
+
+void sc_durable_records(struct bench *b, struct result *r)
+{
+    static const char *const ops[] = { "flight.join", "flight.complete" };
+    const char *miss = missing_op(b, ops, 2);
+    if (miss) {
+        res_skip(r, "not implemented yet: needs flight.* (the broker says UNKNOWN_OP to %s)",
+                 miss);
+        return;
+    }
+    res_title(r, "%d clients loop flight.join (new key: owner) -> flight.complete "
+              "{%d B result, keep_ms %d} vs write+fsync/s of a file in %s; ratio: median "
+              "of %u pairs of windows", DR_WRITERS, VALUE_SIZE, DR_KEEP_MS,
+              fsync_dir_name(b), window_pairs(b));
+    struct wconn ctl, c[DR_WRITERS];
+    wc_open(&ctl);
+    for (int i = 0; i < DR_WRITERS; i++)
+        wc_open(&c[i]);
+    char why[300] = "";
+    struct recorder *rec = calloc(1, sizeof *rec);
+    struct driver d = { .send = send_record_step, .reply = record_reply, .ctx = rec };
+    int rc;
+    if (!rec) {
+        res_error(r, "out of memory");
+        goto out;
+    }
+    snprintf(rec->prefix, sizeof rec->prefix, "bench/dr-%u-%d/", ++b->seq, (int)getpid());
+    if ((rc = wc_dial(&ctl, b->socket_path)) != 0)
+        goto fail;
+    ctl.idx = DR_WRITERS;
+    for (int i = 0; i < DR_WRITERS; i++) {
+        if ((rc = wc_dial(&c[i], b->socket_path)) != 0)
+            goto fail;
+        c[i].idx = i;
+    }
+    /* the baseline's write size: that of a flight.complete frame */
+    size_t fsize = ctl.out.len;
+    enc_complete(&ctl, 1, 1);
+    fsize = ctl.out.len - fsize;
+    ctl.out.len = 0;
+
+    double rec0 = stat_of(&ctl, "records");
+    struct windows wd;
+    if (run_windows(b, "durable-records", &d, c, DR_WRITERS, 1, &ctl, fsize, &wd, why,
+                    sizeof why) < 0) {
+        res_error(r, "%s", why);
+        goto out;
+    }
+    double rec1 = stat_of(&ctl, "records");
+    windows_figure(r, &wd, "records/fsyncs", "records written/s, 32 clients", CMP_NONE, 0);
+    res_info(r, "completes answered ok", (double)d.done, "");
+    res_info(r, "records afterwards (stats)", rec1, "");
+    res_info(r, "records added (stats)", rec1 - rec0, "");
+    windows_info(r, &wd, fsize, "records per batch");
+    if (rec0 < 0 || rec1 < 0)
+        res_note(r, "stats gave no \"records\" count");
+    else if (rec1 - rec0 != (double)d.done)
+        res_note(r, "records added (%.0f) differ from completes answered ok (%llu)",
+                 rec1 - rec0, (unsigned long long)d.done);
+    /* the records are ours alone: remove them */
+    coord_enc e;
+    wq_begin(&ctl, &e, "record.purge");
+    coord_enc_kv_cstr(&e, "prefix", rec->prefix);
+    wq_end(&e);
+    uint64_t deleted = 0;
+    if (wc_call(&ctl) == 0 && wm_uint(&ctl, "deleted", &deleted))
+        res_info(r, "records purged afterwards", (double)deleted, "");
+    goto out;
+fail:
+    res_error(r, "%s", rc == COORD_ECONNECT ? strerror(errno) : code_name(rc));
+out:
+    wc_close(&ctl);
+    for (int i = 0; i < DR_WRITERS; i++)
+        wc_close(&c[i]);
+    free(rec);
 }
 
 void sc_fanout(struct bench *b, struct result *r)
