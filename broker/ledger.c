@@ -1,5 +1,6 @@
 /* ledger.c - LMDB environment, the writer thread and its group commit. */
 #include <errno.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,22 @@
 /* Group commit waits this long at most for the rest of a batch (like
  * PostgreSQL's commit_delay), and only while others are committing too. */
 #define LINGER_NS 250000
+#define LINGER_GAP_NS 40000
+
+static struct timespec ts_add(struct timespec t, long ns)
+{
+    t.tv_nsec += ns;
+    while (t.tv_nsec >= 1000000000) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000;
+    }
+    return t;
+}
+
+static bool ts_before(struct timespec a, struct timespec b)
+{
+    return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec < b.tv_nsec);
+}
 
 struct ledger {
     MDB_env *env;
@@ -129,19 +146,24 @@ static void *writer_main(void *arg)
         while (!l->queue_head && !l->stopping)
             pthread_cond_wait(&l->cond, &l->mu);
         /* Committers answered by the last two batches are likely on their
-         * way back: wait a moment for them, so one sync serves them all. */
+         * way back: wait while they keep arriving (a gap of LINGER_GAP_NS
+         * with none ends it, as does LINGER_NS in all), so one sync serves
+         * them all.  A lone committer never waits. */
         unsigned expect = l->last_batch + l->prev_batch;
         if (l->last_batch >= 2 && l->queued < expect && !l->stopping) {
-            struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_nsec += LINGER_NS;
-            if (until.tv_nsec >= 1000000000) {
-                until.tv_sec++;
-                until.tv_nsec -= 1000000000;
+            struct timespec now, until, gap;
+            clock_gettime(CLOCK_REALTIME, &now);
+            until = ts_add(now, LINGER_NS);
+            while (l->queued < expect && !l->stopping) {
+                unsigned before = l->queued;
+                gap = ts_add(now, LINGER_GAP_NS);
+                if (ts_before(until, gap))
+                    gap = until;
+                int rc = pthread_cond_timedwait(&l->cond, &l->mu, &gap);
+                clock_gettime(CLOCK_REALTIME, &now);
+                if ((rc == ETIMEDOUT && l->queued == before) || !ts_before(now, until))
+                    break;
             }
-            while (l->queued < expect && !l->stopping &&
-                   pthread_cond_timedwait(&l->cond, &l->mu, &until) == 0)
-                ;
         }
         struct ledger_job *batch = l->queue_head, *last = batch;
         unsigned n = batch ? 1 : 0;
