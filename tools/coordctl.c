@@ -309,6 +309,80 @@ int ctl_table_print(struct ctl_table *t)
     return CTL_EXIT_OK;
 }
 
+char **ctl_rows_add(struct ctl_rows *t)
+{
+    if (t->failed)
+        return NULL;
+    char **p = realloc(t->cell, (t->n + 1) * (size_t)t->ncols * sizeof *p);
+    if (!p) {
+        t->failed = true;
+        return NULL;
+    }
+    t->cell = p;
+    char **row = p + t->n * (size_t)t->ncols;
+    memset(row, 0, (size_t)t->ncols * sizeof *row);
+    t->n++;
+    return row;
+}
+
+void ctl_rows_check(struct ctl_rows *t, char **row)
+{
+    for (int k = 0; k < t->ncols; k++)
+        if (!row[k])
+            t->failed = true;
+}
+
+char *ctl_strdupf(const char *fmt, ...)
+{
+    char buf[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return strdup(buf);
+}
+
+char *ctl_uint_cell(coord_map m, const char *key)
+{
+    uint64_t v;
+    if (!coord_map_uint(m, key, &v))
+        return strdup("-");
+    return ctl_strdupf("%llu", (unsigned long long)v);
+}
+
+static void rows_line(const struct ctl_rows *t, const size_t *w, char *const *cells)
+{
+    for (int k = 0; k < t->ncols - 1; k++)
+        printf("%-*s  ", (int)w[k], cells[k]);
+    printf("%s\n", cells[t->ncols - 1]);
+}
+
+int ctl_rows_print(struct ctl_rows *t, const char *what)
+{
+    size_t w[16];
+    for (int k = 0; k < t->ncols; k++)
+        w[k] = strlen(t->titles[k]);
+    for (size_t i = 0; !t->failed && i < t->n; i++)
+        for (int k = 0; k < t->ncols; k++) {
+            size_t l = strlen(t->cell[i * (size_t)t->ncols + (size_t)k]);
+            if (l > w[k])
+                w[k] = l;
+        }
+    if (!t->failed) {
+        rows_line(t, w, (char *const *)t->titles);
+        for (size_t i = 0; i < t->n; i++)
+            rows_line(t, w, t->cell + i * (size_t)t->ncols);
+    }
+    for (size_t i = 0; i < t->n * (size_t)t->ncols; i++)
+        free(t->cell[i]);
+    free(t->cell);
+    if (t->failed) {
+        fprintf(stderr, "coordctl: %s: out of memory\n", what);
+        return CTL_EXIT_FAIL;
+    }
+    return CTL_EXIT_OK;
+}
+
 void ctl_format_duration(char *out, size_t size, uint64_t ms)
 {
     uint64_t s = ms / 1000;

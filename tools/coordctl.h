@@ -74,6 +74,27 @@ void ctl_table_add_map(struct ctl_table *t, coord_map m, const char *prefix);
 /* Prints and frees the rows; returns an exit status. */
 int ctl_table_print(struct ctl_table *t);
 
+/* Column tables: a line of titles, then the rows, every column but the
+ * last padded to its widest cell. */
+struct ctl_rows {
+    int ncols;                  /* 1..16 */
+    const char *const *titles;
+    char **cell;                /* n * ncols malloc'd strings */
+    size_t n;
+    bool failed;                /* out of memory: nothing is printed */
+};
+/* A new row of ncols NULL cells to fill; NULL once out of memory. */
+char **ctl_rows_add(struct ctl_rows *t);
+/* After filling a row: a NULL cell (out of memory) fails the table. */
+void ctl_rows_check(struct ctl_rows *t, char **row);
+/* Prints (unless failed) and frees; returns an exit status (failed:
+ * "coordctl: WHAT: out of memory"). */
+int ctl_rows_print(struct ctl_rows *t, const char *what);
+/* A malloc'd printf of at most 255 bytes; NULL when out of memory. */
+char *ctl_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A uint field of m as a cell: its digits, or "-" when absent. */
+char *ctl_uint_cell(coord_map m, const char *key);
+
 /* Durations for people: "812 ms", "4.2 s", "5m 12s", "3h 05m", "2d 4h". */
 void ctl_format_duration(char *out, size_t size, uint64_t ms);
 

@@ -24,7 +24,6 @@
 #include <getopt.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -461,90 +460,6 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
 
 /* ---- tables ---- */
 
-struct rows {
-    int ncols;
-    const char *const *titles;
-    char **cell;                /* n * ncols */
-    size_t n;
-    bool failed;
-};
-
-static char **row_add(struct rows *t)
-{
-    if (t->failed)
-        return NULL;
-    char **p = realloc(t->cell, (t->n + 1) * (size_t)t->ncols * sizeof *p);
-    if (!p) {
-        t->failed = true;
-        return NULL;
-    }
-    t->cell = p;
-    char **row = p + t->n * (size_t)t->ncols;
-    memset(row, 0, (size_t)t->ncols * sizeof *row);
-    t->n++;
-    return row;
-}
-
-static void row_check(struct rows *t, char **row)
-{
-    for (int k = 0; k < t->ncols; k++)
-        if (!row[k])
-            t->failed = true;
-}
-
-static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
-static char *fmt(const char *f, ...)
-{
-    char buf[256];
-    va_list ap;
-    va_start(ap, f);
-    vsnprintf(buf, sizeof buf, f, ap);
-    va_end(ap);
-    return strdup(buf);
-}
-
-static char *uint_cell(coord_map m, const char *key)
-{
-    uint64_t v;
-    if (!coord_map_uint(m, key, &v))
-        return strdup("-");
-    return fmt("%llu", (unsigned long long)v);
-}
-
-static void print_line(const struct rows *t, const size_t *w, char *const *cells)
-{
-    for (int k = 0; k < t->ncols - 1; k++)
-        printf("%-*s  ", (int)w[k], cells[k]);
-    printf("%s\n", cells[t->ncols - 1]);
-}
-
-/* Prints (unless failed) and frees; returns an exit status. */
-static int rows_print(struct rows *t, const char *what)
-{
-    size_t w[16];
-    for (int k = 0; k < t->ncols; k++)
-        w[k] = strlen(t->titles[k]);
-    for (size_t i = 0; !t->failed && i < t->n; i++)
-        for (int k = 0; k < t->ncols; k++) {
-            size_t l = strlen(t->cell[i * (size_t)t->ncols + (size_t)k]);
-            if (l > w[k])
-                w[k] = l;
-        }
-    if (!t->failed) {
-        print_line(t, w, (char *const *)t->titles);
-        for (size_t i = 0; i < t->n; i++)
-            print_line(t, w, t->cell + i * (size_t)t->ncols);
-    }
-    for (size_t i = 0; i < t->n * (size_t)t->ncols; i++)
-        free(t->cell[i]);
-    free(t->cell);
-    if (t->failed) {
-        fprintf(stderr, "coordctl: %s: out of memory\n", what);
-        return CTL_EXIT_FAIL;
-    }
-    return CTL_EXIT_OK;
-}
-
 /* Prints the JSON of reply or hands it to table(); frees it. */
 static int show(struct ctl *ctl, coord_reply_t *reply, const char *what,
                 int (*table)(coord_map m))
@@ -565,7 +480,7 @@ static int flights_table(coord_map m)
     static const char *const titles[] = {
         "KEY", "FLIGHT", "FENCE", "OWNER", "FOLLOWERS", "AGE",
     };
-    struct rows t = { .ncols = 6, .titles = titles };
+    struct ctl_rows t = { .ncols = 6, .titles = titles };
     size_t n = coord_map_array_len(m, "flights");
     if (n == 0) {
         printf("no flights running\n");
@@ -573,7 +488,7 @@ static int flights_table(coord_map m)
     }
     for (size_t i = 0; i < n; i++) {
         coord_map e;
-        char **row = row_add(&t);
+        char **row = ctl_rows_add(&t);
         if (!row)
             break;
         if (!coord_map_array_at(m, "flights", i, &e)) {
@@ -589,19 +504,19 @@ static int flights_table(coord_map m)
             coord_map_bool(e, "completing", &completing);
             ctl_format_duration(d, sizeof d, age);
             row[0] = ctl_escaped_field(e, "key");
-            row[1] = uint_cell(e, "flight");
-            row[2] = uint_cell(e, "fence");
+            row[1] = ctl_uint_cell(e, "flight");
+            row[2] = ctl_uint_cell(e, "fence");
             if (completing || conn == 0)
                 row[3] = strdup("(completing)");
             else
-                row[3] = fmt("pid %llu conn %llu", (unsigned long long)pid,
-                             (unsigned long long)conn);
-            row[4] = uint_cell(e, "followers");
+                row[3] = ctl_strdupf("pid %llu conn %llu", (unsigned long long)pid,
+                                     (unsigned long long)conn);
+            row[4] = ctl_uint_cell(e, "followers");
             row[5] = strdup(d);
         }
-        row_check(&t, row);
+        ctl_rows_check(&t, row);
     }
-    return rows_print(&t, "flights");
+    return ctl_rows_print(&t, "flights");
 }
 
 int cmd_flights(struct ctl *ctl, int argc, char **argv)
@@ -625,7 +540,7 @@ static int records_table(coord_map m)
     static const char *const titles[] = {
         "KEY", "STATUS", "FENCE", "SIZE", "CREATED", "EXPIRES",
     };
-    struct rows t = { .ncols = 6, .titles = titles };
+    struct ctl_rows t = { .ncols = 6, .titles = titles };
     size_t n = coord_map_array_len(m, "records");
     if (n == 0) {
         printf("no records\n");
@@ -634,7 +549,7 @@ static int records_table(coord_map m)
     uint64_t now = ctl_wall_ms();
     for (size_t i = 0; i < n; i++) {
         coord_map e;
-        char **row = row_add(&t);
+        char **row = ctl_rows_add(&t);
         if (!row)
             break;
         if (!coord_map_array_at(m, "records", i, &e)) {
@@ -647,16 +562,16 @@ static int records_table(coord_map m)
             coord_map_uint(e, "expires_ms", &expires);
             row[0] = ctl_escaped_field(e, "key");
             row[1] = ctl_escaped_field(e, "status");
-            row[2] = uint_cell(e, "fence");
-            row[3] = uint_cell(e, "size");
+            row[2] = ctl_uint_cell(e, "fence");
+            row[3] = ctl_uint_cell(e, "size");
             ctl_format_duration(d, sizeof d, now > created ? now - created : 0);
-            row[4] = fmt("%s ago", d);
+            row[4] = ctl_strdupf("%s ago", d);
             ctl_format_duration(d, sizeof d, expires > now ? expires - now : 0);
-            row[5] = fmt("in %s", d);
+            row[5] = ctl_strdupf("in %s", d);
         }
-        row_check(&t, row);
+        ctl_rows_check(&t, row);
     }
-    return rows_print(&t, "records");
+    return ctl_rows_print(&t, "records");
 }
 
 /* --prefix P (and, for records, --limit N); false after a usage error,

@@ -364,38 +364,14 @@ static const char *const col_titles[NCOLS] = {
     "STATE", "NAME", "MODE", "TOKEN", "CONN", "PID", "CLIENT", "AGE",
 };
 
-struct lock_rows {
-    char *(*cell)[NCOLS];
-    size_t n;
-    bool failed;
-};
-
-static char *uint_field(coord_map m, const char *key)
-{
-    uint64_t v;
-    char buf[32];
-    if (coord_map_uint(m, key, &v))
-        snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
-    else
-        snprintf(buf, sizeof buf, "-");
-    return strdup(buf);
-}
-
-static void add_rows(struct lock_rows *t, coord_map m, const char *list, bool held)
+static void add_rows(struct ctl_rows *t, coord_map m, const char *list, bool held)
 {
     size_t count = coord_map_array_len(m, list);
-    if (!count || t->failed)
-        return;
-    void *p = realloc(t->cell, (t->n + count) * sizeof *t->cell);
-    if (!p) {
-        t->failed = true;
-        return;
-    }
-    t->cell = p;
     for (size_t i = 0; i < count; i++) {
         coord_map e;
-        char **row = t->cell[t->n++];
-        memset(row, 0, NCOLS * sizeof *row);
+        char **row = ctl_rows_add(t);
+        if (!row)
+            return;
         if (!coord_map_array_at(m, list, i, &e)) {
             for (int k = 0; k < NCOLS; k++)
                 row[k] = strdup("?");
@@ -407,51 +383,14 @@ static void add_rows(struct lock_rows *t, coord_map m, const char *list, bool he
             row[COL_STATE] = strdup(held ? "held" : "pending");
             row[COL_NAME] = ctl_escaped_field(e, "name");
             row[COL_MODE] = ctl_escaped_field(e, "mode");
-            row[COL_TOKEN] = held ? uint_field(e, "token") : strdup("-");
-            row[COL_CONN] = uint_field(e, "conn");
-            row[COL_PID] = uint_field(e, "pid");
+            row[COL_TOKEN] = held ? ctl_uint_cell(e, "token") : strdup("-");
+            row[COL_CONN] = ctl_uint_cell(e, "conn");
+            row[COL_PID] = ctl_uint_cell(e, "pid");
             row[COL_CLIENT] = ctl_escaped_field(e, "client");
             row[COL_AGE] = strdup(d);
         }
-        for (int k = 0; k < NCOLS; k++)
-            if (!row[k])
-                t->failed = true;
+        ctl_rows_check(t, row);
     }
-}
-
-/* One line: columns padded to w, the last one not. */
-static void print_row(const size_t *w, const char *const *cells)
-{
-    for (int k = 0; k < NCOLS - 1; k++)
-        printf("%-*s  ", (int)w[k], cells[k]);
-    printf("%s\n", cells[NCOLS - 1]);
-}
-
-static int print_rows(struct lock_rows *t)
-{
-    size_t w[NCOLS];
-    for (int k = 0; k < NCOLS; k++)
-        w[k] = strlen(col_titles[k]);
-    for (size_t i = 0; !t->failed && i < t->n; i++)
-        for (int k = 0; k < NCOLS; k++) {
-            size_t l = strlen(t->cell[i][k]);
-            if (l > w[k])
-                w[k] = l;
-        }
-    if (!t->failed) {
-        print_row(w, col_titles);
-        for (size_t i = 0; i < t->n; i++)
-            print_row(w, (const char *const *)t->cell[i]);
-    }
-    for (size_t i = 0; i < t->n; i++)
-        for (int k = 0; k < NCOLS; k++)
-            free(t->cell[i][k]);
-    free(t->cell);
-    if (t->failed) {
-        fprintf(stderr, "coordctl: locks: out of memory\n");
-        return CTL_EXIT_FAIL;
-    }
-    return CTL_EXIT_OK;
 }
 
 int cmd_locks(struct ctl *ctl, int argc, char **argv)
@@ -471,7 +410,7 @@ int cmd_locks(struct ctl *ctl, int argc, char **argv)
         coord_reply_free(reply);
         return rc;
     }
-    struct lock_rows t = { 0 };
+    struct ctl_rows t = { .ncols = NCOLS, .titles = col_titles };
     add_rows(&t, m, "held", true);
     add_rows(&t, m, "pending", false);
     bool truncated = false;
@@ -481,7 +420,7 @@ int cmd_locks(struct ctl *ctl, int argc, char **argv)
         free(t.cell);
         rc = CTL_EXIT_OK;
     } else {
-        rc = print_rows(&t);
+        rc = ctl_rows_print(&t, "locks");
     }
     if (truncated)
         fprintf(stderr, "coordctl: locks: the list was cut at the broker's "
