@@ -9,9 +9,11 @@
 #ifndef COORDCTL_H
 #define COORDCTL_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include "coord.h"
 
 enum {
@@ -109,6 +111,79 @@ bool ctl_parse_seconds(const char *s, uint64_t *ms);
 /* Milliseconds of CLOCK_MONOTONIC and of the wall clock. */
 int64_t ctl_mono_ms(void);
 uint64_t ctl_wall_ms(void);
+
+/* ---- running CMD (ctl-run.c) ---- */
+
+/* CMD run by a command (what: "lock", "once"... in messages).  While it
+ * runs, SIGCHLD, SIGINT, SIGTERM and SIGHUP are blocked and come on sfd. */
+struct ctl_child {
+    const char *what;
+    pid_t pid;
+    int sfd;                    /* the signalfd, for poll() */
+    bool exited;                /* reaped: wstatus holds how it ended */
+    int wstatus;
+    bool interrupted;           /* SIGINT, SIGTERM or SIGHUP came */
+    sigset_t old;               /* the mask to restore */
+    bool ignore_sigpipe;
+    void (*old_pipe)(int);      /* SIGPIPE's disposition, when ignored */
+};
+/* setenv of the name/value pairs of vars (NULL-ended); false after
+ * printing "coordctl: WHAT: setenv: ...". */
+bool ctl_child_env(const char *what, const char *const *vars);
+/* Starts cmd (execvp): its stdout is stdout_fd unless that is -1; with
+ * ignore_sigpipe we ignore SIGPIPE until ctl_child_end (CMD does not).
+ * 0, or -1 after printing why.  Descriptors not meant for CMD must be
+ * close-on-exec. */
+int ctl_child_start(struct ctl_child *ch, const char *what, char **cmd,
+                    int stdout_fd, bool ignore_sigpipe);
+/* When sfd is readable: forwards SIGINT/SIGTERM/SIGHUP sent to us alone
+ * (not those from the terminal, which CMD got too) and reaps CMD. */
+void ctl_child_signals(struct ctl_child *ch);
+/* Sends sig and waits for CMD to end. */
+void ctl_child_stop(struct ctl_child *ch, int sig);
+/* After CMD ended: drops pending signals, restores the mask (and SIGPIPE). */
+void ctl_child_end(struct ctl_child *ch);
+/* A wait status as a shell reports it: the exit status, or 128+N when
+ * killed by signal N. */
+int ctl_exit_code(int wstatus);
+
+/* Something held at the broker while CMD runs (a lock, a leadership).  The
+ * command embeds struct ctl_hold as the first member of its own state;
+ * the callbacks get a pointer to it. */
+struct ctl_hold;
+struct ctl_hold_ops {
+    const char *what;           /* "lock": the command, in messages */
+    const char *lost;           /* "lost": "coordctl: lock: lost NAME (why)" */
+    coord_event_cb on_event;    /* ud: the ctl_hold; calls ctl_hold_lost */
+    bool dispatch_first;        /* frames read with the grant wait for us */
+    /* the renewal request, sent every third of lease_ms; a reply of
+     * renew_refused means the hold is gone */
+    coord_req_t *(*renew_req)(struct ctl_hold *h);
+    int renew_refused;
+    const char *renew_refused_why;
+    /* gives the hold back when CMD has ended; release_refused: it was gone */
+    int (*release)(struct ctl_hold *h);
+    int release_refused;
+    const char *release_refused_why;
+};
+struct ctl_hold {
+    const struct ctl_hold_ops *ops;
+    struct ctl *ctl;            /* connected */
+    char *shown;                /* the name, escaped, for messages */
+    uint64_t lease_ms;          /* 0: nothing to renew */
+    bool renew_in_flight;
+    bool lost;                  /* the hold is gone (event, renew, connection) */
+    bool announced;             /* "lost" message printed */
+    char reason[96];
+};
+/* Records the first reason the hold went away (p[0..n) escaped; n == 0:
+ * "no reason given"). */
+void ctl_hold_lost(struct ctl_hold *h, const char *p, size_t n);
+/* Runs cmd while keeping the hold: renews it, sends CMD SIGTERM when it is
+ * lost (and says so), releases it when CMD ends.  Returns coordctl's exit
+ * status: CMD's, 1 instead of 0 when the hold was lost.  Callbacks may
+ * still point at h: close the connection before h goes away. */
+int ctl_hold_run(struct ctl_hold *h, char **cmd);
 
 /* ---- commands (ctl-info.c) ---- */
 int cmd_status(struct ctl *ctl, int argc, char **argv);

@@ -4,19 +4,13 @@
  *   disable     the incident kill switch (fences the leader)
  *   enable      lifts it
  *
- * leader-run waits for two things at once with poll(): the broker
- * connection (leader.lost, renew replies, the connection dying) and a
- * signalfd carrying SIGCHLD and the signals to forward to the command. */
-#include <errno.h>
+ * leader-run runs the command with ctl_hold_run (ctl-run.c): it waits for
+ * the broker connection (leader.lost, renew replies, the connection dying)
+ * and the signals to forward to the command at once. */
 #include <getopt.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/signalfd.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include "coordctl.h"
 
 #define DEFAULT_LEASE_MS 30000
@@ -143,40 +137,10 @@ int cmd_enable(struct ctl *ctl, int argc, char **argv)
 /* ---- coordctl leader-run ---- */
 
 struct leader_run {
-    struct ctl *ctl;
+    struct ctl_hold hold;       /* first: the callbacks get &hold */
     const char *ws;             /* from argv: NUL-terminated */
-    char *shown;                /* escaped for messages */
     uint64_t generation;
-    uint64_t lease_ms;
-    bool renew_in_flight;
-    bool lost;                  /* leadership is gone (event, renew, connection) */
-    bool announced;             /* "lost" message printed */
-    char reason[96];
 };
-
-static void mark_lost(struct leader_run *lr, const char *p, size_t n)
-{
-    if (lr->lost)
-        return;
-    lr->lost = true;
-    char *e = ctl_escape(p, n);
-    snprintf(lr->reason, sizeof lr->reason, "%s", e ? e : "?");
-    free(e);
-}
-
-static void mark_lost_c(struct leader_run *lr, const char *why)
-{
-    mark_lost(lr, why, strlen(why));
-}
-
-static void announce_lost(struct leader_run *lr)
-{
-    if (lr->announced)
-        return;
-    lr->announced = true;
-    fprintf(stderr, "coordctl: leader-run: lost leadership of %s (%s)\n", lr->shown,
-            lr->reason);
-}
 
 static void on_event(coord_t *c, const coord_reply_t *ev, void *ud)
 {
@@ -187,191 +151,52 @@ static void on_event(coord_t *c, const coord_reply_t *ev, void *ud)
         l.generation != lr->generation || l.workstream_len != strlen(lr->ws) ||
         memcmp(l.workstream, lr->ws, l.workstream_len) != 0)
         return;
-    if (l.reason_len)
-        mark_lost(lr, l.reason, l.reason_len);
-    else
-        mark_lost_c(lr, "no reason given");
+    ctl_hold_lost(&lr->hold, l.reason, l.reason_len);
 }
 
-static void on_renewed(coord_t *c, int status, const coord_reply_t *reply, void *ud)
+static coord_req_t *renew_req(struct ctl_hold *h)
 {
-    struct leader_run *lr = ud;
-    (void)c;
-    (void)reply;
-    lr->renew_in_flight = false;
-    /* a lost lease normally comes as leader.lost first; this covers the
-     * rest (connection errors are noticed by the dispatch that ran us) */
-    if (status == COORD_EFENCED)
-        mark_lost_c(lr, "renew fenced");
-}
-
-static int send_renew(struct leader_run *lr)
-{
+    struct leader_run *lr = (struct leader_run *)h;
     coord_req_t *r = coord_req_new("leader.renew");
     if (!r)
-        return COORD_ENOMEM;
+        return NULL;
     coord_req_str(r, "workstream", lr->ws, strlen(lr->ws));
     coord_req_uint(r, "generation", lr->generation);
-    int rc = coord_send(lr->ctl->c, r, on_renewed, lr, NULL);
-    coord_req_free(r);
-    if (rc == 0)
-        lr->renew_in_flight = true;
-    return rc;
+    return r;
 }
 
-/* The command's wait status as a shell reports it. */
-static int exit_code(int status)
+static int resign(struct ctl_hold *h)
 {
-    if (WIFEXITED(status))
-        return WEXITSTATUS(status);
-    if (WIFSIGNALED(status))
-        return 128 + WTERMSIG(status);
-    return CTL_EXIT_FAIL;
+    struct leader_run *lr = (struct leader_run *)h;
+    return coord_leader_resign(h->ctl->c, lr->ws, strlen(lr->ws), lr->generation);
 }
+
+static const struct ctl_hold_ops leader_ops = {
+    .what = "leader-run",
+    .lost = "lost leadership of",
+    .on_event = on_event,
+    /* frames that came with the campaign's reply are already read */
+    .dispatch_first = true,
+    .renew_req = renew_req,
+    /* a lost lease normally comes as leader.lost first */
+    .renew_refused = COORD_EFENCED,
+    .renew_refused_why = "renew fenced",
+    .release = resign,
+    .release_refused = COORD_EFENCED,       /* unless an event said why */
+    .release_refused_why = "fenced at resign",
+};
 
 /* Runs cmd as the leader; returns coordctl's exit status. */
 static int run_leading(struct leader_run *lr, char **cmd)
 {
-    coord_t *c = lr->ctl->c;
     char gen[32];
     snprintf(gen, sizeof gen, "%llu", (unsigned long long)lr->generation);
-    if (setenv("COORD_GENERATION", gen, 1) < 0 ||
-        setenv("COORD_WORKSTREAM", lr->ws, 1) < 0) {
-        fprintf(stderr, "coordctl: leader-run: setenv: %s\n", strerror(errno));
+    const char *const env[] = {
+        "COORD_GENERATION", gen, "COORD_WORKSTREAM", lr->ws, NULL,
+    };
+    if (!ctl_child_env("leader-run", env))
         return CTL_EXIT_FAIL;
-    }
-
-    /* SIGCHLD and the signals we forward arrive on a signalfd.  SIGCHLD
-     * must not be SIG_IGN (children would be reaped behind our back). */
-    signal(SIGCHLD, SIG_DFL);
-    sigset_t mask, old;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGCHLD);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGHUP);
-    sigprocmask(SIG_BLOCK, &mask, &old);
-    int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (sfd < 0) {
-        fprintf(stderr, "coordctl: leader-run: signalfd: %s\n", strerror(errno));
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        return CTL_EXIT_FAIL;
-    }
-
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        fprintf(stderr, "coordctl: leader-run: fork: %s\n", strerror(errno));
-        close(sfd);
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        return CTL_EXIT_FAIL;
-    }
-    if (pid == 0) {
-        /* the broker socket and the signalfd are close-on-exec */
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        execvp(cmd[0], cmd);
-        int e = errno;
-        fprintf(stderr, "coordctl: leader-run: %s: %s\n", cmd[0], strerror(e));
-        _exit(e == ENOENT ? 127 : 126);
-    }
-
-    bool conn_ok = true, term_sent = false, exited = false;
-    int wstatus = 0;
-    int64_t period = (int64_t)(lr->lease_ms / 3);
-    if (period == 0)
-        period = 1;
-    int64_t next_renew = ctl_mono_ms() + period;
-
-    /* frames that came with the campaign's reply are already read */
-    if (coord_dispatch(c) < 0) {
-        conn_ok = false;
-        mark_lost_c(lr, "broker connection closed");
-    }
-    while (!exited) {
-        if (lr->lost && !term_sent) {
-            announce_lost(lr);
-            kill(pid, SIGTERM);
-            term_sent = true;
-        }
-        struct pollfd p[2] = {
-            { .fd = sfd, .events = POLLIN },
-            { .fd = conn_ok ? coord_fd(c) : -1, .events = POLLIN },
-        };
-        int timeout = -1;
-        bool renewing = conn_ok && !lr->lost;
-        if (renewing) {
-            int64_t left = next_renew - ctl_mono_ms();
-            timeout = left < 0 ? 0 : left > 1000000000 ? 1000000000 : (int)left;
-        }
-        int n = poll(p, 2, timeout);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            fprintf(stderr, "coordctl: leader-run: poll: %s\n", strerror(errno));
-            kill(pid, SIGTERM);
-            while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR)
-                ;
-            exited = true;
-            break;
-        }
-        if (p[0].revents) {
-            struct signalfd_siginfo si;
-            while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-                if (si.ssi_signo == SIGCHLD)
-                    continue;
-                /* a signal from the terminal (SI_KERNEL) went to the whole
-                 * foreground process group, the command included; forward
-                 * only what was sent to us alone */
-                if (si.ssi_code != SI_KERNEL)
-                    kill(pid, (int)si.ssi_signo);
-            }
-            pid_t r;
-            while ((r = waitpid(pid, &wstatus, WNOHANG)) < 0 && errno == EINTR)
-                ;
-            if (r == pid)
-                exited = true;
-        }
-        if (conn_ok && p[1].revents && coord_dispatch(c) < 0) {
-            conn_ok = false;
-            mark_lost_c(lr, "broker connection closed");
-        }
-        if (renewing && !lr->lost && ctl_mono_ms() >= next_renew) {
-            if (!lr->renew_in_flight && send_renew(lr) < 0) {
-                conn_ok = false;
-                mark_lost_c(lr, "broker connection closed");
-            }
-            next_renew = ctl_mono_ms() + period;
-        }
-    }
-
-    /* a loss that raced with the command's end still counts */
-    if (conn_ok && !lr->lost && coord_dispatch(c) < 0) {
-        conn_ok = false;
-        mark_lost_c(lr, "broker connection closed");
-    }
-    if (conn_ok && !lr->lost) {
-        int rc = coord_leader_resign(c, lr->ws, strlen(lr->ws), lr->generation);
-        if (rc == COORD_EFENCED)
-            mark_lost_c(lr, "fenced at resign");   /* unless an event said why */
-        else if (rc < 0)
-            mark_lost_c(lr, "broker connection closed");
-    }
-    coord_set_event_cb(c, NULL, NULL);
-    if (lr->lost)
-        announce_lost(lr);
-
-    /* drop signals that came after the command ended, then unblock */
-    struct signalfd_siginfo si;
-    while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si)
-        ;
-    close(sfd);
-    sigprocmask(SIG_SETMASK, &old, NULL);
-
-    int code = exit_code(wstatus);
-    if (lr->lost && code == 0)
-        code = CTL_EXIT_FAIL;
-    return code;
+    return ctl_hold_run(&lr->hold, cmd);
 }
 
 int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
@@ -437,18 +262,19 @@ int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
 
     struct leader_run lr;
     memset(&lr, 0, sizeof lr);
-    lr.ctl = ctl;
+    lr.hold.ops = &leader_ops;
+    lr.hold.ctl = ctl;
+    lr.hold.lease_ms = o.lease_ms ? o.lease_ms : DEFAULT_LEASE_MS;
     lr.ws = ws;
-    lr.lease_ms = o.lease_ms ? o.lease_ms : DEFAULT_LEASE_MS;
-    lr.shown = ctl_escape(ws, strlen(ws));
-    if (!lr.shown) {
+    lr.hold.shown = ctl_escape(ws, strlen(ws));
+    if (!lr.hold.shown) {
         fprintf(stderr, "coordctl: leader-run: out of memory\n");
         return CTL_EXIT_FAIL;
     }
 
     int rc = ctl_connect(ctl);
     if (rc) {
-        free(lr.shown);
+        free(lr.hold.shown);
         return rc;
     }
     /* set before the campaign: a leader.lost right behind the grant then
@@ -458,16 +284,16 @@ int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
     rc = coord_leader_campaign(ctl->c, ws, strlen(ws), &o, &lr.generation, &granted);
     if (rc < 0) {
         coord_set_event_cb(ctl->c, NULL, NULL);
-        free(lr.shown);
+        free(lr.hold.shown);
         return ctl_fail_call(ctl, "leader-run", rc);
     }
     if (!granted) {
         coord_set_event_cb(ctl->c, NULL, NULL);
-        fprintf(stderr, "coordctl: leader-run: %s has a leader\n", lr.shown);
-        free(lr.shown);
+        fprintf(stderr, "coordctl: leader-run: %s has a leader\n", lr.hold.shown);
+        free(lr.hold.shown);
         return CTL_EXIT_FAIL;
     }
     rc = run_leading(&lr, cmd);
-    free(lr.shown);
+    free(lr.hold.shown);
     return rc;
 }

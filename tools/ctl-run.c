@@ -1,0 +1,271 @@
+/* ctl-run.c - how coordctl runs CMD (lock, once, leader-run): the child
+ * process with its signals on a signalfd, and the loop of lock and
+ * leader-run that keeps a broker hold (lease renewals, loss) while it runs.
+ *
+ * SIGCHLD and the signals forwarded to CMD (SIGINT, SIGTERM, SIGHUP) are
+ * blocked and read from a signalfd, so one poll() waits for them together
+ * with the broker connection.  A signal from the terminal (SI_KERNEL) went
+ * to the whole foreground process group, CMD included: only what was sent
+ * to coordctl alone is forwarded. */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "coordctl.h"
+
+/* ---- the child ---- */
+
+bool ctl_child_env(const char *what, const char *const *vars)
+{
+    for (; vars[0]; vars += 2)
+        if (setenv(vars[0], vars[1], 1) < 0) {
+            fprintf(stderr, "coordctl: %s: setenv: %s\n", what, strerror(errno));
+            return false;
+        }
+    return true;
+}
+
+int ctl_child_start(struct ctl_child *ch, const char *what, char **cmd,
+                    int stdout_fd, bool ignore_sigpipe)
+{
+    memset(ch, 0, sizeof *ch);
+    ch->what = what;
+    ch->ignore_sigpipe = ignore_sigpipe;
+    /* SIGCHLD must not be SIG_IGN (children would be reaped behind our
+     * back) */
+    signal(SIGCHLD, SIG_DFL);
+    if (ignore_sigpipe)
+        ch->old_pipe = signal(SIGPIPE, SIG_IGN);
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGHUP);
+    sigprocmask(SIG_BLOCK, &mask, &ch->old);
+    ch->sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (ch->sfd < 0) {
+        fprintf(stderr, "coordctl: %s: signalfd: %s\n", what, strerror(errno));
+        sigprocmask(SIG_SETMASK, &ch->old, NULL);
+        if (ignore_sigpipe)
+            signal(SIGPIPE, ch->old_pipe);
+        return -1;
+    }
+
+    fflush(stdout);
+    fflush(stderr);
+    ch->pid = fork();
+    if (ch->pid < 0) {
+        fprintf(stderr, "coordctl: %s: fork: %s\n", what, strerror(errno));
+        close(ch->sfd);
+        sigprocmask(SIG_SETMASK, &ch->old, NULL);
+        if (ignore_sigpipe)
+            signal(SIGPIPE, ch->old_pipe);
+        return -1;
+    }
+    if (ch->pid == 0) {
+        /* the broker socket and the signalfd are close-on-exec (and so
+         * must be the caller's other descriptors) */
+        sigprocmask(SIG_SETMASK, &ch->old, NULL);
+        if (ignore_sigpipe)
+            signal(SIGPIPE, ch->old_pipe);
+        if (stdout_fd >= 0 && dup2(stdout_fd, STDOUT_FILENO) < 0)
+            _exit(126);
+        execvp(cmd[0], cmd);
+        int e = errno;
+        fprintf(stderr, "coordctl: %s: %s: %s\n", what, cmd[0], strerror(e));
+        _exit(e == ENOENT ? 127 : 126);
+    }
+    return 0;
+}
+
+void ctl_child_signals(struct ctl_child *ch)
+{
+    struct signalfd_siginfo si;
+    while (read(ch->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        if (si.ssi_signo == SIGCHLD)
+            continue;
+        ch->interrupted = true;
+        if (si.ssi_code != SI_KERNEL && !ch->exited)
+            kill(ch->pid, (int)si.ssi_signo);
+    }
+    pid_t r;
+    while (!ch->exited && (r = waitpid(ch->pid, &ch->wstatus, WNOHANG)) != 0) {
+        if (r == ch->pid)
+            ch->exited = true;
+        else if (errno != EINTR)
+            break;
+    }
+}
+
+void ctl_child_stop(struct ctl_child *ch, int sig)
+{
+    kill(ch->pid, sig);
+    while (waitpid(ch->pid, &ch->wstatus, 0) < 0 && errno == EINTR)
+        ;
+    ch->exited = true;
+}
+
+void ctl_child_end(struct ctl_child *ch)
+{
+    /* drop signals that came after the command ended, then unblock */
+    struct signalfd_siginfo si;
+    while (read(ch->sfd, &si, sizeof si) == (ssize_t)sizeof si)
+        ;
+    close(ch->sfd);
+    sigprocmask(SIG_SETMASK, &ch->old, NULL);
+    if (ch->ignore_sigpipe)
+        signal(SIGPIPE, ch->old_pipe);
+}
+
+int ctl_exit_code(int wstatus)
+{
+    if (WIFEXITED(wstatus))
+        return WEXITSTATUS(wstatus);
+    if (WIFSIGNALED(wstatus))
+        return 128 + WTERMSIG(wstatus);
+    return CTL_EXIT_FAIL;
+}
+
+/* ---- running CMD while holding something ---- */
+
+void ctl_hold_lost(struct ctl_hold *h, const char *p, size_t n)
+{
+    if (h->lost)
+        return;
+    h->lost = true;
+    if (!n) {
+        p = "no reason given";
+        n = strlen(p);
+    }
+    char *e = ctl_escape(p, n);
+    snprintf(h->reason, sizeof h->reason, "%s", e ? e : "?");
+    free(e);
+}
+
+static void lost_c(struct ctl_hold *h, const char *why)
+{
+    ctl_hold_lost(h, why, strlen(why));
+}
+
+static void conn_lost(struct ctl_hold *h)
+{
+    lost_c(h, "broker connection closed");
+}
+
+static void announce_lost(struct ctl_hold *h)
+{
+    if (h->announced)
+        return;
+    h->announced = true;
+    fprintf(stderr, "coordctl: %s: %s %s (%s)\n", h->ops->what, h->ops->lost,
+            h->shown, h->reason);
+}
+
+static void on_renewed(coord_t *c, int status, const coord_reply_t *reply, void *ud)
+{
+    struct ctl_hold *h = ud;
+    (void)c;
+    (void)reply;
+    h->renew_in_flight = false;
+    /* a lost lease normally comes as an event first; this covers the rest
+     * (connection errors are noticed by the dispatch that ran us) */
+    if (status == h->ops->renew_refused)
+        lost_c(h, h->ops->renew_refused_why);
+}
+
+static int send_renew(struct ctl_hold *h)
+{
+    coord_req_t *r = h->ops->renew_req(h);
+    if (!r)
+        return COORD_ENOMEM;
+    int rc = coord_send(h->ctl->c, r, on_renewed, h, NULL);
+    coord_req_free(r);
+    if (rc == 0)
+        h->renew_in_flight = true;
+    return rc;
+}
+
+int ctl_hold_run(struct ctl_hold *h, char **cmd)
+{
+    coord_t *c = h->ctl->c;
+    struct ctl_child ch;
+    if (ctl_child_start(&ch, h->ops->what, cmd, -1, false) < 0)
+        return CTL_EXIT_FAIL;
+
+    coord_set_event_cb(c, h->ops->on_event, h);
+    bool conn_ok = true, term_sent = false;
+    int64_t period = (int64_t)(h->lease_ms / 3);
+    if (h->lease_ms && period == 0)
+        period = 1;
+    int64_t next_renew = h->lease_ms ? ctl_mono_ms() + period : -1;
+
+    if (h->ops->dispatch_first && coord_dispatch(c) < 0) {
+        conn_ok = false;
+        conn_lost(h);
+    }
+    while (!ch.exited) {
+        if (h->lost && !term_sent) {
+            announce_lost(h);
+            kill(ch.pid, SIGTERM);
+            term_sent = true;
+        }
+        struct pollfd p[2] = {
+            { .fd = ch.sfd, .events = POLLIN },
+            { .fd = conn_ok ? coord_fd(c) : -1, .events = POLLIN },
+        };
+        int timeout = -1;
+        bool renewing = next_renew >= 0 && conn_ok && !h->lost;
+        if (renewing) {
+            int64_t left = next_renew - ctl_mono_ms();
+            timeout = left < 0 ? 0 : left > 1000000000 ? 1000000000 : (int)left;
+        }
+        int n = poll(p, 2, timeout);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            fprintf(stderr, "coordctl: %s: poll: %s\n", h->ops->what, strerror(errno));
+            ctl_child_stop(&ch, SIGTERM);
+            break;
+        }
+        if (p[0].revents)
+            ctl_child_signals(&ch);
+        if (conn_ok && p[1].revents && coord_dispatch(c) < 0) {
+            conn_ok = false;
+            conn_lost(h);
+        }
+        if (renewing && !h->lost && ctl_mono_ms() >= next_renew) {
+            if (!h->renew_in_flight && send_renew(h) < 0) {
+                conn_ok = false;
+                conn_lost(h);
+            }
+            next_renew = ctl_mono_ms() + period;
+        }
+    }
+
+    /* a loss that raced with the command's end still counts */
+    if (conn_ok && !h->lost && coord_dispatch(c) < 0) {
+        conn_ok = false;
+        conn_lost(h);
+    }
+    if (conn_ok && !h->lost) {
+        int rc = h->ops->release(h);
+        if (rc == h->ops->release_refused)
+            lost_c(h, h->ops->release_refused_why);
+        else if (rc < 0)
+            conn_lost(h);
+    }
+    coord_set_event_cb(c, NULL, NULL);
+    if (h->lost)
+        announce_lost(h);
+    ctl_child_end(&ch);
+
+    int code = ctl_exit_code(ch.wstatus);
+    if (h->lost && code == 0)
+        code = CTL_EXIT_FAIL;
+    return code;
+}
