@@ -16,9 +16,10 @@
  * `once` with exit status 1.
  *
  * The owner waits for three things at once with poll(): CMD's stdout pipe
- * (copied to our stdout as it comes and kept for the result), a signalfd
- * with SIGCHLD and the signals to forward to CMD, and the broker
- * connection (the flight.abort event when --ttl passes). */
+ * (copied to our stdout as it comes and kept for the result), the signalfd
+ * of ctl_child_start (ctl-run.c) with SIGCHLD and the signals to forward to
+ * CMD, and the broker connection (the flight.abort event when --ttl
+ * passes). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -27,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "coordctl.h"
@@ -54,16 +54,6 @@ static bool write_all(int fd, const void *p, size_t n)
         n -= (size_t)w;
     }
     return true;
-}
-
-/* A wait status as a shell reports it. */
-static int exit_code(int status)
-{
-    if (WIFEXITED(status))
-        return WEXITSTATUS(status);
-    if (WIFSIGNALED(status))
-        return 128 + WTERMSIG(status);
-    return CTL_EXIT_FAIL;
 }
 
 /* ---- coordctl once ---- */
@@ -145,11 +135,12 @@ static int run_owner(struct once *o, char **cmd)
     char id[32], fence[32];
     snprintf(id, sizeof id, "%llu", (unsigned long long)o->flight);
     snprintf(fence, sizeof fence, "%llu", (unsigned long long)o->fence);
-    if (setenv("COORD_FLIGHT", id, 1) < 0 || setenv("COORD_FLIGHT_FENCE", fence, 1) < 0 ||
-        setenv("COORD_FLIGHT_KEY", o->key, 1) < 0) {
-        fprintf(stderr, "coordctl: once: setenv: %s\n", strerror(errno));
+    const char *const env[] = {
+        "COORD_FLIGHT", id, "COORD_FLIGHT_FENCE", fence, "COORD_FLIGHT_KEY", o->key,
+        NULL,
+    };
+    if (!ctl_child_env("once", env))
         return CTL_EXIT_FAIL;      /* closing the connection hands the flight on */
-    }
     /* the result travels in one frame, with the request around it */
     uint32_t mf = coord_max_frame(c);
     o->limit = mf > 1024 + 256 ? mf - 1024 - 256 : 0;
@@ -165,73 +156,36 @@ static int run_owner(struct once *o, char **cmd)
         fprintf(stderr, "coordctl: once: pipe: %s\n", strerror(errno));
         return CTL_EXIT_FAIL;
     }
-    /* SIGCHLD and the signals we forward come on a signalfd; a reader that
-     * went away must not kill us (CMD's result still matters to others) */
-    signal(SIGCHLD, SIG_DFL);
-    void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
-    sigset_t mask, old;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGCHLD);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGHUP);
-    sigprocmask(SIG_BLOCK, &mask, &old);
-    int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (sfd < 0) {
-        fprintf(stderr, "coordctl: once: signalfd: %s\n", strerror(errno));
+    /* a reader that went away must not kill us (CMD's result still
+     * matters to others) */
+    struct ctl_child ch;
+    if (ctl_child_start(&ch, "once", cmd, pfd[1], true) < 0) {
         close(pfd[0]);
         close(pfd[1]);
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        signal(SIGPIPE, old_pipe);
         return CTL_EXIT_FAIL;
-    }
-
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        fprintf(stderr, "coordctl: once: fork: %s\n", strerror(errno));
-        close(pfd[0]);
-        close(pfd[1]);
-        close(sfd);
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        signal(SIGPIPE, old_pipe);
-        return CTL_EXIT_FAIL;
-    }
-    if (pid == 0) {
-        /* the broker socket, the signalfd and the pipe are close-on-exec */
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        signal(SIGPIPE, old_pipe);
-        if (dup2(pfd[1], STDOUT_FILENO) < 0)
-            _exit(126);
-        execvp(cmd[0], cmd);
-        int e = errno;
-        fprintf(stderr, "coordctl: once: %s: %s\n", cmd[0], strerror(e));
-        _exit(e == ENOENT ? 127 : 126);
     }
     close(pfd[1]);
 
     coord_set_event_cb(c, on_event, o);
     o->stdout_ok = true;
-    bool exited = false, pipe_open = true, term_sent = false, interrupted = false;
-    int wstatus = 0;
+    bool pipe_open = true, term_sent = false;
     int64_t kill_at = -1;
-    while (!exited || pipe_open) {
-        if (o->aborted && !term_sent && !exited) {
+    while (!ch.exited || pipe_open) {
+        if (o->aborted && !term_sent && !ch.exited) {
             fprintf(stderr, "coordctl: once: %s: the owner's time (--ttl) is up: "
                             "stopping the command; another caller takes over\n",
                     o->shown);
-            kill(pid, SIGTERM);
+            kill(ch.pid, SIGTERM);
             term_sent = true;
             kill_at = ctl_mono_ms() + ONCE_KILL_AFTER_MS;
         }
         struct pollfd p[3] = {
-            { .fd = sfd, .events = POLLIN },
+            { .fd = ch.sfd, .events = POLLIN },
             { .fd = pipe_open ? pfd[0] : -1, .events = POLLIN },
             { .fd = o->conn_ok ? coord_fd(c) : -1, .events = POLLIN },
         };
         int timeout = -1;
-        if (kill_at >= 0 && !exited) {
+        if (kill_at >= 0 && !ch.exited) {
             int64_t left = kill_at - ctl_mono_ms();
             timeout = left < 0 ? 0 : (int)left;
         }
@@ -240,32 +194,14 @@ static int run_owner(struct once *o, char **cmd)
             fprintf(stderr, "coordctl: once: poll: %s\n", strerror(errno));
             break;
         }
-        if (kill_at >= 0 && !exited && ctl_mono_ms() >= kill_at) {
-            kill(pid, SIGKILL);
+        if (kill_at >= 0 && !ch.exited && ctl_mono_ms() >= kill_at) {
+            kill(ch.pid, SIGKILL);
             kill_at = -1;
         }
         if (n <= 0)
             continue;
-        if (p[0].revents) {
-            struct signalfd_siginfo si;
-            while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-                if (si.ssi_signo == SIGCHLD)
-                    continue;
-                interrupted = true;
-                /* a signal from the terminal (SI_KERNEL) went to the whole
-                 * foreground process group, CMD included; forward only
-                 * what was sent to us alone */
-                if (si.ssi_code != SI_KERNEL && !exited)
-                    kill(pid, (int)si.ssi_signo);
-            }
-            pid_t r;
-            while (!exited && (r = waitpid(pid, &wstatus, WNOHANG)) != 0) {
-                if (r == pid)
-                    exited = true;
-                else if (errno != EINTR)
-                    break;
-            }
-        }
+        if (p[0].revents)
+            ctl_child_signals(&ch);
         if (pipe_open && p[1].revents) {
             char chunk[65536];
             ssize_t r = read(pfd[0], chunk, sizeof chunk);
@@ -284,30 +220,22 @@ static int run_owner(struct once *o, char **cmd)
                             "the result will not be shared\n", o->shown);
         }
     }
-    if (!exited) {                 /* poll failed */
-        kill(pid, SIGKILL);
-        while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR)
-            ;
-    }
+    if (!ch.exited)                /* poll failed */
+        ctl_child_stop(&ch, SIGKILL);
     if (pipe_open)
         close(pfd[0]);
     /* an abort that raced with CMD's end still counts */
     if (o->conn_ok && !o->aborted && coord_dispatch(c) < 0)
         o->conn_ok = false;
     coord_set_event_cb(c, NULL, NULL);
-    struct signalfd_siginfo si;
-    while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si)
-        ;
-    close(sfd);
-    sigprocmask(SIG_SETMASK, &old, NULL);
-    signal(SIGPIPE, old_pipe);
+    ctl_child_end(&ch);
 
-    int code = exit_code(wstatus);
+    int code = ctl_exit_code(ch.wstatus);
     if (o->aborted)
         return code ? code : CTL_EXIT_FAIL;
     if (!o->conn_ok)
         return code;
-    if (interrupted && WIFSIGNALED(wstatus)) {
+    if (ch.interrupted && WIFSIGNALED(ch.wstatus)) {
         /* we were told to stop and CMD died of it: that is no result for
          * the others; closing the connection hands the flight on */
         return code;
