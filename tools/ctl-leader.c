@@ -294,6 +294,9 @@ int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
         return CTL_EXIT_FAIL;
     }
     rc = run_leading(&lr, cmd);
+    /* close here: pending callbacks point at lr, which lives on this stack */
+    coord_close(ctl->c);
+    ctl->c = NULL;
     free(lr.hold.shown);
     return rc;
 }
