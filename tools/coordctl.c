@@ -160,6 +160,18 @@ int ctl_usage(struct ctl *ctl, const char *fmt, ...)
     return CTL_EXIT_USAGE;
 }
 
+int ctl_first_operand(struct ctl *ctl, int argc, char **argv)
+{
+    int i = 1;
+    if (i < argc && !strcmp(argv[i], "--json")) {
+        ctl->json = true;
+        i++;
+    }
+    if (i < argc && !strcmp(argv[i], "--"))
+        i++;
+    return i;
+}
+
 /* ---- connecting and calling ---- */
 
 int ctl_try_connect(struct ctl *ctl, bool no_autostart)

@@ -53,6 +53,10 @@ int ctl_fail_call(struct ctl *ctl, const char *what, int code);
  * stderr; returns CTL_EXIT_USAGE. */
 int ctl_usage(struct ctl *ctl, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* For commands whose only flag is --json (also accepted after the command
+ * name): skips it (setting ctl->json) and then an optional "--"; returns
+ * the index of the first operand in argv. */
+int ctl_first_operand(struct ctl *ctl, int argc, char **argv);
 /* Name of any coord code: "FENCED", "CONNECT"... */
 const char *ctl_code_name(int code);
 /* Sends op with no fields and waits: 0 and *reply, or prints the failure
@@ -127,6 +131,11 @@ struct ctl_child {
     bool ignore_sigpipe;
     void (*old_pipe)(int);      /* SIGPIPE's disposition, when ignored */
 };
+/* The operands of lock, once and leader-run from argv[i] on: NAME (what
+ * says which: "missing KEY"), an optional "--", then CMD.  0, or the exit
+ * status of a usage error. */
+int ctl_name_and_cmd(struct ctl *ctl, int argc, char **argv, int i,
+                     const char *what, const char **name, char ***cmd);
 /* setenv of the name/value pairs of vars (NULL-ended); false after
  * printing "coordctl: WHAT: setenv: ...". */
 bool ctl_child_env(const char *what, const char *const *vars);
@@ -179,11 +188,12 @@ struct ctl_hold {
 /* Records the first reason the hold went away (p[0..n) escaped; n == 0:
  * "no reason given"). */
 void ctl_hold_lost(struct ctl_hold *h, const char *p, size_t n);
-/* Runs cmd while keeping the hold: renews it, sends CMD SIGTERM when it is
- * lost (and says so), releases it when CMD ends.  Returns coordctl's exit
- * status: CMD's, 1 instead of 0 when the hold was lost.  Callbacks may
- * still point at h: close the connection before h goes away. */
-int ctl_hold_run(struct ctl_hold *h, char **cmd);
+/* Runs cmd with the variables env (as ctl_child_env) while keeping the
+ * hold: renews it, sends CMD SIGTERM when it is lost (and says so),
+ * releases it when CMD ends.  Returns coordctl's exit status: CMD's, 1
+ * instead of 0 when the hold was lost.  Callbacks may still point at h:
+ * close the connection before h goes away. */
+int ctl_hold_run(struct ctl_hold *h, const char *const *env, char **cmd);
 
 /* ---- commands (ctl-info.c) ---- */
 int cmd_status(struct ctl *ctl, int argc, char **argv);

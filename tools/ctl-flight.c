@@ -311,14 +311,11 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
             return ctl_usage(ctl, "unknown flag %s", argv[optind - 1]);
         }
     }
-    if (optind >= argc)
-        return ctl_usage(ctl, "missing KEY");
-    const char *key = argv[optind++];
-    if (optind < argc && !strcmp(argv[optind], "--"))
-        optind++;
-    if (optind >= argc)
-        return ctl_usage(ctl, "missing the command to run");
-    char **cmd = argv + optind;
+    const char *key;
+    char **cmd;
+    int rc = ctl_name_and_cmd(ctl, argc, argv, optind, "KEY", &key, &cmd);
+    if (rc)
+        return rc;
 
     struct once o;
     memset(&o, 0, sizeof o);
@@ -331,7 +328,7 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
         fprintf(stderr, "coordctl: once: out of memory\n");
         return CTL_EXIT_FAIL;
     }
-    int rc = ctl_connect(ctl);
+    rc = ctl_connect(ctl);
     if (rc) {
         free(o.shown);
         return rc;

@@ -18,13 +18,7 @@
 /* The single WORKSTREAM argument of leader, disable and enable. */
 static int one_workstream(struct ctl *ctl, int argc, char **argv, const char **ws)
 {
-    int i = 1;
-    if (i < argc && !strcmp(argv[i], "--json")) {
-        ctl->json = true;
-        i++;
-    }
-    if (i < argc && !strcmp(argv[i], "--"))
-        i++;
+    int i = ctl_first_operand(ctl, argc, argv);
     if (i >= argc)
         return ctl_usage(ctl, "missing WORKSTREAM");
     if (i + 1 < argc)
@@ -194,9 +188,7 @@ static int run_leading(struct leader_run *lr, char **cmd)
     const char *const env[] = {
         "COORD_GENERATION", gen, "COORD_WORKSTREAM", lr->ws, NULL,
     };
-    if (!ctl_child_env("leader-run", env))
-        return CTL_EXIT_FAIL;
-    return ctl_hold_run(&lr->hold, cmd);
+    return ctl_hold_run(&lr->hold, env, cmd);
 }
 
 int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
@@ -240,14 +232,11 @@ int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
             return ctl_usage(ctl, "unknown flag %s", argv[optind - 1]);
         }
     }
-    if (optind >= argc)
-        return ctl_usage(ctl, "missing WORKSTREAM");
-    const char *ws = argv[optind++];
-    if (optind < argc && !strcmp(argv[optind], "--"))
-        optind++;
-    if (optind >= argc)
-        return ctl_usage(ctl, "missing the command to run");
-    char **cmd = argv + optind;
+    const char *ws;
+    char **cmd;
+    int rc = ctl_name_and_cmd(ctl, argc, argv, optind, "WORKSTREAM", &ws, &cmd);
+    if (rc)
+        return rc;
 
     if (have_wait && o.if_available)
         return ctl_usage(ctl, "-n and -w cannot be combined");
@@ -272,7 +261,7 @@ int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
         return CTL_EXIT_FAIL;
     }
 
-    int rc = ctl_connect(ctl);
+    rc = ctl_connect(ctl);
     if (rc) {
         free(lr.hold.shown);
         return rc;

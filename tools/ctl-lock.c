@@ -66,9 +66,7 @@ static int run_locked(struct lock_run *lr, char **cmd)
     const char *const env[] = {
         "COORD_LOCK_TOKEN", tok, "COORD_LOCK_NAME", lr->name, NULL,
     };
-    if (!ctl_child_env("lock", env))
-        return CTL_EXIT_FAIL;
-    return ctl_hold_run(&lr->hold, cmd);
+    return ctl_hold_run(&lr->hold, env, cmd);
 }
 
 int cmd_lock(struct ctl *ctl, int argc, char **argv)
@@ -118,14 +116,11 @@ int cmd_lock(struct ctl *ctl, int argc, char **argv)
             return ctl_usage(ctl, "unknown flag %s", argv[optind - 1]);
         }
     }
-    if (optind >= argc)
-        return ctl_usage(ctl, "missing NAME");
-    const char *name = argv[optind++];
-    if (optind < argc && !strcmp(argv[optind], "--"))
-        optind++;
-    if (optind >= argc)
-        return ctl_usage(ctl, "missing the command to run");
-    char **cmd = argv + optind;
+    const char *name;
+    char **cmd;
+    int rc = ctl_name_and_cmd(ctl, argc, argv, optind, "NAME", &name, &cmd);
+    if (rc)
+        return rc;
 
     if (have_wait && o.if_available)
         return ctl_usage(ctl, "-n and -w cannot be combined");
@@ -150,7 +145,7 @@ int cmd_lock(struct ctl *ctl, int argc, char **argv)
         return CTL_EXIT_FAIL;
     }
 
-    int rc = ctl_connect(ctl);
+    rc = ctl_connect(ctl);
     if (rc) {
         free(lr.hold.shown);
         return rc;

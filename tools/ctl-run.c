@@ -19,6 +19,20 @@
 
 /* ---- the child ---- */
 
+int ctl_name_and_cmd(struct ctl *ctl, int argc, char **argv, int i,
+                     const char *what, const char **name, char ***cmd)
+{
+    if (i >= argc)
+        return ctl_usage(ctl, "missing %s", what);
+    *name = argv[i++];
+    if (i < argc && !strcmp(argv[i], "--"))
+        i++;
+    if (i >= argc)
+        return ctl_usage(ctl, "missing the command to run");
+    *cmd = argv + i;
+    return 0;
+}
+
 bool ctl_child_env(const char *what, const char *const *vars)
 {
     for (; vars[0]; vars += 2)
@@ -190,11 +204,12 @@ static int send_renew(struct ctl_hold *h)
     return rc;
 }
 
-int ctl_hold_run(struct ctl_hold *h, char **cmd)
+int ctl_hold_run(struct ctl_hold *h, const char *const *env, char **cmd)
 {
     coord_t *c = h->ctl->c;
     struct ctl_child ch;
-    if (ctl_child_start(&ch, h->ops->what, cmd, -1, false) < 0)
+    if (!ctl_child_env(h->ops->what, env) ||
+        ctl_child_start(&ch, h->ops->what, cmd, -1, false) < 0)
         return CTL_EXIT_FAIL;
 
     coord_set_event_cb(c, h->ops->on_event, h);

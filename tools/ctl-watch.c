@@ -339,13 +339,7 @@ int cmd_subscribe(struct ctl *ctl, int argc, char **argv)
 
 int cmd_publish(struct ctl *ctl, int argc, char **argv)
 {
-    int i = 1;
-    if (i < argc && !strcmp(argv[i], "--json")) {
-        ctl->json = true;
-        i++;
-    }
-    if (i < argc && !strcmp(argv[i], "--"))
-        i++;
+    int i = ctl_first_operand(ctl, argc, argv);
     if (argc - i < 2)
         return ctl_usage(ctl, "missing %s", argc - i < 1 ? "CHANNEL and DATA" : "DATA");
     if (argc - i > 2)
