@@ -190,6 +190,21 @@ int ctl_connect(struct ctl *ctl)
     return rc < 0 ? ctl_fail_connect(ctl, rc) : 0;
 }
 
+int ctl_connect_shown(struct ctl *ctl, const char *name, char **shown)
+{
+    *shown = ctl_escape(name, strlen(name));
+    if (!*shown) {
+        fprintf(stderr, "coordctl: %s: out of memory\n", ctl->cmd->name);
+        return CTL_EXIT_FAIL;
+    }
+    int rc = ctl_connect(ctl);
+    if (rc) {
+        free(*shown);
+        *shown = NULL;
+    }
+    return rc;
+}
+
 int ctl_simple_call(struct ctl *ctl, const char *op, coord_reply_t **reply)
 {
     coord_req_t *req = coord_req_new(op);

@@ -44,6 +44,10 @@ struct ctl_command {
 int ctl_try_connect(struct ctl *ctl, bool no_autostart);
 /* Connects or prints the error; returns 0 or an exit status. */
 int ctl_connect(struct ctl *ctl);
+/* For lock, once and leader-run: *shown = name escaped for messages, then
+ * ctl_connect.  0, or an exit status (*shown NULL; out of memory printed
+ * as "coordctl: COMMAND: out of memory"). */
+int ctl_connect_shown(struct ctl *ctl, const char *name, char **shown);
 /* Prints "coordctl: connect: CODE: message" and returns the exit status. */
 int ctl_fail_connect(struct ctl *ctl, int code);
 /* Prints "coordctl: <what>: CODE: message" for a failed call on ctl->c and

@@ -323,16 +323,9 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
     o.key = key;
     o.keep_ms = keep_ms;
     o.conn_ok = true;
-    o.shown = ctl_escape(key, strlen(key));
-    if (!o.shown) {
-        fprintf(stderr, "coordctl: once: out of memory\n");
-        return CTL_EXIT_FAIL;
-    }
-    rc = ctl_connect(ctl);
-    if (rc) {
-        free(o.shown);
+    rc = ctl_connect_shown(ctl, key, &o.shown);
+    if (rc)
         return rc;
-    }
 
     int64_t deadline = wait_ms ? ctl_mono_ms() + (int64_t)wait_ms : -1;
     int retries = 0;

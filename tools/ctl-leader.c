@@ -255,17 +255,9 @@ int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
     lr.hold.ctl = ctl;
     lr.hold.lease_ms = o.lease_ms ? o.lease_ms : DEFAULT_LEASE_MS;
     lr.ws = ws;
-    lr.hold.shown = ctl_escape(ws, strlen(ws));
-    if (!lr.hold.shown) {
-        fprintf(stderr, "coordctl: leader-run: out of memory\n");
-        return CTL_EXIT_FAIL;
-    }
-
-    rc = ctl_connect(ctl);
-    if (rc) {
-        free(lr.hold.shown);
+    rc = ctl_connect_shown(ctl, ws, &lr.hold.shown);
+    if (rc)
         return rc;
-    }
     /* set before the campaign: a leader.lost right behind the grant then
      * reaches us too (the callback ignores anything until we lead) */
     coord_set_event_cb(ctl->c, on_event, &lr);

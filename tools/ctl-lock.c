@@ -139,17 +139,9 @@ int cmd_lock(struct ctl *ctl, int argc, char **argv)
     lr.hold.ctl = ctl;
     lr.hold.lease_ms = o.lease_ms;
     lr.name = name;
-    lr.hold.shown = ctl_escape(name, strlen(name));
-    if (!lr.hold.shown) {
-        fprintf(stderr, "coordctl: lock: out of memory\n");
-        return CTL_EXIT_FAIL;
-    }
-
-    rc = ctl_connect(ctl);
-    if (rc) {
-        free(lr.hold.shown);
+    rc = ctl_connect_shown(ctl, name, &lr.hold.shown);
+    if (rc)
         return rc;
-    }
     rc = coord_lock_acquire(ctl->c, name, strlen(name), &o, &lr.lock, &lr.token);
     if (rc == COORD_LOCK_BUSY) {
         fprintf(stderr, "coordctl: lock: %s is busy\n", lr.hold.shown);
