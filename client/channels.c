@@ -17,9 +17,7 @@ static int channel_call(coord_t *c, const char *op, const void *channel, size_t 
     coord_req_str(r, "channel", channel ? channel : "", len);
     if (with_data)
         coord_req_bin(r, "data", data ? data : "", data_len);
-    int rc = coord_call(c, r, reply);
-    coord_req_free(r);
-    return rc;
+    return coord__call_free(c, r, reply);
 }
 
 COORD_API int coord_subscribe(coord_t *c, const void *channel, size_t len)
@@ -47,32 +45,17 @@ COORD_API int coord_publish(coord_t *c, const void *channel, size_t len,
     return 0;
 }
 
-/* A str (or bin) field of m, "" when absent. */
-static void field_bytes(coord_map m, const char *key, const char **p, size_t *n)
-{
-    const void *b = NULL;
-    if (coord_map_str(m, key, p, n) && *p)
-        return;
-    if (coord_map_bin(m, key, &b, n) && b) {
-        *p = b;
-        return;
-    }
-    *p = "";
-    *n = 0;
-}
-
 COORD_API bool coord_event_message(const coord_reply_t *ev, coord_message *out)
 {
-    const char *name = ev ? coord_reply_event(ev) : NULL;
-    if (!name || strcmp(name, "message") != 0)
+    if (!coord__event_is(ev, "message"))
         return false;
     if (!out)
         return true;
     memset(out, 0, sizeof *out);
     coord_map m = coord_reply_map(ev);
-    field_bytes(m, "channel", &out->channel, &out->channel_len);
+    coord__map_bytes(m, "channel", &out->channel, &out->channel_len);
     const char *d;
-    field_bytes(m, "data", &d, &out->data_len);
+    coord__map_bytes(m, "data", &d, &out->data_len);
     out->data = d;
     coord_map_uint(m, "conn", &out->conn);
     return true;
@@ -80,15 +63,14 @@ COORD_API bool coord_event_message(const coord_reply_t *ev, coord_message *out)
 
 COORD_API bool coord_event_lifecycle(const coord_reply_t *ev, coord_lifecycle *out)
 {
-    const char *name = ev ? coord_reply_event(ev) : NULL;
-    if (!name || strcmp(name, "lifecycle") != 0)
+    if (!coord__event_is(ev, "lifecycle"))
         return false;
     if (!out)
         return true;
     memset(out, 0, sizeof *out);
     coord_map m = coord_reply_map(ev);
-    field_bytes(m, "channel", &out->channel, &out->channel_len);
-    field_bytes(m, "what", &out->what, &out->what_len);
+    coord__map_bytes(m, "channel", &out->channel, &out->channel_len);
+    coord__map_bytes(m, "what", &out->what, &out->what_len);
     coord_map_uint(m, "at_ms", &out->at_ms);
     return true;
 }

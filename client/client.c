@@ -721,14 +721,32 @@ COORD_API int coord_call(coord_t *c, const coord_req_t *req, coord_reply_t **rep
     return coord__call_timeout(c, req, reply, -1);
 }
 
-COORD_API int coord_ping(coord_t *c)
+int coord__call_free(coord_t *c, coord_req_t *r, coord_reply_t **reply)
 {
-    coord_req_t *r = coord_req_new("ping");
     if (!r)
         return COORD_ENOMEM;
-    int rc = coord_call(c, r, NULL);
+    int rc = coord_call(c, r, reply);
     coord_req_free(r);
     return rc;
+}
+
+int coord__call_uint(coord_t *c, coord_req_t *r, const char *key, uint64_t *out)
+{
+    coord_reply_t *reply = NULL;
+    int rc = coord__call_free(c, r, &reply);
+    if (rc < 0)
+        return rc;
+    uint64_t v = 0;
+    coord_map_uint(coord_reply_map(reply), key, &v);
+    if (out)
+        *out = v;
+    coord_reply_free(reply);
+    return 0;
+}
+
+COORD_API int coord_ping(coord_t *c)
+{
+    return coord__call_free(c, coord_req_new("ping"), NULL);
 }
 
 /* ---- event-loop mode ---- */
@@ -747,6 +765,21 @@ COORD_API int coord_send(coord_t *c, const coord_req_t *req, coord_reply_cb cb,
     if (rid_out)
         *rid_out = p.rid;
     return 0;
+}
+
+int coord__send_ctx(coord_t *c, coord_req_t *r, coord_reply_cb cb, void *ctx,
+                    uint64_t *rid_out)
+{
+    if (!ctx || !r) {
+        free(ctx);
+        coord_req_free(r);
+        return COORD_ENOMEM;
+    }
+    int rc = coord_send(c, r, cb, ctx, rid_out);
+    coord_req_free(r);
+    if (rc < 0)
+        free(ctx);      /* not registered: the callback will never run */
+    return rc;
 }
 
 COORD_API int coord_cancel(coord_t *c, uint64_t rid)

@@ -12,35 +12,17 @@
 #define MAX_ERR_CODE 256
 #define MAX_ERR_MESSAGE 4096
 
-static bool bytes_ok(const void *p, size_t n)
-{
-    return p || n == 0;
-}
-
-/* A malloc'd copy of p[0..n) plus a NUL byte; NULL when out of memory. */
-static void *dup_bytes(const void *p, size_t n)
-{
-    char *d = malloc(n + 1);
-    if (!d)
-        return NULL;
-    if (n)
-        memcpy(d, p, n);
-    d[n] = '\0';
-    return d;
-}
-
 /* A malloc'd C string of the string field key of m ("" when absent; cut at
  * an embedded NUL). */
 static char *dup_str_field(coord_map m, const char *key)
 {
-    const char *s = NULL;
-    size_t n = 0;
-    if (!coord_map_str(m, key, &s, &n) || !s)
-        n = 0;
+    const char *s;
+    size_t n;
+    coord__map_bytes(m, key, &s, &n);
     const char *nul = n ? memchr(s, '\0', n) : NULL;
     if (nul)
         n = (size_t)(nul - s);
-    return dup_bytes(s ? s : "", n);
+    return coord__dup_bytes(s, n);
 }
 
 /* A string cut to at most max bytes (a malloc'd copy when cut, else s). */
@@ -49,7 +31,7 @@ static const char *cut_str(const char *s, size_t max, char **copy)
     *copy = NULL;
     if (!s || strlen(s) <= max)
         return s;
-    *copy = dup_bytes(s, max);
+    *copy = coord__dup_bytes(s, max);
     return *copy ? *copy : "";
 }
 
@@ -127,7 +109,7 @@ static int join_result(coord_t *c, const coord_reply_t *reply, coord_flight *out
         coord_map_uint(m, "age_ms", &out->age_ms);
         if (coord_map_str(m, "source", &src, &sn))
             out->from_record = role_is(src, sn, "record");
-        out->result = dup_bytes(p, n);
+        out->result = coord__dup_bytes(p, n);
         if (!out->result)
             goto nomem;
         out->result_len = n;
@@ -161,14 +143,10 @@ COORD_API int coord_flight_join(coord_t *c, const void *key, size_t key_len,
 {
     if (out)
         memset(out, 0, sizeof *out);
-    if (!c || !out || !bytes_ok(key, key_len))
+    if (!c || !out || !coord__bytes_ok(key, key_len))
         return COORD_EINVAL;
-    coord_req_t *r = join_req(key, key_len, o);
-    if (!r)
-        return COORD_ENOMEM;
     coord_reply_t *reply = NULL;
-    int rc = coord_call(c, r, &reply);
-    coord_req_free(r);
+    int rc = coord__call_free(c, join_req(key, key_len, o), &reply);
     if (rc < 0)
         return rc;
     rc = join_result(c, reply, out);
@@ -202,41 +180,17 @@ COORD_API int coord_flight_join_async(coord_t *c, const void *key, size_t key_le
 {
     if (rid_out)
         *rid_out = 0;
-    if (!c || !bytes_ok(key, key_len))
+    if (!c || !coord__bytes_ok(key, key_len))
         return COORD_EINVAL;
     struct join_ctx *ctx = malloc(sizeof *ctx);
-    coord_req_t *r = join_req(key, key_len, o);
-    if (!ctx || !r) {
-        free(ctx);
-        coord_req_free(r);
-        return COORD_ENOMEM;
+    if (ctx) {
+        ctx->cb = cb;
+        ctx->ud = ud;
     }
-    ctx->cb = cb;
-    ctx->ud = ud;
-    int rc = coord_send(c, r, on_join_reply, ctx, rid_out);
-    coord_req_free(r);
-    if (rc < 0)
-        free(ctx);      /* not registered: the callback will never run */
-    return rc;
+    return coord__send_ctx(c, join_req(key, key_len, o), on_join_reply, ctx, rid_out);
 }
 
 /* ---- complete, fail, list ---- */
-
-/* Sends r (freed here) and reads "delivered" into *delivered (may be NULL). */
-static int call_delivered(coord_t *c, coord_req_t *r, uint64_t *delivered)
-{
-    coord_reply_t *reply = NULL;
-    int rc = coord_call(c, r, &reply);
-    coord_req_free(r);
-    if (rc < 0)
-        return rc;
-    uint64_t n = 0;
-    coord_map_uint(coord_reply_map(reply), "delivered", &n);
-    if (delivered)
-        *delivered = n;
-    coord_reply_free(reply);
-    return 0;
-}
 
 COORD_API int coord_flight_complete(coord_t *c, uint64_t flight, uint64_t fence,
                                     const void *result, size_t len, uint64_t keep_ms,
@@ -244,7 +198,7 @@ COORD_API int coord_flight_complete(coord_t *c, uint64_t flight, uint64_t fence,
 {
     if (delivered)
         *delivered = 0;
-    if (!c || !bytes_ok(result, len))
+    if (!c || !coord__bytes_ok(result, len))
         return COORD_EINVAL;
     coord_req_t *r = coord_req_new("flight.complete");
     if (!r)
@@ -254,7 +208,7 @@ COORD_API int coord_flight_complete(coord_t *c, uint64_t flight, uint64_t fence,
     coord_req_bin(r, "result", result, len);
     if (keep_ms)
         coord_req_uint(r, "keep_ms", keep_ms);
-    return call_delivered(c, r, delivered);
+    return coord__call_uint(c, r, "delivered", delivered);
 }
 
 COORD_API int coord_flight_fail(coord_t *c, uint64_t flight, uint64_t fence,
@@ -273,17 +227,7 @@ COORD_API int coord_flight_fail(coord_t *c, uint64_t flight, uint64_t fence,
     coord_req_bool(r, "retryable", retryable);
     if (keep_ms)
         coord_req_uint(r, "keep_ms", keep_ms);
-    return call_delivered(c, r, NULL);
-}
-
-/* Sends r (freed here; NULL: out of memory) and returns the whole reply. */
-static int call_reply(coord_t *c, coord_req_t *r, coord_reply_t **reply)
-{
-    if (!r)
-        return COORD_ENOMEM;
-    int rc = coord_call(c, r, reply);
-    coord_req_free(r);
-    return rc;
+    return coord__call_free(c, r, NULL);
 }
 
 COORD_API int coord_flight_list(coord_t *c, coord_reply_t **reply)
@@ -292,13 +236,12 @@ COORD_API int coord_flight_list(coord_t *c, coord_reply_t **reply)
         *reply = NULL;
     if (!c || !reply)
         return COORD_EINVAL;
-    return call_reply(c, coord_req_new("flight.list"), reply);
+    return coord__call_free(c, coord_req_new("flight.list"), reply);
 }
 
 COORD_API bool coord_event_flight_abort(const coord_reply_t *ev, coord_flight_abort *out)
 {
-    const char *name = ev ? coord_reply_event(ev) : NULL;
-    if (!name || strcmp(name, "flight.abort") != 0)
+    if (!coord__event_is(ev, "flight.abort"))
         return false;
     if (!out)
         return true;
@@ -306,10 +249,7 @@ COORD_API bool coord_event_flight_abort(const coord_reply_t *ev, coord_flight_ab
     coord_map m = coord_reply_map(ev);
     coord_map_uint(m, "flight", &out->flight);
     coord_map_uint(m, "fence", &out->fence);
-    if (!coord_map_str(m, "reason", &out->reason, &out->reason_len) || !out->reason) {
-        out->reason = "";
-        out->reason_len = 0;
-    }
+    coord__map_bytes(m, "reason", &out->reason, &out->reason_len);
     return true;
 }
 
@@ -344,7 +284,7 @@ static int owner_finish(coord_t *c, const coord_flight *own, int wrc, void *resu
         }
         out->role = COORD_FLIGHT_RESULT;
         if (!result) {
-            out->result = dup_bytes("", 0);
+            out->result = coord__dup_bytes("", 0);
         } else {
             /* the work's buffer has no room for our NUL: make some */
             char *p = realloc(result, len + 1);
@@ -378,8 +318,8 @@ static int owner_finish(coord_t *c, const coord_flight *own, int wrc, void *resu
         rc = coord_flight_fail(c, own->flight, own->fence, cs, ms, retryable, 0);
     if (rc == 0) {
         out->role = COORD_FLIGHT_FAILED;
-        out->error_code = dup_bytes(cs, strlen(cs));
-        out->error_message = dup_bytes(ms, strlen(ms));
+        out->error_code = coord__dup_bytes(cs, strlen(cs));
+        out->error_message = coord__dup_bytes(ms, strlen(ms));
         out->retryable = retryable;
         out->fence = own->fence;
         out->flight = own->flight;
@@ -403,7 +343,7 @@ COORD_API int coord_once(coord_t *c, const void *key, size_t key_len,
 {
     if (out)
         memset(out, 0, sizeof *out);
-    if (!c || !work || !out || !bytes_ok(key, key_len))
+    if (!c || !work || !out || !coord__bytes_ok(key, key_len))
         return COORD_EINVAL;
     coord_flight f;
     int rc = coord_flight_join(c, key, key_len, o, &f);
@@ -438,15 +378,14 @@ COORD_API int coord_record_get(coord_t *c, const void *key, size_t key_len,
 {
     if (out)
         memset(out, 0, sizeof *out);
-    if (!c || !out || !bytes_ok(key, key_len))
+    if (!c || !out || !coord__bytes_ok(key, key_len))
         return COORD_EINVAL;
     coord_req_t *r = coord_req_new("record.get");
     if (!r)
         return COORD_ENOMEM;
     coord_req_str(r, "key", key, key_len);
     coord_reply_t *reply = NULL;
-    int rc = coord_call(c, r, &reply);
-    coord_req_free(r);
+    int rc = coord__call_free(c, r, &reply);
     if (rc < 0)
         return rc;
     coord_map m = coord_reply_map(reply);
@@ -462,7 +401,7 @@ COORD_API int coord_record_get(coord_t *c, const void *key, size_t key_len,
         size_t n = 0;
         if (!coord_map_bin(m, "result", &p, &n)) {
             rc = COORD_EPROTOCOL;
-        } else if (!(out->result = dup_bytes(p, n))) {
+        } else if (!(out->result = coord__dup_bytes(p, n))) {
             rc = COORD_ENOMEM;
         } else {
             out->result_len = n;
@@ -496,7 +435,7 @@ COORD_API int coord_record_list(coord_t *c, const void *prefix, size_t prefix_le
 {
     if (reply)
         *reply = NULL;
-    if (!c || !reply || !bytes_ok(prefix, prefix_len))
+    if (!c || !reply || !coord__bytes_ok(prefix, prefix_len))
         return COORD_EINVAL;
     coord_req_t *r = coord_req_new("record.list");
     if (!r)
@@ -505,7 +444,7 @@ COORD_API int coord_record_list(coord_t *c, const void *prefix, size_t prefix_le
         coord_req_str(r, "prefix", prefix, prefix_len);
     if (limit)
         coord_req_uint(r, "limit", limit);
-    return call_reply(c, r, reply);
+    return coord__call_free(c, r, reply);
 }
 
 COORD_API int coord_record_purge(coord_t *c, const void *prefix, size_t prefix_len,
@@ -513,21 +452,11 @@ COORD_API int coord_record_purge(coord_t *c, const void *prefix, size_t prefix_l
 {
     if (deleted)
         *deleted = 0;
-    if (!c || !bytes_ok(prefix, prefix_len))
+    if (!c || !coord__bytes_ok(prefix, prefix_len))
         return COORD_EINVAL;
     coord_req_t *r = coord_req_new("record.purge");
     if (!r)
         return COORD_ENOMEM;
     coord_req_str(r, "prefix", prefix ? prefix : "", prefix_len);
-    coord_reply_t *reply = NULL;
-    int rc = coord_call(c, r, &reply);
-    coord_req_free(r);
-    if (rc < 0)
-        return rc;
-    uint64_t n = 0;
-    coord_map_uint(coord_reply_map(reply), "deleted", &n);
-    if (deleted)
-        *deleted = n;
-    coord_reply_free(reply);
-    return 0;
+    return coord__call_uint(c, r, "deleted", deleted);
 }

@@ -99,6 +99,13 @@ struct coord {
     char errmsg[COORD_ERRMSG_MAX];
 };
 
+/* Arguments of the request calls: bytes p[0..n) may be NULL only when
+ * empty. */
+static inline bool coord__bytes_ok(const void *p, size_t n)
+{
+    return p || n == 0;
+}
+
 /* ---- client.c ---- */
 coord_t *coord__alloc(int fd);
 void coord__free(coord_t *c);
@@ -109,6 +116,17 @@ void coord__set_error(coord_t *c, const char *fmt, ...)
 int coord__call_timeout(coord_t *c, const coord_req_t *req,
                         coord_reply_t **reply, int timeout_ms);
 int64_t coord__now_ms(void);
+/* coord_call of r, which is freed here (NULL: COORD_ENOMEM, nothing sent);
+ * reply may be NULL. */
+int coord__call_free(coord_t *c, coord_req_t *r, coord_reply_t **reply);
+/* coord__call_free, then the uint field key of the reply into *out (0 when
+ * absent; out may be NULL); 0 or the call's error. */
+int coord__call_uint(coord_t *c, coord_req_t *r, const char *key, uint64_t *out);
+/* coord_send of r (freed here) with cb and ctx, a malloc'd context that cb
+ * frees: when r or ctx is NULL (out of memory) or nothing is sent, ctx is
+ * freed here and the error returned. */
+int coord__send_ctx(coord_t *c, coord_req_t *r, coord_reply_cb cb, void *ctx,
+                    uint64_t *rid_out);
 
 /* ---- connect.c ---- */
 /* Text of the last coord_connect failure of this thread. */
@@ -119,5 +137,11 @@ const char *coord__connect_error(void);
  * (a COORD_FRAME_* value) on a bad frame or no memory. */
 struct coord_reply *coord__reply_new(const uint8_t *body, size_t len,
                                      int *frame_status);
+/* True when ev is the event name (for the coord_event_* readers). */
+bool coord__event_is(const coord_reply_t *ev, const char *name);
+/* The str (or bin) field key of m in *p, *n; "" when absent. */
+void coord__map_bytes(coord_map m, const char *key, const char **p, size_t *n);
+/* A malloc'd copy of p[0..n) plus a NUL byte; NULL when out of memory. */
+void *coord__dup_bytes(const void *p, size_t n);
 
 #endif

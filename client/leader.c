@@ -5,11 +5,6 @@
 #include <string.h>
 #include "internal.h"
 
-static bool bytes_ok(const void *p, size_t n)
-{
-    return p || n == 0;
-}
-
 /* A request for op on workstream ws; NULL when out of memory. */
 static coord_req_t *ws_req(const char *op, const void *ws, size_t ws_len)
 {
@@ -17,16 +12,6 @@ static coord_req_t *ws_req(const char *op, const void *ws, size_t ws_len)
     if (r)
         coord_req_str(r, "workstream", ws ? ws : "", ws_len);
     return r;
-}
-
-/* Sends r (freed here) and waits; reply may be NULL. */
-static int call_free(coord_t *c, coord_req_t *r, coord_reply_t **reply)
-{
-    if (!r)
-        return COORD_ENOMEM;
-    int rc = coord_call(c, r, reply);
-    coord_req_free(r);
-    return rc;
 }
 
 COORD_API int coord_leader_campaign(coord_t *c, const void *ws, size_t ws_len,
@@ -37,7 +22,7 @@ COORD_API int coord_leader_campaign(coord_t *c, const void *ws, size_t ws_len,
         *generation = 0;
     if (granted)
         *granted = false;
-    if (!c || !bytes_ok(ws, ws_len))
+    if (!c || !coord__bytes_ok(ws, ws_len))
         return COORD_EINVAL;
     coord_req_t *r = ws_req("leader.campaign", ws, ws_len);
     if (r && o) {
@@ -51,7 +36,7 @@ COORD_API int coord_leader_campaign(coord_t *c, const void *ws, size_t ws_len,
             coord_req_uint(r, "timeout_ms", o->timeout_ms);
     }
     coord_reply_t *reply = NULL;
-    int rc = call_free(c, r, &reply);
+    int rc = coord__call_free(c, r, &reply);
     if (rc < 0)
         return rc;
     coord_map m = coord_reply_map(reply);
@@ -75,30 +60,23 @@ COORD_API int coord_leader_renew(coord_t *c, const void *ws, size_t ws_len,
 {
     if (lease_ms)
         *lease_ms = 0;
-    if (!c || !bytes_ok(ws, ws_len))
+    if (!c || !coord__bytes_ok(ws, ws_len))
         return COORD_EINVAL;
     coord_req_t *r = ws_req("leader.renew", ws, ws_len);
     if (r)
         coord_req_uint(r, "generation", generation);
-    coord_reply_t *reply = NULL;
-    int rc = call_free(c, r, &reply);
-    if (rc < 0)
-        return rc;
-    if (lease_ms)
-        coord_map_uint(coord_reply_map(reply), "lease_ms", lease_ms);
-    coord_reply_free(reply);
-    return 0;
+    return coord__call_uint(c, r, "lease_ms", lease_ms);
 }
 
 COORD_API int coord_leader_resign(coord_t *c, const void *ws, size_t ws_len,
                                   uint64_t generation)
 {
-    if (!c || !bytes_ok(ws, ws_len))
+    if (!c || !coord__bytes_ok(ws, ws_len))
         return COORD_EINVAL;
     coord_req_t *r = ws_req("leader.resign", ws, ws_len);
     if (r)
         coord_req_uint(r, "generation", generation);
-    return call_free(c, r, NULL);
+    return coord__call_free(c, r, NULL);
 }
 
 COORD_API int coord_leader_commit(coord_t *c, const void *ws, size_t ws_len,
@@ -108,7 +86,8 @@ COORD_API int coord_leader_commit(coord_t *c, const void *ws, size_t ws_len,
 {
     if (out)
         memset(out, 0, sizeof *out);
-    if (!c || !bytes_ok(ws, ws_len) || !op_id || !key || !bytes_ok(value, value_len))
+    if (!c || !coord__bytes_ok(ws, ws_len) || !op_id || !key ||
+        !coord__bytes_ok(value, value_len))
         return COORD_EINVAL;
     coord_req_t *r = ws_req("leader.commit", ws, ws_len);
     if (r) {
@@ -118,7 +97,7 @@ COORD_API int coord_leader_commit(coord_t *c, const void *ws, size_t ws_len,
         coord_req_bin(r, "value", value ? value : "", value_len);
     }
     coord_reply_t *reply = NULL;
-    int rc = call_free(c, r, &reply);
+    int rc = coord__call_free(c, r, &reply);
     if (rc < 0)
         return rc;
     coord_map m = coord_reply_map(reply);
@@ -151,13 +130,13 @@ COORD_API int coord_leader_read(coord_t *c, const void *ws, size_t ws_len,
         *value_len = 0;
     if (generation)
         *generation = 0;
-    if (!c || !bytes_ok(ws, ws_len) || !key || !value)
+    if (!c || !coord__bytes_ok(ws, ws_len) || !key || !value)
         return COORD_EINVAL;
     coord_req_t *r = ws_req("leader.read", ws, ws_len);
     if (r)
         coord_req_cstr(r, "key", key);
     coord_reply_t *reply = NULL;
-    int rc = call_free(c, r, &reply);
+    int rc = coord__call_free(c, r, &reply);
     if (rc < 0)
         return rc;
     coord_map m = coord_reply_map(reply);
@@ -173,14 +152,11 @@ COORD_API int coord_leader_read(coord_t *c, const void *ws, size_t ws_len,
         }
         p = s;
     }
-    char *copy = malloc(n + 1);
+    char *copy = coord__dup_bytes(p, n);
     if (!copy) {
         coord_reply_free(reply);
         return COORD_ENOMEM;
     }
-    if (n)
-        memcpy(copy, p, n);
-    copy[n] = '\0';
     if (generation)
         coord_map_uint(m, "generation", generation);
     coord_reply_free(reply);
@@ -195,9 +171,9 @@ COORD_API int coord_leader_info(coord_t *c, const void *ws, size_t ws_len,
 {
     if (reply)
         *reply = NULL;
-    if (!c || !bytes_ok(ws, ws_len) || !reply)
+    if (!c || !coord__bytes_ok(ws, ws_len) || !reply)
         return COORD_EINVAL;
-    return call_free(c, ws_req("leader.info", ws, ws_len), reply);
+    return coord__call_free(c, ws_req("leader.info", ws, ws_len), reply);
 }
 
 COORD_API int coord_leader_disable(coord_t *c, const void *ws, size_t ws_len,
@@ -205,43 +181,29 @@ COORD_API int coord_leader_disable(coord_t *c, const void *ws, size_t ws_len,
 {
     if (generation)
         *generation = 0;
-    if (!c || !bytes_ok(ws, ws_len))
+    if (!c || !coord__bytes_ok(ws, ws_len))
         return COORD_EINVAL;
-    coord_reply_t *reply = NULL;
-    int rc = call_free(c, ws_req("leader.disable", ws, ws_len), &reply);
-    if (rc < 0)
-        return rc;
-    if (generation)
-        coord_map_uint(coord_reply_map(reply), "generation", generation);
-    coord_reply_free(reply);
-    return 0;
+    return coord__call_uint(c, ws_req("leader.disable", ws, ws_len), "generation",
+                            generation);
 }
 
 COORD_API int coord_leader_enable(coord_t *c, const void *ws, size_t ws_len)
 {
-    if (!c || !bytes_ok(ws, ws_len))
+    if (!c || !coord__bytes_ok(ws, ws_len))
         return COORD_EINVAL;
-    return call_free(c, ws_req("leader.enable", ws, ws_len), NULL);
+    return coord__call_free(c, ws_req("leader.enable", ws, ws_len), NULL);
 }
 
 COORD_API bool coord_event_leader_lost(const coord_reply_t *ev, coord_leader_lost *out)
 {
-    const char *name = ev ? coord_reply_event(ev) : NULL;
-    if (!name || strcmp(name, "leader.lost") != 0)
+    if (!coord__event_is(ev, "leader.lost"))
         return false;
     if (!out)
         return true;
     memset(out, 0, sizeof *out);
     coord_map m = coord_reply_map(ev);
     coord_map_uint(m, "generation", &out->generation);
-    if (!coord_map_str(m, "workstream", &out->workstream, &out->workstream_len) ||
-        !out->workstream) {
-        out->workstream = "";
-        out->workstream_len = 0;
-    }
-    if (!coord_map_str(m, "reason", &out->reason, &out->reason_len) || !out->reason) {
-        out->reason = "";
-        out->reason_len = 0;
-    }
+    coord__map_bytes(m, "workstream", &out->workstream, &out->workstream_len);
+    coord__map_bytes(m, "reason", &out->reason, &out->reason_len);
     return true;
 }

@@ -47,11 +47,6 @@ static int acquire_result(const coord_reply_t *reply, uint64_t *lock,
     return 0;
 }
 
-static bool name_ok(const void *name, size_t name_len)
-{
-    return name || name_len == 0;
-}
-
 COORD_API int coord_lock_acquire(coord_t *c, const void *name, size_t name_len,
                                  const coord_lock_opts *o, uint64_t *lock,
                                  uint64_t *token)
@@ -61,14 +56,10 @@ COORD_API int coord_lock_acquire(coord_t *c, const void *name, size_t name_len,
         *lock = 0;
     if (token)
         *token = 0;
-    if (!c || !name_ok(name, name_len))
+    if (!c || !coord__bytes_ok(name, name_len))
         return COORD_EINVAL;
-    coord_req_t *r = acquire_req(name, name_len, o);
-    if (!r)
-        return COORD_ENOMEM;
     coord_reply_t *reply = NULL;
-    int rc = coord_call(c, r, &reply);
-    coord_req_free(r);
+    int rc = coord__call_free(c, acquire_req(name, name_len, o), &reply);
     if (rc < 0)
         return rc;
     rc = acquire_result(reply, &l, &t);
@@ -112,22 +103,15 @@ COORD_API int coord_lock_acquire_async(coord_t *c, const void *name, size_t name
 {
     if (rid_out)
         *rid_out = 0;
-    if (!c || !name_ok(name, name_len))
+    if (!c || !coord__bytes_ok(name, name_len))
         return COORD_EINVAL;
     struct acquire_ctx *ctx = malloc(sizeof *ctx);
-    coord_req_t *r = acquire_req(name, name_len, o);
-    if (!ctx || !r) {
-        free(ctx);
-        coord_req_free(r);
-        return COORD_ENOMEM;
+    if (ctx) {
+        ctx->cb = cb;
+        ctx->ud = ud;
     }
-    ctx->cb = cb;
-    ctx->ud = ud;
-    int rc = coord_send(c, r, on_acquire_reply, ctx, rid_out);
-    coord_req_free(r);
-    if (rc < 0)
-        free(ctx);      /* not registered: the callback will never run */
-    return rc;
+    return coord__send_ctx(c, acquire_req(name, name_len, o), on_acquire_reply, ctx,
+                           rid_out);
 }
 
 COORD_API int coord_lock_release(coord_t *c, uint64_t lock)
@@ -138,9 +122,7 @@ COORD_API int coord_lock_release(coord_t *c, uint64_t lock)
     if (!r)
         return COORD_ENOMEM;
     coord_req_uint(r, "lock", lock);
-    int rc = coord_call(c, r, NULL);
-    coord_req_free(r);
-    return rc;
+    return coord__call_free(c, r, NULL);
 }
 
 COORD_API int coord_lock_renew(coord_t *c, uint64_t lock, uint64_t lease_ms)
@@ -152,9 +134,7 @@ COORD_API int coord_lock_renew(coord_t *c, uint64_t lock, uint64_t lease_ms)
         return COORD_ENOMEM;
     coord_req_uint(r, "lock", lock);
     coord_req_uint(r, "lease_ms", lease_ms);
-    int rc = coord_call(c, r, NULL);
-    coord_req_free(r);
-    return rc;
+    return coord__call_free(c, r, NULL);
 }
 
 COORD_API int coord_lock_query(coord_t *c, coord_reply_t **reply)
@@ -163,18 +143,12 @@ COORD_API int coord_lock_query(coord_t *c, coord_reply_t **reply)
         *reply = NULL;
     if (!c || !reply)
         return COORD_EINVAL;
-    coord_req_t *r = coord_req_new("lock.query");
-    if (!r)
-        return COORD_ENOMEM;
-    int rc = coord_call(c, r, reply);
-    coord_req_free(r);
-    return rc;
+    return coord__call_free(c, coord_req_new("lock.query"), reply);
 }
 
 COORD_API bool coord_event_lock_lost(const coord_reply_t *ev, coord_lock_lost *out)
 {
-    const char *name = ev ? coord_reply_event(ev) : NULL;
-    if (!name || strcmp(name, "lock.lost") != 0)
+    if (!coord__event_is(ev, "lock.lost"))
         return false;
     if (!out)
         return true;
@@ -182,14 +156,7 @@ COORD_API bool coord_event_lock_lost(const coord_reply_t *ev, coord_lock_lost *o
     coord_map m = coord_reply_map(ev);
     coord_map_uint(m, "lock", &out->lock);
     coord_map_uint(m, "token", &out->token);
-    if (!coord_map_str(m, "name", &out->name, &out->name_len) || !out->name) {
-        out->name = "";
-        out->name_len = 0;
-    }
-    if (!coord_map_str(m, "reason", &out->reason, &out->reason_len) ||
-        !out->reason) {
-        out->reason = "";
-        out->reason_len = 0;
-    }
+    coord__map_bytes(m, "name", &out->name, &out->name_len);
+    coord__map_bytes(m, "reason", &out->reason, &out->reason_len);
     return true;
 }

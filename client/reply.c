@@ -82,6 +82,12 @@ COORD_API coord_map coord_reply_map(const coord_reply_t *r)
     return m;
 }
 
+bool coord__event_is(const coord_reply_t *ev, const char *name)
+{
+    const char *ev_name = ev ? coord_reply_event(ev) : NULL;
+    return ev_name && strcmp(ev_name, name) == 0;
+}
+
 /* ---- map accessors ---- */
 
 static const msgpack_object_map *map_of(coord_map m)
@@ -152,6 +158,25 @@ COORD_API bool coord_map_bin(coord_map m, const char *key, const void **p,
     if (p)
         *p = cp;
     return true;
+}
+
+void coord__map_bytes(coord_map m, const char *key, const char **p, size_t *n)
+{
+    if (!coord_map_str(m, key, p, n) || !*p) {
+        *p = "";
+        *n = 0;
+    }
+}
+
+void *coord__dup_bytes(const void *p, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (!d)
+        return NULL;
+    if (n)
+        memcpy(d, p, n);
+    d[n] = '\0';
+    return d;
 }
 
 COORD_API bool coord_map_map(coord_map m, const char *key, coord_map *out)
