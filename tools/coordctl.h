@@ -168,7 +168,8 @@ struct ctl_hold_ops {
     const char *what;           /* "lock": the command, in messages */
     const char *lost;           /* "lost": "coordctl: lock: lost NAME (why)" */
     coord_event_cb on_event;    /* ud: the ctl_hold; calls ctl_hold_lost */
-    bool dispatch_first;        /* frames read with the grant wait for us */
+    bool dispatch_first;        /* dispatch before the first poll (frames
+                                   that came with the grant are read) */
     /* the renewal request, sent every third of lease_ms; a reply of
      * renew_refused means the hold is gone */
     coord_req_t *(*renew_req)(struct ctl_hold *h);

@@ -9,6 +9,7 @@
  * to coordctl alone is forwarded. */
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,7 @@
 #include <unistd.h>
 #include "coordctl.h"
 
-/* ---- the child ---- */
+/* ---- operands ---- */
 
 int ctl_name_and_cmd(struct ctl *ctl, int argc, char **argv, int i,
                      const char *what, const char **name, char ***cmd)
@@ -32,6 +33,8 @@ int ctl_name_and_cmd(struct ctl *ctl, int argc, char **argv, int i,
     *cmd = argv + i;
     return 0;
 }
+
+/* ---- the child ---- */
 
 bool ctl_child_env(const char *what, const char *const *vars)
 {
