@@ -1,0 +1,329 @@
+/* fault.h - coord-fault, the fault-suite driver of the brief's fault gate.
+ *
+ * One driver process starts its own coordd in a temp dir, forks client
+ * processes (each with its own libcoord connection) that run randomized
+ * leader rounds, lock holders/waiters and single-flight owners/followers,
+ * and injects faults: SIGKILL of leaders, holders, waiters, owners and
+ * followers (respawned), SIGSTOP of a leader past its lease then SIGCONT,
+ * steals while a holder's work is in flight, and SIGKILL + restart of the
+ * broker.
+ *
+ * Everybody records what it saw in one shared-memory table (mmap
+ * MAP_SHARED before the first fork, C11 atomics); the invariants are
+ * checked online by the process that observes an outcome, and afterwards by
+ * the driver through leader.read / leader.info / re-sent operation ids.
+ *
+ * Ordering: one global atomic sequence counter stands for "happened
+ * before".  A value taken before a request is sent and a value taken after
+ * its reply arrived bracket the moment the broker handled it; a check only
+ * fires when the brackets of two outcomes cannot overlap, so a violation
+ * is never a scheduling artefact. */
+#ifndef COORD_FAULT_H
+#define COORD_FAULT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define MAX_WS 8            /* workstreams */
+#define NKEYS 6             /* keys committed per workstream */
+#define MAX_LOCKS 4
+#define MAX_FKEYS 4
+#define MAX_SLOTS 64        /* clients + short-lived stealers */
+#define OPS_RING 64         /* recent op ids of a workstream, for re-sending */
+#define FENCED_RING 64
+#define MAX_VMSG 64         /* violation messages kept */
+#define VMSG_LEN 400
+
+#define SCOPE "fault"
+
+/* client-side deadline of every blocking call; broker-side timeouts are at
+ * most BROKER_WAIT_MS */
+#define BROKER_WAIT_MS 5000
+#define CLIENT_DEADLINE_MS 20000
+#define RECONNECT_DEADLINE_MS 15000
+
+enum role {
+    ROLE_NONE = 0,
+    ROLE_LEADER,
+    ROLE_LOCK,
+    ROLE_FLIGHT,
+    ROLE_STEAL_LOCK,        /* one-shot: steal a held lock, work, release */
+    ROLE_STEAL_LEADER,      /* one-shot: steal a workstream, commit, resign */
+};
+
+enum slot_state {
+    ST_FREE = 0,
+    ST_STARTING,
+    ST_CONNECTING,
+    ST_IDLE,
+    ST_CAMPAIGNING,
+    ST_LEADING,
+    ST_LOCK_WAITING,
+    ST_LOCK_HOLDING,
+    ST_FLIGHT_JOINING,      /* waiting for the role: a follower, unless owner at once */
+    ST_FLIGHT_OWNER,
+    ST_STEALING,
+};
+
+struct slot {
+    _Atomic int32_t pid;
+    _Atomic int32_t role;
+    _Atomic int32_t state;
+    _Atomic int32_t target;         /* workstream / lock / flight key index */
+    _Atomic uint64_t gen;           /* generation / token / fence in that state */
+    _Atomic uint64_t lease_ms;
+    /* the blocking call in progress (client-side deadline) */
+    _Atomic uint64_t block_start_ns;
+    _Atomic uint64_t block_deadline_ns;     /* 0: not blocked */
+    _Atomic int32_t block_what;
+    /* SIGSTOP bookkeeping, written by the driver */
+    _Atomic int32_t stopped;
+    _Atomic uint64_t last_cont_ns;
+    _Atomic uint64_t stop_gen;      /* generation whose lease passed while stopped */
+    _Atomic int32_t stop_ws;        /* ... of this workstream */
+    _Atomic uint64_t cont_seq;      /* sequence value taken just before SIGCONT */
+    uint32_t arg;                   /* stealers: which workstream/lock */
+    uint64_t seed;
+    uint64_t spawned_ns;
+};
+
+struct wsinfo {
+    _Atomic uint64_t max_granted;       /* newest generation a grantee recorded */
+    _Atomic uint64_t max_applied_gen;   /* newest generation of an applied commit */
+    _Atomic uint64_t grants;
+    _Atomic uint64_t kill_ns;           /* a leader was SIGKILLed then (0: none pending) */
+    _Atomic uint64_t kill_gen;          /* ... while it led this generation */
+    _Atomic uint32_t kill_waiters;      /* campaigners on the workstream then */
+    _Atomic uint64_t key_applied_seq[NKEYS];   /* max send-seq of an applied commit */
+    _Atomic uint64_t ops[OPS_RING];     /* recent op numbers (for re-sends) */
+    _Atomic uint32_t ops_pos;
+};
+
+struct lockinfo {
+    _Atomic uint64_t max_token;     /* newest token a holder recorded */
+    _Atomic uint64_t resource;      /* the fenced resource: highest token written */
+};
+
+struct fkinfo {
+    _Atomic uint64_t max_fence;
+    _Atomic uint64_t fenced[FENCED_RING];  /* fences whose complete was refused */
+    _Atomic uint32_t fenced_pos;
+};
+
+enum outcome {
+    OUT_PENDING = 0,        /* sent, no reply (yet): unknown */
+    OUT_APPLIED,
+    OUT_DUPLICATE,
+    OUT_FENCED,
+    OUT_LOST,               /* the connection went away first: unknown */
+    OUT_ERROR,
+};
+
+/* one commit attempt */
+struct crec {
+    uint64_t op;
+    uint64_t gen;
+    uint64_t seq_s;
+    _Atomic uint64_t seq_r;
+    _Atomic uint32_t outcome;
+    uint16_t ws, key;
+    int32_t pid;
+};
+
+/* one operation id */
+struct oprec {
+    _Atomic uint32_t applied;       /* applied:true answers seen */
+    _Atomic uint32_t attempts;
+    _Atomic uint64_t applied_gen;
+    _Atomic uint64_t first_gen;     /* generation of the first attempt */
+    _Atomic uint64_t dup_seq;       /* sequence at the first duplicate answer */
+    _Atomic uint32_t ws;            /* workstream + 1 */
+};
+
+/* counters: X(name, text) */
+#define FAULT_COUNTERS(X)                                                      \
+    X(campaigns, "campaigns sent")                                             \
+    X(grants, "leader grants (rounds)")                                        \
+    X(campaign_busy, "campaigns not granted (if_available)")                   \
+    X(campaign_timeout, "campaigns TIMEOUT (broker-side)")                     \
+    X(campaign_aborted, "campaigns ABORTED (stolen while granting)")           \
+    X(leader_steals, "leader steals (campaign steal)")                         \
+    X(commits_sent, "commits sent")                                            \
+    X(commits_applied, "commits applied")                                      \
+    X(commits_duplicate, "commits duplicate")                                  \
+    X(commits_fenced, "commits FENCED")                                        \
+    X(commits_lost, "commits with unknown outcome (connection lost)")         \
+    X(resend_same_gen, "op ids re-sent by the same generation")                \
+    X(resend_later_gen, "op ids re-sent by a later generation")                \
+    X(renews_ok, "renews ok")                                                  \
+    X(renews_fenced, "renews FENCED")                                          \
+    X(resigns_ok, "resigns ok")                                                \
+    X(resigns_fenced, "resigns FENCED")                                        \
+    X(lapses, "leases left to lapse on purpose")                               \
+    X(leader_exits, "leaders that exited while leading")                       \
+    X(leader_drops, "leaders that closed their connection while leading")      \
+    X(lost_expired, "leader.lost expired")                                     \
+    X(lost_stolen, "leader.lost stolen")                                       \
+    X(lost_other, "leader.lost other reason")                                  \
+    X(stopped_fenced, "stopped leaders FENCED after SIGCONT")                  \
+    X(lock_grants, "lock grants")                                              \
+    X(lock_busy, "lock if_available refused")                                  \
+    X(lock_timeout, "lock TIMEOUT (broker-side)")                              \
+    X(lock_steals, "lock steals")                                              \
+    X(lock_lost_stolen, "lock.lost stolen")                                    \
+    X(lock_lost_expired, "lock.lost expired")                                  \
+    X(lock_release_ok, "lock releases ok")                                     \
+    X(lock_release_unknown, "lock releases UNKNOWN_LOCK (lost before)")        \
+    X(resource_fenced, "fenced-resource writes refused (stale token)")         \
+    X(flight_owner, "flight owners")                                           \
+    X(flight_promoted, "flight owners after waiting (promoted)")               \
+    X(flight_result, "flight results received")                                \
+    X(flight_record, "flight results from a record")                           \
+    X(flight_failed, "flight failures received")                               \
+    X(flight_timeout, "flight TIMEOUT (broker-side)")                          \
+    X(flight_complete_ok, "flight completes/fails accepted")                   \
+    X(flight_complete_fenced, "flight completes/fails FENCED")                 \
+    X(flight_overruns, "flight owners overrunning their ttl on purpose")      \
+    X(flight_abort_ev, "flight.abort events")                                  \
+    X(reconnects, "reconnects")                                                \
+    X(connect_retries, "connect attempts refused (broker down)")               \
+    X(conn_lost, "calls that found the connection closed")                     \
+    X(kill_leader, "SIGKILL leader")                                           \
+    X(kill_campaigner, "SIGKILL campaigner")                                   \
+    X(kill_holder, "SIGKILL lock holder")                                      \
+    X(kill_waiter, "SIGKILL lock waiter")                                      \
+    X(kill_owner, "SIGKILL flight owner")                                      \
+    X(kill_follower, "SIGKILL flight follower/joiner")                         \
+    X(kill_any, "SIGKILL any client")                                          \
+    X(stops, "SIGSTOP leader past its lease + SIGCONT")                        \
+    X(steal_lock_inj, "injected lock steals (holder working)")                 \
+    X(steal_leader_inj, "injected leader steals")                              \
+    X(broker_kills, "broker SIGKILL + restart")                                \
+    X(respawns, "client respawns")                                             \
+    X(transitions_dropped, "kill->grant samples dropped (broker restart)")
+
+/* violations: X(name, text) */
+#define FAULT_VIOLATIONS(X)                                                    \
+    X(two_live, "two live generations (accepted out of generation order)")     \
+    X(stale_commit, "commit accepted from a stale generation")                 \
+    X(op_twice, "operation id applied more than once")                         \
+    X(dup_wrong, "duplicate answer with a wrong generation")                   \
+    X(gen_backwards, "generation went backwards / reissued")                   \
+    X(stop_not_fenced, "stopped leader not fenced after its lease")            \
+    X(lapse_not_fenced, "lapsed lease not fenced")                             \
+    X(lost_missing, "FENCED without a leader.lost/lock.lost event")            \
+    X(stuck, "blocking call past its client-side deadline")                    \
+    X(lock_exclusion, "two exclusive holders at once")                         \
+    X(token_backwards, "lock token/flight fence not increasing")               \
+    X(flight_stale, "flight outcome accepted from a stale owner")              \
+    X(flight_result, "flight result inconsistent")                             \
+    X(lost_write, "acknowledged commit lost or rejected one stored")           \
+    X(epoch, "broker epoch did not increase")                                  \
+    X(transition_p99, "leader transition p99 >= 2 s")                          \
+    X(broker_crash, "broker died or failed on its own")                        \
+    X(client_crash, "client process crashed")                                  \
+    X(unexpected, "unexpected error code")
+
+struct counters {
+#define X(n, t) _Atomic uint64_t n;
+    FAULT_COUNTERS(X)
+#undef X
+};
+
+struct violations {
+#define X(n, t) _Atomic uint64_t n;
+    FAULT_VIOLATIONS(X)
+#undef X
+};
+
+struct shared {
+    _Atomic uint64_t seq;
+    _Atomic uint64_t next_op;
+    _Atomic uint64_t ncrec;
+    _Atomic uint32_t end;           /* the driver is finishing: clients stop */
+    struct counters c;
+    struct violations v;
+    _Atomic uint32_t nvmsg;
+    char vmsg[MAX_VMSG][VMSG_LEN];
+    _Atomic uint64_t ntrans;
+    struct slot slots[MAX_SLOTS];
+    struct wsinfo ws[MAX_WS];
+    struct lockinfo locks[MAX_LOCKS];
+    struct fkinfo fkeys[MAX_FKEYS];
+};
+
+struct config {
+    uint64_t rounds;        /* stop after this many grants (0: no limit) */
+    unsigned seconds;       /* stop after this long (0: no limit) */
+    unsigned clients;
+    uint64_t seed;
+    const char *broker;
+    bool broker_kill;
+    unsigned nws, nlocks, nfkeys;
+    unsigned fault_ms;      /* mean interval between client faults */
+    unsigned broker_kill_min_ms, broker_kill_max_ms;
+    bool keep;              /* keep the temp dir */
+    bool verbose;
+    char tmpdir[256];
+    char socket_path[300];
+    char data_dir[300];
+};
+
+/* shared state (set up by shm_init before any fork) */
+extern struct shared *S;
+extern struct crec *CREC;
+extern uint64_t CREC_CAP;
+extern struct oprec *OPS;
+extern uint64_t OPS_CAP;
+extern _Atomic uint32_t *TRANS;     /* kill -> grant samples, microseconds; the top
+                                       bit set when nobody was campaigning */
+#define TRANS_NO_WAITER 0x80000000u
+extern uint64_t TRANS_CAP;
+extern const struct config *CFG;
+
+int shm_init(uint64_t rounds);
+
+/* util */
+uint64_t now_ns(void);
+void sleep_ms(uint64_t ms);
+void sleep_ns(uint64_t ns);
+uint64_t seq_next(void);
+void atomic_max_u64(_Atomic uint64_t *p, uint64_t v);
+#define CNT(name) atomic_fetch_add(&S->c.name, 1)
+/* records a violation (counter + first messages) and prints it */
+void violation(_Atomic uint64_t *counter, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+#define VIOL(name, ...) violation(&S->v.name, __VA_ARGS__)
+
+struct rng {
+    uint64_t s;
+};
+uint64_t rng_next(struct rng *r);
+uint64_t rng_below(struct rng *r, uint64_t n);          /* [0, n) */
+uint64_t rng_range(struct rng *r, uint64_t lo, uint64_t hi);   /* [lo, hi] */
+bool rng_pct(struct rng *r, unsigned pct);
+
+const char *ws_name(unsigned i);
+const char *key_name(unsigned i);
+const char *lock_name(unsigned i);
+const char *fkey_name(unsigned i);
+
+/* client.c: the body of a forked client; never returns */
+void client_main(int slot) __attribute__((noreturn));
+
+/* broker.c */
+int broker_start(void);
+void broker_kill(void);             /* SIGKILL + reap */
+int broker_stop(void);              /* SIGTERM; 0 when it exited 0 */
+pid_t broker_pid(void);
+void broker_reaped(void);           /* it died and was reaped by someone else */
+void broker_log_tail(void);
+
+/* verify.c: the driver's checks through its own connection */
+int verify_state(const char *when, bool resend_ops);
+int verify_epoch(void);
+
+#endif
