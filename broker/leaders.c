@@ -448,6 +448,11 @@ static struct workstream *live(struct conn *c, uint64_t rid, coord_bytes name, u
     struct workstream *ws = ws_get(c, rid, name);
     if (!ws)
         return NULL;
+    /* a lease past its end is over even if its timer has not run yet
+     * (the loop may be busy): do now what the timer would do */
+    if (ws->live_generation && deadline_active(&ws->lease) &&
+        ws->lease.at <= broker_now_ms(W.b))
+        leader_end(ws, "expired", true, true);
     if (gen == 0 || ws->live_generation != gen) {
         W.fenced++;
         char msg[128];
