@@ -427,14 +427,7 @@ void op_leader_campaign(struct conn *c, uint64_t rid, coord_fields *f)
     free(lname);
     if (!r) {
         pending_finish(&cp->p);
-        if (refused == 1) {
-            coord_enc e;
-            conn_enc_begin_reply(c, &e, rid);
-            coord_enc_kv_bool(&e, "granted", false);
-            conn_enc_finish(c, &e);
-        } else {
-            conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
-        }
+        locks_reply_refused(c, rid, refused);
         campaign_free(cp);
         return;
     }
@@ -464,15 +457,23 @@ static struct workstream *live(struct conn *c, uint64_t rid, coord_bytes name, u
     return ws;
 }
 
-void op_leader_renew(struct conn *c, uint64_t rid, coord_fields *f)
+/* {workstream, generation} of renew and resign: the live leadership, or
+ * NULL after replying. */
+static struct workstream *live_from_fields(struct conn *c, uint64_t rid, coord_fields *f,
+                                           uint64_t *gen)
 {
     coord_bytes name = { NULL, 0 };
-    uint64_t gen = 0;
     coord_field_str(f, "workstream", true, &name);
-    coord_field_uint(f, "generation", true, &gen);
+    coord_field_uint(f, "generation", true, gen);
     if (!fields_ok(c, rid, f))
-        return;
-    struct workstream *ws = live(c, rid, name, gen);
+        return NULL;
+    return live(c, rid, name, *gen);
+}
+
+void op_leader_renew(struct conn *c, uint64_t rid, coord_fields *f)
+{
+    uint64_t gen = 0;
+    struct workstream *ws = live_from_fields(c, rid, f, &gen);
     if (!ws)
         return;
     deadline_set(&ws->lease, broker_now_ms(W.b) + ws->lease_ms, on_lease_expired);
@@ -485,13 +486,8 @@ void op_leader_renew(struct conn *c, uint64_t rid, coord_fields *f)
 
 void op_leader_resign(struct conn *c, uint64_t rid, coord_fields *f)
 {
-    coord_bytes name = { NULL, 0 };
     uint64_t gen = 0;
-    coord_field_str(f, "workstream", true, &name);
-    coord_field_uint(f, "generation", true, &gen);
-    if (!fields_ok(c, rid, f))
-        return;
-    struct workstream *ws = live(c, rid, name, gen);
+    struct workstream *ws = live_from_fields(c, rid, f, &gen);
     if (!ws)
         return;
     leader_end(ws, "resigned", true, false);

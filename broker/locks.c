@@ -355,6 +355,18 @@ static void client_drop(struct pending *p)
     queue_process(q);
 }
 
+void locks_reply_refused(struct conn *c, uint64_t rid, int refused)
+{
+    if (refused != 1) {
+        conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+        return;
+    }
+    coord_enc e;
+    conn_enc_begin_reply(c, &e, rid);
+    coord_enc_kv_bool(&e, "granted", false);
+    conn_enc_finish(c, &e);
+}
+
 /* Reads and checks lock.acquire's options; replies and returns false when
  * they are refused. */
 static bool read_acquire_args(struct conn *c, uint64_t rid, coord_fields *f,
@@ -408,14 +420,7 @@ void op_lock_acquire(struct conn *c, uint64_t rid, coord_fields *f)
     int refused;
     struct lock_req *r = locks_request(c, rid, &a, &client_owner, NULL, &refused);
     if (!r) {
-        if (refused == 1) {
-            coord_enc e;
-            conn_enc_begin_reply(c, &e, rid);
-            coord_enc_kv_bool(&e, "granted", false);
-            conn_enc_finish(c, &e);
-        } else {
-            conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
-        }
+        locks_reply_refused(c, rid, refused);
         return;
     }
     if (r->granted)

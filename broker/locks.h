@@ -63,6 +63,9 @@ struct lock_req *locks_request(struct conn *c, uint64_t rid,
                                const struct lock_request_args *a,
                                const struct lock_owner *owner, void *owner_data,
                                int *refused);
+/* Answers a request locks_request refused: {granted:false} when not
+ * available (if_available), LIMIT when out of memory. */
+void locks_reply_refused(struct conn *c, uint64_t rid, int refused);
 /* Release a granted lock or withdraw a waiting request (no callback). */
 void locks_release(struct lock_req *r);
 void locks_renew(struct lock_req *r, uint64_t lease_ms);
