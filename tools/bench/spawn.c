@@ -3,17 +3,16 @@
  * RSS from /proc. */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "bench.h"
+#include "spawn-broker.h"
 
 static void print_log_tail(const struct bench *b)
 {
@@ -30,73 +29,14 @@ static void print_log_tail(const struct bench *b)
 
 int broker_start(struct bench *b)
 {
-    int pfd[2];
-    if (pipe2(pfd, O_CLOEXEC) < 0) {
-        perror("coord-bench: pipe");
-        return -1;
-    }
     snprintf(b->socket_path, sizeof b->socket_path, "%s/broker.sock", b->tmpdir);
     snprintf(b->data_dir, sizeof b->data_dir, "%s/data", b->tmpdir);
-    char logpath[300], readyfd[16];
+    char logpath[300];
     snprintf(logpath, sizeof logpath, "%s/coordd.log", b->tmpdir);
-    snprintf(readyfd, sizeof readyfd, "%d", pfd[1]);
-    pid_t parent = getpid();
-    pid_t pid = fork();
+    static const char *const extra[] = { "--max-conns", "100000", NULL };
+    pid_t pid = spawn_broker("coord-bench", b->broker_path, b->socket_path, b->data_dir,
+                             logpath, extra, 10000);
     if (pid < 0) {
-        perror("coord-bench: fork");
-        close(pfd[0]);
-        close(pfd[1]);
-        return -1;
-    }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        fcntl(pfd[1], F_SETFD, 0);
-        int log = open(logpath, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        int null = open("/dev/null", O_RDONLY);
-        if (log >= 0) {
-            dup2(log, 1);
-            dup2(log, 2);
-        }
-        if (null >= 0)
-            dup2(null, 0);
-        char *argv[] = {
-            (char *)b->broker_path, "--foreground",
-            "--socket", b->socket_path, "--data-dir", b->data_dir,
-            "--ready-fd", readyfd, "--log-level", "warn",
-            "--max-conns", "100000",
-            NULL,
-        };
-        execv(b->broker_path, argv);
-        fprintf(stderr, "coord-bench: cannot run %s: %s\n", b->broker_path,
-                strerror(errno));
-        _exit(127);
-    }
-    close(pfd[1]);
-    char buf[16];
-    size_t got = 0;
-    uint64_t deadline = now_ns() + 10000000000ull;
-    while (got < 6) {
-        uint64_t now = now_ns();
-        if (now >= deadline)
-            break;
-        struct pollfd p = { .fd = pfd[0], .events = POLLIN };
-        int r = poll(&p, 1, (int)((deadline - now) / 1000000) + 1);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        ssize_t n = read(pfd[0], buf + got, sizeof buf - 1 - got);
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-    }
-    close(pfd[0]);
-    if (got < 6 || memcmp(buf, "ready\n", 6) != 0) {
-        fprintf(stderr, "coord-bench: %s did not become ready\n", b->broker_path);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
         print_log_tail(b);
         return -1;
     }
