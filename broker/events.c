@@ -7,12 +7,6 @@
 #include "locks.h"
 #include "records.h"
 
-static void scope_of(const uint8_t *skey, uint32_t scope_len, const uint8_t **scope)
-{
-    (void)scope_len;
-    *scope = skey + 4;
-}
-
 void events_lock(struct broker *b, const char *what, const struct lock_req *r,
                  const char *reason)
 {
@@ -42,8 +36,7 @@ void events_flight(struct broker *b, const char *what, uint64_t flight, uint64_t
 {
     if (!channels_watched(CH_FLIGHTS))
         return;
-    const uint8_t *scope;
-    scope_of(skey, scope_len, &scope);
+    const uint8_t *scope = skey + 4;     /* scoped key: length, scope, name */
     coord_enc e;
     channels_event_begin(CH_FLIGHTS, &e, what);
     coord_enc_kv_str(&e, "key", skey + 4 + scope_len, sklen - 4 - scope_len);
@@ -61,8 +54,7 @@ void events_leader(struct broker *b, const char *what, const uint8_t *skey, size
 {
     if (!channels_watched(CH_LEADERS))
         return;
-    const uint8_t *scope;
-    scope_of(skey, scope_len, &scope);
+    const uint8_t *scope = skey + 4;     /* scoped key: length, scope, name */
     coord_enc e;
     channels_event_begin(CH_LEADERS, &e, what);
     coord_enc_kv_str(&e, "workstream", skey + 4 + scope_len, sklen - 4 - scope_len);

@@ -32,8 +32,6 @@ uint64_t wall_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static uint64_t be64(const uint8_t *p) { return get_be64(p); }
-
 static bool decode(const MDB_val *v, struct record *r)
 {
     const uint8_t *p = v->mv_data;
@@ -43,9 +41,9 @@ static bool decode(const MDB_val *v, struct record *r)
     memset(r, 0, sizeof *r);
     r->status = p[0];
     r->retryable = p[1] != 0;
-    r->fence = be64(p + 2);
-    r->created_ms = be64(p + 10);
-    r->expires_ms = be64(p + 18);
+    r->fence = get_be64(p + 2);
+    r->created_ms = get_be64(p + 10);
+    r->expires_ms = get_be64(p + 18);
     p += HEADER;
     n -= HEADER;
     if (r->status == RECORD_COMPLETED) {
@@ -130,7 +128,7 @@ static int delete_record(struct ledger *l, MDB_txn *txn, const uint8_t *skey, si
         return rc;
     if (v.mv_size >= HEADER) {
         uint8_t ek[8 + RECORD_MAX_KEY + 8];
-        MDB_val e = { expiry_key(ek, be64((uint8_t *)v.mv_data + 18), skey, sklen), ek };
+        MDB_val e = { expiry_key(ek, get_be64((uint8_t *)v.mv_data + 18), skey, sklen), ek };
         rc = mdb_del(txn, ledger_dbi(l, DB_EXPIRY), &e, NULL);
         if (rc && rc != MDB_NOTFOUND)
             return rc;
@@ -204,7 +202,7 @@ static int apply_sweep(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
          rc == 0 && s->deleted < SWEEP_BATCH;
          rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST)) {
-        if (k.mv_size < 8 || be64(k.mv_data) > s->now)
+        if (k.mv_size < 8 || get_be64(k.mv_data) > s->now)
             break;
         MDB_val rk = { k.mv_size - 8, (uint8_t *)k.mv_data + 8 };
         int drc = mdb_del(txn, ledger_dbi(l, DB_RECORDS), &rk, NULL);
@@ -417,7 +415,7 @@ static int apply_purge(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
             break;
         if (v.mv_size >= HEADER) {
             uint8_t ek[8 + RECORD_MAX_KEY + 8];
-            MDB_val e = { expiry_key(ek, be64((uint8_t *)v.mv_data + 18),
+            MDB_val e = { expiry_key(ek, get_be64((uint8_t *)v.mv_data + 18),
                                      k.mv_data, k.mv_size), ek };
             int drc = mdb_del(txn, ledger_dbi(l, DB_EXPIRY), &e, NULL);
             if (drc && drc != MDB_NOTFOUND) {

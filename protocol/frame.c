@@ -26,14 +26,6 @@ const char *coord_frame_status_text(int status)
 
 /* ---- validating walk ---- */
 
-static uint64_t read_be(const uint8_t *p, unsigned n)
-{
-    uint64_t v = 0;
-    for (unsigned i = 0; i < n; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
 enum elem_kind { ELEM_SCALAR, ELEM_STR, ELEM_ARRAY, ELEM_MAP, ELEM_INVALID };
 
 /* Decodes the header of one element at p (avail bytes there).  On success
@@ -85,7 +77,7 @@ static int elem_header(const uint8_t *p, size_t avail, size_t *hdr,
     }
     if (avail < 1 + (size_t)lenbytes)
         return -1;
-    uint64_t v = read_be(p + 1, lenbytes);
+    uint64_t v = coord_read_be(p + 1, lenbytes);
     *hdr = 1 + lenbytes;
     if (kind == ELEM_ARRAY || kind == ELEM_MAP) {
         *count = v;

@@ -84,6 +84,15 @@ size_t coord_frame_reader_pending(const coord_frame_reader *r);
 int coord_frame_feed(coord_frame_reader *r, const uint8_t *data, size_t n,
                      coord_frame_cb cb, void *ud);
 
+/* n big-endian bytes at p (n <= 8). */
+static inline uint64_t coord_read_be(const uint8_t *p, unsigned n)
+{
+    uint64_t v = 0;
+    for (unsigned i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
 static inline uint32_t coord_be32(const uint8_t *p)
 {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |

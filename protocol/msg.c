@@ -100,14 +100,6 @@ struct value {
     const msgpack_object_map *map;   /* map (msgpack backend) */
 };
 
-static uint64_t be(const uint8_t *p, unsigned n)
-{
-    uint64_t v = 0;
-    for (unsigned i = 0; i < n; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
 /* Decodes the scalar (or notes the map) at p, inside a validated frame. */
 static void raw_value(const uint8_t *p, struct value *v)
 {
@@ -120,10 +112,10 @@ static void raw_value(const uint8_t *p, struct value *v)
     else if (b >= 0xa0 && b <= 0xbf) { v->type = V_STR; v->len = b & 0x1f; v->ptr = p + 1; }
     else if (b == 0xc0) v->type = V_NIL;
     else if (b == 0xc2 || b == 0xc3) { v->type = V_BOOL; v->b = b == 0xc3; }
-    else if (b >= 0xcc && b <= 0xcf) { v->type = V_UINT; v->u = be(p + 1, 1u << (b - 0xcc)); }
+    else if (b >= 0xcc && b <= 0xcf) { v->type = V_UINT; v->u = coord_read_be(p + 1, 1u << (b - 0xcc)); }
     else if (b >= 0xd0 && b <= 0xd3) {
         unsigned n = 1u << (b - 0xd0);
-        uint64_t raw = be(p + 1, n);
+        uint64_t raw = coord_read_be(p + 1, n);
         bool neg = raw >> (n * 8 - 1);
         if (neg) {
             v->type = V_NEGINT;
@@ -134,12 +126,12 @@ static void raw_value(const uint8_t *p, struct value *v)
     } else if (b >= 0xd9 && b <= 0xdb) {
         unsigned n = 1u << (b - 0xd9);
         v->type = V_STR;
-        v->len = (uint32_t)be(p + 1, n);
+        v->len = (uint32_t)coord_read_be(p + 1, n);
         v->ptr = p + 1 + n;
     } else if (b >= 0xc4 && b <= 0xc6) {
         unsigned n = 1u << (b - 0xc4);
         v->type = V_BIN;
-        v->len = (uint32_t)be(p + 1, n);
+        v->len = (uint32_t)coord_read_be(p + 1, n);
         v->ptr = p + 1 + n;
     }
 }
