@@ -93,7 +93,6 @@ int broker_run(struct broker_options *opt)
     b->opt = *opt;
     b->lock_fd = -1;
     list_init(&b->conns);
-    list_init(&b->awaiting_hello);
     list_init(&b->dirty);
     signal(SIGPIPE, SIG_IGN);
     /* max_conns is 4096 by default; the usual soft limit is 1024 fds */
@@ -140,8 +139,6 @@ int broker_run(struct broker_options *opt)
     uv_check_init(b->loop, &b->flush_check);
     b->flush_check.data = b;
     uv_check_start(&b->flush_check, on_flush_check);
-    uv_timer_init(b->loop, &b->hello_timer);
-    b->hello_timer.data = b;
     uv_timer_init(b->loop, &b->idle_timer);
     b->idle_timer.data = b;
     uv_signal_init(b->loop, &b->sig_term);

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "deadline.h"
 #include "enc.h"
 #include "frame.h"
 #include "list.h"
@@ -68,7 +69,7 @@ struct conn {
     uv_write_t wreq;
 
     struct list link;            /* broker.conns */
-    struct list hello_link;      /* broker.awaiting_hello, until hello */
+    struct deadline hello_deadline;  /* until hello */
     struct list dirty_link;      /* broker.dirty, while out has bytes */
     struct list pending;         /* struct pending, oldest first */
     unsigned npending;
@@ -112,12 +113,10 @@ struct broker {
     uv_signal_t sig_term, sig_int;
     uv_prepare_t flush_prepare;
     uv_check_t flush_check;
-    uv_timer_t hello_timer;
     uv_timer_t idle_timer;
     uv_timer_t shutdown_timer;
 
     struct list conns;
-    struct list awaiting_hello;   /* in accept order: deadlines ascend */
     struct list dirty;
     unsigned nconns;
     uint64_t next_conn_id;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "broker.h"
+#include "deadline.h"
 #include "errors.h"
 #include "tables.h"
 
@@ -194,8 +195,7 @@ void conn_close(struct conn *c, const char *why)
         return;
     c->flags |= CONN_CLOSING;
     uv_read_stop((uv_stream_t *)&c->pipe);
-    if (list_linked(&c->hello_link))
-        list_del(&c->hello_link);
+    deadline_cancel(&c->hello_deadline);
     pending_abort_all(c, 0);
     tables_conn_closed(c);
     list_del(&c->link);
@@ -252,42 +252,20 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
 }
 
-static void on_hello_timeout(uv_timer_t *t);
-
-/* One timer serves every connection awaiting hello: they were accepted in
- * order, so the head of the list always has the nearest deadline. */
-static void hello_timer_arm(struct broker *b)
+/* The handshake deadline, on the broker's one deadline heap like every
+ * other timeout. */
+static void on_hello_timeout(struct deadline *d)
 {
-    struct conn *c = list_first(&b->awaiting_hello, struct conn, hello_link);
-    if (!c) {
-        uv_timer_stop(&b->hello_timer);
-        return;
-    }
-    uint64_t now = broker_now_ms(b);
-    uint64_t due = c->accepted_ms + b->opt.handshake_ms;
-    uv_timer_start(&b->hello_timer, on_hello_timeout, due > now ? due - now : 0, 0);
-}
-
-static void on_hello_timeout(uv_timer_t *t)
-{
-    struct broker *b = t->data;
-    uint64_t now = broker_now_ms(b);
-    for (;;) {
-        struct conn *c = list_first(&b->awaiting_hello, struct conn, hello_link);
-        if (!c || c->accepted_ms + b->opt.handshake_ms > now)
-            break;
-        b->stats.handshake_timeouts++;
-        conn_reply_error(c, 0, COORD_EHELLO_REQUIRED, "no hello in time");
-        conn_close(c, "handshake timeout");
-    }
-    hello_timer_arm(b);
+    struct conn *c = list_entry(d, struct conn, hello_deadline);
+    c->b->stats.handshake_timeouts++;
+    conn_reply_error(c, 0, COORD_EHELLO_REQUIRED, "no hello in time");
+    conn_close(c, "handshake timeout");
 }
 
 void conn_hello_done(struct conn *c)
 {
     c->flags |= CONN_HELLO_DONE;
-    if (list_linked(&c->hello_link))
-        list_del(&c->hello_link);
+    deadline_cancel(&c->hello_deadline);
 }
 
 void conn_accepted(struct broker *b, struct conn *c)
@@ -306,10 +284,7 @@ void conn_accepted(struct broker *b, struct conn *c)
     list_append(&b->conns, &c->link);
     b->nconns++;
     b->stats.conns_accepted++;
-    bool arm = list_empty(&b->awaiting_hello);
-    list_append(&b->awaiting_hello, &c->hello_link);
-    if (arm)
-        hello_timer_arm(b);
+    deadline_set(&c->hello_deadline, c->accepted_ms + b->opt.handshake_ms, on_hello_timeout);
     tables_conn_opened(c);
     broker_conn_count_changed(b);
     int rc = uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
