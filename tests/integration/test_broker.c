@@ -184,18 +184,31 @@ static void test_second_broker_exits_quietly(void)
     broker_cleanup(&bp);
 }
 
-static void test_stale_socket_replaced_and_bad_dir_refused(void)
+/* Fresh paths in bp, their socket directory (into dir) created 0700, and
+ * a socket bound at bp.sock; -1 on failure. */
+static int bound_socket_in_fresh_dir(char *dir, size_t size)
 {
     broker_paths(&bp);
-    char dir[320];
-    snprintf(dir, sizeof dir, "%s/run", bp.dir);
+    snprintf(dir, size, "%s/run", bp.dir);
     mkdir(dir, 0700);
-    /* a socket file left by a dead broker */
     int s = socket(AF_UNIX, SOCK_STREAM, 0);
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
-    REQUIRE(strlen(bp.sock) < sizeof sa.sun_path);
+    if (s < 0 || strlen(bp.sock) >= sizeof sa.sun_path)
+        return -1;
     memcpy(sa.sun_path, bp.sock, strlen(bp.sock) + 1);
-    REQUIRE(bind(s, (struct sockaddr *)&sa, sizeof sa) == 0);
+    if (bind(s, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(s);
+        return -1;
+    }
+    return s;
+}
+
+static void test_stale_socket_replaced_and_bad_dir_refused(void)
+{
+    char dir[320];
+    /* a socket file left by a dead broker */
+    int s = bound_socket_in_fresh_dir(dir, sizeof dir);
+    REQUIRE(s >= 0);
     close(s);
     CHECK(raw_connect(bp.sock) < 0);
     REQUIRE(broker_start(&bp, NULL) == 0);
@@ -617,15 +630,9 @@ static void test_shutdown_answers_waiters(void)
  * LISTEN_PID/LISTEN_FDS, and the broker serves it without binding. */
 static void test_socket_activation(void)
 {
-    broker_paths(&bp);
     char dir[320];
-    snprintf(dir, sizeof dir, "%s/run", bp.dir);
-    mkdir(dir, 0700);
-    int s = socket(AF_UNIX, SOCK_STREAM, 0);
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
-    REQUIRE(strlen(bp.sock) < sizeof sa.sun_path);
-    memcpy(sa.sun_path, bp.sock, strlen(bp.sock) + 1);
-    REQUIRE(bind(s, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(s, 16) == 0);
+    int s = bound_socket_in_fresh_dir(dir, sizeof dir);
+    REQUIRE(s >= 0 && listen(s, 16) == 0);
     int pfd[2];
     REQUIRE(pipe(pfd) == 0);
     pid_t pid = fork();
