@@ -37,8 +37,23 @@ void broker_conn_count_changed(struct broker *b)
         uv_timer_stop(&b->idle_timer);
 }
 
-static void on_flush_prepare(uv_prepare_t *h) { conn_flush_all(h->data); }
-static void on_flush_check(uv_check_t *h) { conn_flush_all(h->data); }
+/* The loop turn's safe points: connections cut off meanwhile are closed,
+ * then every connection with output is written; before polling, those
+ * whose read budget ran out are read again. */
+static void on_flush_prepare(uv_prepare_t *h)
+{
+    struct broker *b = h->data;
+    conn_reap(b);
+    conn_resume_throttled(b);
+    conn_flush_all(b);
+}
+
+static void on_flush_check(uv_check_t *h)
+{
+    struct broker *b = h->data;
+    conn_reap(b);
+    conn_flush_all(b);
+}
 
 static void on_signal(uv_signal_t *s, int signum)
 {
@@ -68,7 +83,10 @@ void broker_shutdown(struct broker *b)
     tables_shutdown(b);
     ledger_close(b->ledger);
     b->ledger = NULL;
+    conn_reap(b);
     conn_flush_all(b);
+    /* each close removes one connection from the list; closing may cut
+     * others, which are still on it and closed in turn */
     while (!list_empty(&b->conns))
         conn_close(list_entry(b->conns.next, struct conn, link), "shutdown");
     uv_stop(b->loop);
@@ -94,6 +112,9 @@ int broker_run(struct broker_options *opt)
     b->lock_fd = -1;
     list_init(&b->conns);
     list_init(&b->dirty);
+    list_init(&b->cut);
+    list_init(&b->throttled);
+    hashmap_init(&b->pending);
     signal(SIGPIPE, SIG_IGN);
     /* max_conns is 4096 by default; the usual soft limit is 1024 fds */
     struct rlimit rl;

@@ -12,6 +12,7 @@
 #include "deadline.h"
 #include "enc.h"
 #include "frame.h"
+#include "hashmap.h"
 #include "list.h"
 #include "msg.h"
 
@@ -40,6 +41,8 @@ struct broker_stats {
     uint64_t handshake_timeouts;
     uint64_t pending_limit_hits;
     uint64_t outbuf_disconnects;
+    uint64_t partial_limit_cuts;    /* LIMIT_PARTIAL_TOTAL */
+    uint64_t oversized_frames;      /* a reply or event over max_frame, refused */
     uint64_t bytes_in;
     uint64_t bytes_out;
     uint64_t requests;
@@ -49,10 +52,13 @@ struct broker_stats {
 
 enum conn_flags {
     CONN_HELLO_DONE = 1 << 0,
-    CONN_CLOSING = 1 << 1,       /* resources released; closes once flushed */
+    CONN_CLOSING = 1 << 1,       /* released from every table; handle closing */
     CONN_WRITING = 1 << 2,       /* a uv_write owns 'inflight' */
     CONN_HANDLE_CLOSED_REQUESTED = 1 << 3, /* uv_close called */
     CONN_HANDLE_CLOSED = 1 << 4, /* its close callback ran */
+    CONN_CUT = 1 << 5,           /* doomed: nothing more is queued or read;
+                                    closed at the loop turn's safe point */
+    CONN_THROTTLED = 1 << 6,     /* read budget of this turn used up */
 };
 
 struct conn {
@@ -71,6 +77,10 @@ struct conn {
     struct list link;            /* broker.conns */
     struct deadline hello_deadline;  /* until hello */
     struct list dirty_link;      /* broker.dirty, while out has bytes */
+    struct list cut_link;        /* broker.cut, once CONN_CUT */
+    const char *cut_why;         /* static text, for the log */
+    struct list throttle_link;   /* broker.throttled, once CONN_THROTTLED */
+    size_t partial_counted;      /* reader bytes counted in broker.partial_bytes */
     struct list pending;         /* struct pending, oldest first */
     unsigned npending;
     unsigned refs;               /* holders that outlive close (ledger jobs) */
@@ -78,6 +88,9 @@ struct conn {
     struct list flights;         /* flights this client owns */
     struct list leads;           /* workstreams this client leads */
     struct list subs;            /* channel subscriptions */
+    unsigned nlocks_held;        /* every lock held, leaderships included */
+    unsigned nflights_owned;
+    unsigned nsubs;
 
     /* from hello */
     char *client;                /* NUL-terminated, printable */
@@ -93,6 +106,8 @@ struct pending {
     uint64_t rid;
     struct conn *conn;
     struct list link;            /* conn.pending */
+    struct hentry by_rid;        /* the broker's (conn, rid) index */
+    struct { const struct conn *conn; uint64_t rid; } hkey;
     const char *op;              /* for logs and lock.query */
     /* Remove from the owning table and reply with code (ABORTED on cancel,
      * SHUTTING_DOWN at exit).  Must call pending_finish. */
@@ -118,6 +133,10 @@ struct broker {
 
     struct list conns;
     struct list dirty;
+    struct list cut;              /* connections to close at the safe point */
+    struct list throttled;        /* connections to read again next turn */
+    size_t partial_bytes;         /* all readers' partial-frame buffers */
+    struct hashmap pending;       /* struct pending by (conn, rid) */
     unsigned nconns;
     uint64_t next_conn_id;
     uint64_t started_ms;
@@ -131,8 +150,21 @@ struct broker {
 
 /* conn.c */
 void conn_accepted(struct broker *b, struct conn *c);
-/* Release everything c holds and close it once its output is flushed. */
+/* Dooms c: it reads nothing more and nothing more is queued to it (what is
+ * queued still gets one write attempt).  Its close, which releases what it
+ * holds in every table, runs at the next safe point (conn_reap), never
+ * inside the table walk that produced the output: safe to call anywhere. */
+void conn_cut(struct conn *c, const char *why);
+/* Closes every cut connection (the loop turn's safe point: prepare and
+ * check handles, after a read callback). */
+void conn_reap(struct broker *b);
+/* Release everything c holds in every table and close its handle now.
+ * Only at a safe point: from the loop's own callbacks, never from code a
+ * table runs.  Queued output gets one non-blocking write attempt; what
+ * does not fit is dropped. */
 void conn_close(struct conn *c, const char *why);
+/* Reads again the connections whose read budget ran out last turn. */
+void conn_resume_throttled(struct broker *b);
 /* Append a frame built with coord_enc on c->out (see conn_reply_begin). */
 void conn_enc_begin_reply(struct conn *c, coord_enc *e, uint64_t rid);
 void conn_enc_begin_event(struct conn *c, coord_enc *e, const char *ev);
@@ -145,9 +177,16 @@ void conn_reply_error(struct conn *c, uint64_t rid, int code, const char *msg);
 void conn_flush_all(struct broker *b);
 void conn_unref(struct conn *c);
 void conn_hello_done(struct conn *c);
+/* Not yet released from the tables (a cut connection still is, until the
+ * safe point; it just hears nothing more). */
 static inline bool conn_alive(const struct conn *c)
 {
     return !(c->flags & CONN_CLOSING);
+}
+/* Output to c would be dropped. */
+static inline bool conn_muted(const struct conn *c)
+{
+    return (c->flags & (CONN_CLOSING | CONN_CUT)) != 0;
 }
 
 /* pending.c */

@@ -10,9 +10,9 @@
 #include "channels.h"
 #include "errors.h"
 #include "hashmap.h"
+#include "coord-limits.h"
 #include "ops.h"
 
-#define MAX_CHANNEL 1024
 #define MAX_DATA (64u * 1024)
 
 struct channel {
@@ -26,6 +26,8 @@ struct channel {
 };
 
 struct sub {
+    struct hentry h;               /* C.subs, by (channel, conn) */
+    struct { const struct channel *ch; const struct conn *conn; } key;
     struct channel *ch;
     struct conn *conn;
     struct list ch_link;
@@ -37,6 +39,7 @@ static const char *system_names[] = { "-locks", "-flights", "-leaders" };
 static struct {
     struct broker *b;
     struct hashmap channels;
+    struct hashmap subs;
     unsigned system_subs[3];       /* across scopes: zero means no work */
     coord_buf scratch;
     uint64_t published, delivered;
@@ -46,6 +49,7 @@ void channels_init(struct broker *b)
 {
     C.b = b;
     hashmap_init(&C.channels);
+    hashmap_init(&C.subs);
     coord_buf_init(&C.scratch);
 }
 
@@ -112,6 +116,8 @@ static void sub_remove(struct sub *s)
     struct channel *ch = s->ch;
     list_del(&s->ch_link);
     list_del(&s->conn_link);
+    hashmap_del(&C.subs, &s->h);
+    s->conn->nsubs--;
     ch->nsubs--;
     if (ch->system >= 0)
         C.system_subs[ch->system]--;
@@ -152,22 +158,17 @@ static bool read_channel(struct conn *c, uint64_t rid, coord_fields *f, coord_by
     coord_field_str(f, "channel", true, name);
     if (!fields_ok(c, rid, f))
         return false;
-    if (name->len > MAX_CHANNEL) {
-        conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, "channel longer than 1024 bytes");
-        return false;
-    }
-    return true;
+    return name_size_ok(c, rid, "channel", name->len);
 }
 
 static struct sub *find_sub(struct conn *c, const struct channel *ch)
 {
-    struct list *pos, *tmp;
-    list_for_each_safe(pos, tmp, &c->subs) {
-        struct sub *s = list_entry(pos, struct sub, conn_link);
-        if (s->ch == ch)
-            return s;
-    }
-    return NULL;
+    struct { const struct channel *ch; const struct conn *conn; } k;
+    memset(&k, 0, sizeof k);
+    k.ch = ch;
+    k.conn = c;
+    struct hentry *h = hashmap_get(&C.subs, &k, sizeof k);
+    return h ? (struct sub *)h : NULL;
 }
 
 void op_sub_subscribe(struct conn *c, uint64_t rid, coord_fields *f)
@@ -186,15 +187,27 @@ void op_sub_subscribe(struct conn *c, uint64_t rid, coord_fields *f)
         return;
     }
     if (!find_sub(c, ch)) {
-        struct sub *s = calloc(1, sizeof *s);
-        if (!s) {
+        struct sub *s = c->nsubs < LIMIT_CONN_SUBS ? calloc(1, sizeof *s) : NULL;
+        if (s) {
+            s->key.ch = ch;
+            s->key.conn = c;
+            s->h.key = (const uint8_t *)&s->key;
+            s->h.keylen = sizeof s->key;
+        }
+        if (!s || hashmap_put(&C.subs, &s->h) < 0) {
+            bool limit = c->nsubs >= LIMIT_CONN_SUBS;
+            free(s);
             if (ch->nsubs == 0)
                 channel_free(ch);
-            conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+            if (limit)
+                reply_conn_limit(c, rid, "subscriptions", LIMIT_CONN_SUBS);
+            else
+                conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
             return;
         }
         s->ch = ch;
         s->conn = c;
+        c->nsubs++;
         list_append(&ch->subs, &s->ch_link);
         list_append(&c->subs, &s->conn_link);
         ch->nsubs++;
@@ -238,10 +251,15 @@ void op_sub_publish(struct conn *c, uint64_t rid, coord_fields *f)
         coord_enc e;
         C.scratch.len = 0;
         coord_enc_event_begin(&e, &C.scratch, "message");
-        coord_enc_kv_str(&e, "channel", name.ptr, name.len);
+        coord_enc_kv_name(&e, "channel", name.ptr, name.len);
         coord_enc_kv_bin(&e, "data", data.ptr, data.len);
         coord_enc_kv_uint(&e, "conn", c->id);
-        if (coord_enc_end(&e))
+        size_t size = coord_enc_end(&e);
+        if (size && size - COORD_FRAME_HEADER > c->b->opt.max_frame) {
+            conn_reply_error(c, rid, COORD_ETOO_LARGE, "message does not fit max_frame");
+            return;
+        }
+        if (size)
             n = fan_out(ch, c);
     }
     coord_enc e;
@@ -262,8 +280,13 @@ coord_enc *channels_event_begin(enum system_channel which, coord_enc *e, const c
 void channels_event_end(enum system_channel which, coord_enc *e,
                         const uint8_t *scope, uint32_t scope_len)
 {
-    if (!coord_enc_end(e))
+    size_t size = coord_enc_end(e);
+    if (!size)
         return;
+    if (size - COORD_FRAME_HEADER > C.b->opt.max_frame) {
+        C.b->stats.oversized_frames++;
+        return;
+    }
     const char *name = system_names[which];
     struct channel *ch = channel_find(scope, scope_len, (const uint8_t *)name,
                                       strlen(name), false);

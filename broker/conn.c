@@ -5,12 +5,27 @@
  * with output is flushed once per loop iteration (prepare and check
  * handles), so a burst of requests costs one write, not one per reply.  A
  * client that stops reading is cut off when its queued bytes pass
- * max_outbuf; nobody else waits for it. */
+ * max_outbuf; nobody else waits for it.
+ *
+ * Cutting a connection off never closes it on the spot: output is produced
+ * deep inside table walks (a grant while a queue is processed, a fan-out
+ * over subscribers), and releasing the connection's locks, flights and
+ * subscriptions there would change the very structures being walked.  A
+ * cut only marks the connection (CONN_CUT: muted, not read); conn_reap
+ * closes it at the loop turn's safe point.
+ *
+ * Input is bounded per loop turn: one read of LIMIT_READ_PER_TURN bytes per
+ * connection, then the connection waits for the next turn, so a client
+ * that pipelines thousands of requests delays another client's reply by
+ * one read's worth of work at most.  Partial frames are buffered as their
+ * bytes arrive (never reserved from the announced length) and all of them
+ * together stay under LIMIT_PARTIAL_TOTAL. */
 #include <stdlib.h>
 #include <string.h>
 #include "broker.h"
 #include "deadline.h"
 #include "errors.h"
+#include "coord-limits.h"
 #include "tables.h"
 
 static void on_handle_closed(uv_handle_t *h)
@@ -57,13 +72,12 @@ static void conn_flush(struct conn *c)
         n = 0;
     if (n < 0) {
         c->out.len = 0;
-        conn_close(c, "write failed");
-        close_handle(c);
+        conn_cut(c, "write failed");
         return;
     }
     c->b->stats.bytes_out += (uint64_t)n;
     coord_buf_consume(&c->out, (size_t)n);
-    if (c->out.len == 0 || (c->flags & CONN_CLOSING))
+    if (c->out.len == 0 || conn_muted(c))
         return;
     coord_buf tmp = c->inflight;
     c->inflight = c->out;
@@ -71,12 +85,10 @@ static void conn_flush(struct conn *c)
     c->out.len = 0;
     buf = uv_buf_init((char *)c->inflight.data, (unsigned)c->inflight.len);
     c->wreq.data = c;
-    if (uv_write(&c->wreq, (uv_stream_t *)&c->pipe, &buf, 1, on_write_done) == 0) {
+    if (uv_write(&c->wreq, (uv_stream_t *)&c->pipe, &buf, 1, on_write_done) == 0)
         c->flags |= CONN_WRITING;
-    } else {
-        conn_close(c, "write failed");
-        close_handle(c);
-    }
+    else
+        conn_cut(c, "write failed");
 }
 
 static void mark_dirty(struct conn *c)
@@ -95,8 +107,7 @@ static void on_write_done(uv_write_t *req, int status)
     if (c->flags & CONN_HANDLE_CLOSED_REQUESTED)
         return;
     if (status < 0) {
-        conn_close(c, "write failed");
-        close_handle(c);
+        conn_cut(c, "write failed");
         return;
     }
     if (c->out.len > 0)
@@ -122,8 +133,7 @@ static int queued(struct conn *c)
                   (unsigned long long)c->id, c->out.len + c->inflight.len,
                   c->b->opt.max_outbuf);
         c->out.len = 0;
-        conn_close(c, "output buffer limit");
-        close_handle(c);
+        conn_cut(c, "output buffer limit");
         return -1;
     }
     mark_dirty(c);
@@ -142,14 +152,26 @@ void conn_enc_begin_event(struct conn *c, coord_enc *e, const char *ev)
 
 void conn_enc_finish(struct conn *c, coord_enc *e)
 {
-    if (c->flags & CONN_CLOSING) {
+    if (conn_muted(c)) {
         coord_enc_abort(e);
         return;
     }
-    if (coord_enc_end(e) == 0) {
+    size_t n = coord_enc_end(e);
+    if (n == 0) {
         /* out of memory for this client's output: it loses its connection,
          * not the broker its life */
-        conn_close(c, "out of memory for output");
+        conn_cut(c, "out of memory for output");
+        return;
+    }
+    /* every frame sent fits the max_frame announced in hello: the tables
+     * keep within it, this is the net under them */
+    if (n - COORD_FRAME_HEADER > c->b->opt.max_frame) {
+        c->out.len -= n;
+        c->b->stats.oversized_frames++;
+        log_event(LOG_WARN, "conn.frame_too_large", "conn=%llu size=%zu reply=%d",
+                  (unsigned long long)c->id, n, (int)e->is_reply);
+        if (e->is_reply)
+            conn_reply_error(c, e->rid, COORD_ETOO_LARGE, "reply would exceed max_frame");
         return;
     }
     queued(c);
@@ -157,10 +179,10 @@ void conn_enc_finish(struct conn *c, coord_enc *e)
 
 int conn_send_bytes(struct conn *c, const void *p, size_t n)
 {
-    if (c->flags & CONN_CLOSING)
+    if (conn_muted(c))
         return -1;
     if (coord_buf_append(&c->out, p, n) < 0) {
-        conn_close(c, "out of memory for output");
+        conn_cut(c, "out of memory for output");
         return -1;
     }
     return queued(c);
@@ -175,13 +197,43 @@ void conn_reply_ok(struct conn *c, uint64_t rid)
 
 void conn_reply_error(struct conn *c, uint64_t rid, int code, const char *msg)
 {
-    if (c->flags & CONN_CLOSING)
+    if (conn_muted(c))
         return;
     if (coord_enc_error(&c->out, rid, code, msg) == 0) {
-        conn_close(c, "out of memory for output");
+        conn_cut(c, "out of memory for output");
         return;
     }
     queued(c);
+}
+
+static void partial_forget(struct conn *c)
+{
+    c->b->partial_bytes -= c->partial_counted;
+    c->partial_counted = 0;
+}
+
+void conn_cut(struct conn *c, const char *why)
+{
+    if (c->flags & (CONN_CUT | CONN_CLOSING))
+        return;
+    c->flags |= CONN_CUT;
+    c->cut_why = why;
+    uv_read_stop((uv_stream_t *)&c->pipe);
+    if (c->flags & CONN_THROTTLED) {
+        c->flags &= ~CONN_THROTTLED;
+        list_del(&c->throttle_link);
+    }
+    list_append(&c->b->cut, &c->cut_link);
+}
+
+void conn_reap(struct broker *b)
+{
+    /* closing one may cut others (they miss an event at their cap): they
+     * join the list and are closed in the same pass */
+    while (!list_empty(&b->cut)) {
+        struct conn *c = list_entry(b->cut.next, struct conn, cut_link);
+        conn_close(c, c->cut_why);
+    }
 }
 
 /* Release what c holds in every table, then close the handle.  Output
@@ -193,9 +245,15 @@ void conn_close(struct conn *c, const char *why)
     struct broker *b = c->b;
     if (c->flags & CONN_CLOSING)
         return;
+    if (c->flags & CONN_CUT)
+        list_del(&c->cut_link);
+    if (c->flags & CONN_THROTTLED)
+        list_del(&c->throttle_link);
+    c->flags &= ~(CONN_CUT | CONN_THROTTLED);
     c->flags |= CONN_CLOSING;
     uv_read_stop((uv_stream_t *)&c->pipe);
     deadline_cancel(&c->hello_deadline);
+    partial_forget(c);
     pending_abort_all(c, 0);
     tables_conn_closed(c);
     list_del(&c->link);
@@ -220,14 +278,42 @@ static int on_frame(void *ud, const uint8_t *body, size_t len)
 {
     struct conn *c = ud;
     dispatch_frame(c, body, len);
-    return (c->flags & CONN_CLOSING) ? 1 : 0;
+    return conn_muted(c) ? 1 : 0;
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct conn *c = h->data;
     (void)suggested;
-    *buf = uv_buf_init((char *)c->b->read_buf, sizeof c->b->read_buf);
+    _Static_assert(sizeof c->b->read_buf >= LIMIT_READ_PER_TURN, "read_buf too small");
+    *buf = uv_buf_init((char *)c->b->read_buf, LIMIT_READ_PER_TURN);
+}
+
+/* Past LIMIT_PARTIAL_TOTAL, the connection holding the largest partial
+ * frame is cut off (it may be c itself). */
+static void partial_account(struct conn *c)
+{
+    struct broker *b = c->b;
+    size_t now = coord_frame_reader_pending(&c->reader);
+    b->partial_bytes = b->partial_bytes - c->partial_counted + now;
+    c->partial_counted = now;
+    while (b->partial_bytes > LIMIT_PARTIAL_TOTAL) {
+        struct conn *big = NULL;
+        struct list *pos, *tmp;
+        list_for_each_safe(pos, tmp, &b->conns) {
+            struct conn *x = list_entry(pos, struct conn, link);
+            if (!conn_muted(x) && (!big || x->partial_counted > big->partial_counted))
+                big = x;
+        }
+        if (!big || big->partial_counted == 0)
+            break;
+        b->stats.partial_limit_cuts++;
+        log_event(LOG_WARN, "conn.partial_limit", "conn=%llu partial=%zu total=%zu limit=%u",
+                  (unsigned long long)big->id, big->partial_counted, b->partial_bytes,
+                  LIMIT_PARTIAL_TOTAL);
+        partial_forget(big);
+        conn_cut(big, "partial frames over the broker's budget");
+    }
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
@@ -236,7 +322,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (nread == 0)
         return;
     if (nread < 0) {
-        conn_close(c, nread == UV_EOF ? "eof" : uv_strerror((int)nread));
+        conn_cut(c, nread == UV_EOF ? "eof" : uv_strerror((int)nread));
         return;
     }
     c->b->stats.bytes_in += (uint64_t)nread;
@@ -248,7 +334,29 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
                   (unsigned long long)c->id, (int)c->peer_pid,
                   coord_frame_status_text(st));
         conn_reply_error(c, 0, COORD_EBAD_FRAME, coord_frame_status_text(st));
-        conn_close(c, "bad frame");
+        conn_cut(c, "bad frame");
+        return;
+    }
+    if (conn_muted(c))
+        return;
+    partial_account(c);
+    /* a full read: more is probably there; it waits for the next turn */
+    if ((size_t)nread >= LIMIT_READ_PER_TURN && !conn_muted(c)) {
+        uv_read_stop(s);
+        c->flags |= CONN_THROTTLED;
+        list_append(&c->b->throttled, &c->throttle_link);
+    }
+}
+
+void conn_resume_throttled(struct broker *b)
+{
+    while (!list_empty(&b->throttled)) {
+        struct conn *c = list_entry(b->throttled.next, struct conn, throttle_link);
+        list_del(&c->throttle_link);
+        c->flags &= ~CONN_THROTTLED;
+        int rc = uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
+        if (rc < 0)
+            conn_cut(c, uv_strerror(rc));
     }
 }
 
@@ -259,7 +367,7 @@ static void on_hello_timeout(struct deadline *d)
     struct conn *c = list_entry(d, struct conn, hello_deadline);
     c->b->stats.handshake_timeouts++;
     conn_reply_error(c, 0, COORD_EHELLO_REQUIRED, "no hello in time");
-    conn_close(c, "handshake timeout");
+    conn_cut(c, "handshake timeout");
 }
 
 void conn_hello_done(struct conn *c)
@@ -281,6 +389,8 @@ void conn_accepted(struct broker *b, struct conn *c)
     list_init(&c->leads);
     list_init(&c->subs);
     list_init(&c->dirty_link);
+    list_init(&c->cut_link);
+    list_init(&c->throttle_link);
     list_append(&b->conns, &c->link);
     b->nconns++;
     b->stats.conns_accepted++;
@@ -289,5 +399,5 @@ void conn_accepted(struct broker *b, struct conn *c)
     broker_conn_count_changed(b);
     int rc = uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
     if (rc < 0)
-        conn_close(c, uv_strerror(rc));
+        conn_cut(c, uv_strerror(rc));
 }

@@ -7,6 +7,7 @@
 #include "broker.h"
 #include "coord-version.h"
 #include "errors.h"
+#include "coord-limits.h"
 #include "ops.h"
 
 static void op_hello(struct conn *c, uint64_t rid, coord_fields *f);
@@ -66,6 +67,52 @@ void printable_copy(char *out, size_t size, const uint8_t *p, size_t n)
         out[i] = '\0';
 }
 
+size_t name_limit(const struct conn *c)
+{
+    size_t room = c->b->opt.max_frame - LIMIT_REPLY_OVERHEAD;
+    return room < LIMIT_NAME ? room : LIMIT_NAME;
+}
+
+bool name_size_ok(struct conn *c, uint64_t rid, const char *field, size_t len)
+{
+    if (len <= name_limit(c))
+        return true;
+    char msg[96];
+    snprintf(msg, sizeof msg, "%s longer than %zu bytes", field, name_limit(c));
+    conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, msg);
+    return false;
+}
+
+bool duration_ok(struct conn *c, uint64_t rid, const char *field, uint64_t v, uint64_t max)
+{
+    if (v <= max)
+        return true;
+    char msg[96];
+    snprintf(msg, sizeof msg, "%s above %llu ms", field, (unsigned long long)max);
+    conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, msg);
+    return false;
+}
+
+void reply_conn_limit(struct conn *c, uint64_t rid, const char *what, unsigned limit)
+{
+    char msg[96];
+    snprintf(msg, sizeof msg, "too many %s on this connection (limit %u)", what, limit);
+    conn_reply_error(c, rid, COORD_ELIMIT, msg);
+}
+
+size_t payload_limit(const struct conn *c)
+{
+    return c->b->opt.max_frame - LIMIT_REPLY_OVERHEAD;
+}
+
+bool list_entry_overflows(const struct conn *c, coord_enc *e, const coord_enc_mark *m)
+{
+    if (coord_enc_size(e) <= COORD_FRAME_HEADER + c->b->opt.max_frame - LIMIT_LIST_TAIL)
+        return false;
+    coord_enc_rollback(e, m);
+    return true;
+}
+
 int dispatch_frame(struct conn *c, const uint8_t *body, size_t len)
 {
     struct broker *b = c->b;
@@ -78,7 +125,7 @@ int dispatch_frame(struct conn *c, const uint8_t *body, size_t len)
                   (unsigned long long)c->id, (int)c->peer_pid,
                   coord_frame_status_text(st));
         conn_reply_error(c, 0, COORD_EBAD_FRAME, coord_frame_status_text(st));
-        conn_close(c, "bad frame");
+        conn_cut(c, "bad frame");
         return -1;
     }
 
@@ -95,12 +142,12 @@ int dispatch_frame(struct conn *c, const uint8_t *body, size_t len)
         !(have_op && coord_bytes_eq(opname, "hello"))) {
         conn_reply_error(c, have_rid ? rid : 0, COORD_EHELLO_REQUIRED,
                          "hello must be the first request");
-        conn_close(c, "no hello");
+        conn_cut(c, "no hello");
         return -1;
     }
     if (!fields_ok(c, have_rid ? rid : 0, &f)) {
         if (!(c->flags & CONN_HELLO_DONE))
-            conn_close(c, "bad hello");
+            conn_cut(c, "bad hello");
         return 0;
     }
 
@@ -137,9 +184,6 @@ static char *dup_printable(coord_bytes s)
     return p;
 }
 
-#define MAX_CLIENT_NAME 256
-#define MAX_INSTANCE 128
-#define MAX_SCOPE 1024
 
 static void op_hello(struct conn *c, uint64_t rid, coord_fields *f)
 {
@@ -156,7 +200,7 @@ static void op_hello(struct conn *c, uint64_t rid, coord_fields *f)
     coord_field_str(f, "instance", false, &instance);
     coord_field_str(f, "scope", false, &scope);
     if (!fields_ok(c, rid, f)) {
-        conn_close(c, "bad hello");
+        conn_cut(c, "bad hello");
         return;
     }
     if (proto != COORD_PROTO_VERSION) {
@@ -164,14 +208,16 @@ static void op_hello(struct conn *c, uint64_t rid, coord_fields *f)
         snprintf(msg, sizeof msg, "proto %llu not supported; this broker speaks 1",
                  (unsigned long long)proto);
         conn_reply_error(c, rid, COORD_EPROTO_VERSION, msg);
-        conn_close(c, "protocol version");
+        conn_cut(c, "protocol version");
         return;
     }
-    if (client.len > MAX_CLIENT_NAME || instance.len > MAX_INSTANCE ||
-        scope.len > MAX_SCOPE) {
-        conn_reply_error(c, rid, COORD_ETOO_LARGE,
-                         "client (256), instance (128) or scope (1024 bytes) too long");
-        conn_close(c, "bad hello");
+    if (client.len > LIMIT_CLIENT_NAME || instance.len > LIMIT_INSTANCE ||
+        scope.len > LIMIT_SCOPE) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "client (%u), instance (%u) or scope (%u bytes) too long",
+                 LIMIT_CLIENT_NAME, LIMIT_INSTANCE, LIMIT_SCOPE);
+        conn_reply_error(c, rid, COORD_ETOO_LARGE, msg);
+        conn_cut(c, "bad hello");
         return;
     }
     c->client = dup_printable(client);
@@ -179,7 +225,7 @@ static void op_hello(struct conn *c, uint64_t rid, coord_fields *f)
     c->scope = malloc(scope.len ? scope.len : 1);
     if (!c->client || !c->instance || !c->scope) {
         conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
-        conn_close(c, "out of memory");
+        conn_cut(c, "out of memory");
         return;
     }
     memcpy(c->scope, scope.ptr, scope.len);

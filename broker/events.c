@@ -16,7 +16,7 @@ void events_lock(struct broker *b, const char *what, const struct lock_req *r,
     const uint8_t *name = lock_req_name(r, &nlen);
     coord_enc e;
     channels_event_begin(CH_LOCKS, &e, what);
-    coord_enc_kv_str(&e, "name", name, nlen);
+    coord_enc_kv_name(&e, "name", name, nlen);
     coord_enc_kv_uint(&e, "lock", r->id);
     coord_enc_kv_cstr(&e, "mode", r->mode == LOCK_SHARED ? "shared" : "exclusive");
     if (r->granted)
@@ -39,7 +39,7 @@ void events_flight(struct broker *b, const char *what, uint64_t flight, uint64_t
     const uint8_t *scope = skey + 4;     /* scoped key: length, scope, name */
     coord_enc e;
     channels_event_begin(CH_FLIGHTS, &e, what);
-    coord_enc_kv_str(&e, "key", skey + 4 + scope_len, sklen - 4 - scope_len);
+    coord_enc_kv_name(&e, "key", skey + 4 + scope_len, sklen - 4 - scope_len);
     coord_enc_kv_uint(&e, "flight", flight);
     coord_enc_kv_uint(&e, "fence", fence);
     if (reason)
@@ -57,7 +57,7 @@ void events_leader(struct broker *b, const char *what, const uint8_t *skey, size
     const uint8_t *scope = skey + 4;     /* scoped key: length, scope, name */
     coord_enc e;
     channels_event_begin(CH_LEADERS, &e, what);
-    coord_enc_kv_str(&e, "workstream", skey + 4 + scope_len, sklen - 4 - scope_len);
+    coord_enc_kv_name(&e, "workstream", skey + 4 + scope_len, sklen - 4 - scope_len);
     coord_enc_kv_uint(&e, "generation", generation);
     if (reason)
         coord_enc_kv_cstr(&e, "reason", reason);

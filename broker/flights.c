@@ -9,6 +9,7 @@
  *
  * Flight ids and fences are epoch<<32 | counter: unique across restarts,
  * so a result for a flight of an earlier broker life is FENCED too. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "deadline.h"
@@ -16,11 +17,9 @@
 #include "events.h"
 #include "flights.h"
 #include "hashmap.h"
+#include "coord-limits.h"
 #include "ops.h"
 #include "records.h"
-
-#define MAX_KEY 1024
-#define MAX_TTL_MS (24ull * 3600 * 1000)
 
 struct flight;
 
@@ -95,14 +94,22 @@ static const uint8_t *flight_key(const struct flight *f, uint32_t *len)
     return f->skey + 4 + f->scope_len;
 }
 
+/* The owner's connection no longer owns f (lost, done, or f goes). */
+static void owner_unlink(struct flight *f)
+{
+    if (!list_linked(&f->owner_link))
+        return;
+    list_del(&f->owner_link);
+    f->owner->conn->nflights_owned--;
+}
+
 static void flight_free(struct flight *f)
 {
     deadline_cancel(&f->deadline);
     hashmap_del(&F.by_key, &f->by_key);
     hashmap_del(&F.by_id, &f->by_id);
     list_del(&f->order);
-    if (list_linked(&f->owner_link))
-        list_del(&f->owner_link);
+    owner_unlink(f);
     free(f->owner);
     free(f->skey);
     free(f);
@@ -134,6 +141,7 @@ static void make_owner(struct flight *f, struct member *m)
 {
     f->owner = m;
     list_append(&m->conn->flights, &f->owner_link);
+    m->conn->nflights_owned++;
     deadline_set(&f->deadline, broker_now_ms(F.b) + m->owner_ttl_ms, on_owner_deadline);
 }
 
@@ -142,9 +150,8 @@ static void make_owner(struct flight *f, struct member *m)
 static void owner_lost(struct flight *f, const char *reason)
 {
     struct member *old = f->owner;
+    owner_unlink(f);
     f->owner = NULL;
-    if (list_linked(&f->owner_link))
-        list_del(&f->owner_link);
     deadline_cancel(&f->deadline);
     f->fence = next_number();
     if (old && strcmp(reason, "deadline") == 0)
@@ -236,8 +243,8 @@ static void encode_outcome(coord_enc *e, const struct outcome *o, uint64_t fence
         coord_enc_kv_cstr(e, "role", "failed");
         coord_enc_key(e, "error");
         coord_enc_map_begin(e);
-        coord_enc_kv_str(e, "code", o->code.ptr, o->code.len);
-        coord_enc_kv_str(e, "message", o->message.ptr, o->message.len);
+        coord_enc_kv_name(e, "code", o->code.ptr, o->code.len);
+        coord_enc_kv_name(e, "message", o->message.ptr, o->message.len);
         coord_enc_map_end(e);
         coord_enc_kv_bool(e, "retryable", o->retryable);
     } else {
@@ -391,7 +398,7 @@ static void finish(struct conn *c, uint64_t rid, struct flight *f, struct outcom
     /* the owner's work is done: no deadline, no promotion from now on */
     f->completing = true;
     deadline_cancel(&f->deadline);
-    list_del(&f->owner_link);
+    owner_unlink(f);
     free(f->owner);
     f->owner = NULL;
     cp->w.job.done = completion_done;
@@ -402,11 +409,7 @@ static bool read_keep(struct conn *c, uint64_t rid, coord_fields *f, uint64_t *k
 {
     *keep_ms = 0;
     coord_field_uint(f, "keep_ms", false, keep_ms);
-    if (*keep_ms > RECORD_MAX_KEEP_MS) {
-        conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, "keep_ms above one year (31622400000)");
-        return false;
-    }
-    return true;
+    return duration_ok(c, rid, "keep_ms", *keep_ms, LIMIT_KEEP_MS);
 }
 
 void op_flight_complete(struct conn *c, uint64_t rid, coord_fields *f)
@@ -419,7 +422,7 @@ void op_flight_complete(struct conn *c, uint64_t rid, coord_fields *f)
     if (!fields_ok(c, rid, f) || !read_keep(c, rid, f, &keep_ms))
         return;
     /* followers get the result inside a frame of their own */
-    if (result.len > c->b->opt.max_frame - 1024) {
+    if (result.len > payload_limit(c)) {
         conn_reply_error(c, rid, COORD_ETOO_LARGE, "result does not fit a reply frame");
         return;
     }
@@ -451,8 +454,12 @@ void op_flight_fail(struct conn *c, uint64_t rid, coord_fields *f)
     }
     if (!fields_ok(c, rid, f) || !read_keep(c, rid, f, &keep_ms))
         return;
-    if (code.len > 256 || message.len > 4096) {
-        conn_reply_error(c, rid, COORD_ETOO_LARGE, "error code (256) or message (4096) too long");
+    if (code.len > LIMIT_ERROR_CODE || message.len > LIMIT_ERROR_MESSAGE ||
+        code.len + message.len > payload_limit(c)) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "error code (%u) or message (%u bytes) too long",
+                 LIMIT_ERROR_CODE, LIMIT_ERROR_MESSAGE);
+        conn_reply_error(c, rid, COORD_ETOO_LARGE, msg);
         return;
     }
     struct flight *fl = owned_flight(c, rid, id, fence);
@@ -503,15 +510,13 @@ void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
     bool have_wait = coord_field_uint(f, "wait_ms", false, &wait_ms);
     coord_field_uint(f, "max_age_ms", false, &max_age);
     coord_field_bool(f, "abort_when_orphaned", false, &orphan_abort);
-    if (!fields_ok(c, rid, f))
+    if (!fields_ok(c, rid, f) || !name_size_ok(c, rid, "key", key.len) ||
+        !duration_ok(c, rid, "owner_ttl_ms", ttl, LIMIT_WAIT_MS) ||
+        !duration_ok(c, rid, "wait_ms", wait_ms, LIMIT_WAIT_MS) ||
+        !duration_ok(c, rid, "max_age_ms", max_age, LIMIT_KEEP_MS))
         return;
-    if (key.len > MAX_KEY) {
-        conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, "key longer than 1024 bytes");
-        return;
-    }
-    if (ttl == 0 || ttl > MAX_TTL_MS || (have_wait && wait_ms > MAX_TTL_MS)) {
-        conn_reply_error(c, rid, COORD_EINVALID_OPTIONS,
-                         "owner_ttl_ms must be 1..86400000, wait_ms at most 86400000");
+    if (ttl == 0) {
+        conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, "owner_ttl_ms must be at least 1");
         return;
     }
     if (!have_wait)
@@ -548,7 +553,10 @@ void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
         m->f = fl;
         m->p.abort = follower_abort;
         m->p.drop = follower_drop;
-        pending_start(c, &m->p, rid, "flight.join");
+        if (pending_start(c, &m->p, rid, "flight.join") < 0) {   /* memory: replied */
+            free(m);
+            return;
+        }
         list_append(&fl->followers, &m->link);
         fl->nfollowers++;
         fl->had_followers = true;
@@ -557,6 +565,12 @@ void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
             deadline_set(&m->wait, m->joined_ms + wait_ms, on_follower_wait);
         events_flight(F.b, "joined", fl->id, fl->fence, fl->skey, fl->by_key.keylen,
                       fl->scope_len, NULL);
+        return;
+    }
+    if (c->nflights_owned >= LIMIT_CONN_FLIGHTS) {
+        free(skey);
+        free(m);
+        reply_conn_limit(c, rid, "flights owned", LIMIT_CONN_FLIGHTS);
         return;
     }
     fl = calloc(1, sizeof *fl);
@@ -598,7 +612,6 @@ void op_flight_list(struct conn *c, uint64_t rid, coord_fields *f)
 {
     (void)f;
     uint64_t now = broker_now_ms(c->b);
-    size_t limit = c->b->opt.max_frame - 4096;
     bool cut = false;
     coord_enc e;
     conn_enc_begin_reply(c, &e, rid);
@@ -609,14 +622,11 @@ void op_flight_list(struct conn *c, uint64_t rid, coord_fields *f)
         struct flight *fl = list_entry(pos, struct flight, order);
         if (fl->scope_len != c->scope_len || memcmp(fl->skey + 4, c->scope, c->scope_len))
             continue;
-        if (c->out.len - e.frame_start > limit) {
-            cut = true;
-            break;
-        }
         uint32_t klen;
         const uint8_t *key = flight_key(fl, &klen);
+        coord_enc_mark m = coord_enc_mark_here(&e);
         coord_enc_map_begin(&e);
-        coord_enc_kv_str(&e, "key", key, klen);
+        coord_enc_kv_name(&e, "key", key, klen);
         coord_enc_kv_uint(&e, "flight", fl->id);
         coord_enc_kv_uint(&e, "fence", fl->fence);
         coord_enc_kv_uint(&e, "owner_conn", fl->owner ? fl->owner->conn->id : 0);
@@ -625,6 +635,10 @@ void op_flight_list(struct conn *c, uint64_t rid, coord_fields *f)
         coord_enc_kv_uint(&e, "age_ms", now - fl->started_ms);
         coord_enc_kv_bool(&e, "completing", fl->completing);
         coord_enc_map_end(&e);
+        if (list_entry_overflows(c, &e, &m)) {
+            cut = true;
+            break;
+        }
     }
     coord_enc_array_end(&e);
     if (cut)

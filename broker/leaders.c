@@ -19,13 +19,13 @@
 #include "hashmap.h"
 #include "leaders.h"
 #include "ledger.h"
+#include "coord-limits.h"
 #include "locks.h"
 #include "ops.h"
 
 #define MAX_WORKSTREAM 200
 #define MAX_KEY 256
 #define MAX_OP_ID 256
-#define MAX_LEASE_MS (24ull * 3600 * 1000)
 #define LOCK_PREFIX "-leader/"
 
 struct campaign;
@@ -44,6 +44,7 @@ struct workstream {
     struct deadline lease;
     uint64_t lease_ms;
     uint64_t elected_ms;
+    unsigned refs;                 /* campaigns and ledger jobs using it */
 };
 
 enum campaign_state { CAMPAIGN_WAITING, CAMPAIGN_BUMPING };
@@ -87,6 +88,24 @@ static const uint8_t *ws_name(const struct workstream *ws, uint32_t *len)
 {
     *len = (uint32_t)(ws->h.keylen - 4 - ws->scope_len);
     return ws->skey + 4 + ws->scope_len;
+}
+
+/* A workstream nobody leads, campaigns for or writes is dropped from
+ * memory: its stored state is read again when it is next used, so looking
+ * at many workstreams (leader.info) leaves nothing behind. */
+static void ws_maybe_free(struct workstream *ws)
+{
+    if (ws->refs || ws->leader || ws->live_generation)
+        return;
+    hashmap_del(&W.streams, &ws->h);
+    free(ws->skey);
+    free(ws);
+}
+
+static void ws_unref(struct workstream *ws)
+{
+    ws->refs--;
+    ws_maybe_free(ws);
 }
 
 static void emit(const char *what, const struct workstream *ws, uint64_t gen,
@@ -150,7 +169,7 @@ static void send_lost(struct workstream *ws, uint64_t gen, const char *reason)
     const uint8_t *name = ws_name(ws, &nlen);
     coord_enc e;
     conn_enc_begin_event(ws->leader, &e, "leader.lost");
-    coord_enc_kv_str(&e, "workstream", name, nlen);
+    coord_enc_kv_name(&e, "workstream", name, nlen);
     coord_enc_kv_uint(&e, "generation", gen);
     coord_enc_kv_cstr(&e, "reason", reason);
     conn_enc_finish(ws->leader, &e);
@@ -185,6 +204,7 @@ static void on_lease_expired(struct deadline *d)
 {
     struct workstream *ws = list_entry(d, struct workstream, lease);
     leader_end(ws, "expired", true, true);
+    ws_maybe_free(ws);
 }
 
 /* ---- campaign: the lock's callbacks ---- */
@@ -216,6 +236,7 @@ static int apply_bump(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
 static void campaign_free(struct campaign *cp)
 {
     conn_unref(cp->conn);
+    ws_unref(cp->ws);
     free(cp);
 }
 
@@ -271,6 +292,7 @@ static void held_lock_lost(struct lock_req *r, const char *reason)
     struct workstream *ws = r->owner_data;
     ws->lock = NULL;                   /* the lock table frees it */
     leader_end(ws, reason, false, true);
+    ws_maybe_free(ws);
 }
 
 static void held_lock_unexpected(struct lock_req *r)
@@ -351,6 +373,7 @@ void leaders_conn_closed(struct conn *c)
     while (!list_empty(&c->leads)) {
         struct workstream *ws = list_entry(c->leads.next, struct workstream, lead_link);
         leader_end(ws, "disconnected", true, false);
+        ws_maybe_free(ws);
     }
 }
 
@@ -366,14 +389,14 @@ void op_leader_campaign(struct conn *c, uint64_t rid, coord_fields *f)
     coord_field_bool(f, "if_available", false, &if_available);
     coord_field_bool(f, "steal", false, &steal);
     bool have_timeout = coord_field_uint(f, "timeout_ms", false, &timeout_ms);
-    if (!fields_ok(c, rid, f))
+    if (!fields_ok(c, rid, f) ||
+        !duration_ok(c, rid, "lease_ms", lease_ms, LIMIT_WAIT_MS) ||
+        !duration_ok(c, rid, "timeout_ms", timeout_ms, LIMIT_WAIT_MS))
         return;
     if (lease_ms == 0)
         lease_ms = 30000;
     const char *bad = NULL;
-    if (lease_ms > MAX_LEASE_MS)
-        bad = "lease_ms above one day";
-    else if (steal && if_available)
+    if (steal && if_available)
         bad = "steal and if_available cannot be combined";
     else if (have_timeout && (steal || if_available))
         bad = "timeout_ms cannot be combined with steal or if_available";
@@ -386,6 +409,7 @@ void op_leader_campaign(struct conn *c, uint64_t rid, coord_fields *f)
         return;
     if (ws->disabled) {
         conn_reply_error(c, rid, COORD_EDISABLED, "workstream is disabled");
+        ws_maybe_free(ws);
         return;
     }
     if (ws->leader == c) {
@@ -393,8 +417,10 @@ void op_leader_campaign(struct conn *c, uint64_t rid, coord_fields *f)
                          "this connection already leads the workstream");
         return;
     }
-    if (pending_check(c, rid) < 0)
+    if (pending_check(c, rid) < 0) {
+        ws_maybe_free(ws);
         return;
+    }
     struct campaign *cp = calloc(1, sizeof *cp);
     uint32_t nlen;
     const uint8_t *wname = ws_name(ws, &nlen);
@@ -403,8 +429,10 @@ void op_leader_campaign(struct conn *c, uint64_t rid, coord_fields *f)
         free(cp);
         free(lname);
         conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+        ws_maybe_free(ws);
         return;
     }
+    ws->refs++;
     memcpy(lname, LOCK_PREFIX, sizeof LOCK_PREFIX - 1);
     memcpy(lname + sizeof LOCK_PREFIX - 1, wname, nlen);
     cp->ws = ws;
@@ -416,7 +444,11 @@ void op_leader_campaign(struct conn *c, uint64_t rid, coord_fields *f)
     /* registered first: a grant at once starts the bump, which needs it */
     cp->p.abort = campaign_abort;
     cp->p.drop = campaign_drop;
-    pending_start(c, &cp->p, rid, "leader.campaign");
+    if (pending_start(c, &cp->p, rid, "leader.campaign") < 0) {   /* memory: replied */
+        free(lname);
+        campaign_free(cp);
+        return;
+    }
     struct lock_request_args a = {
         .name = lname, .name_len = (uint32_t)(sizeof LOCK_PREFIX - 1 + nlen),
         .mode = LOCK_EXCLUSIVE, .if_available = if_available, .steal = steal,
@@ -452,6 +484,7 @@ static struct workstream *live(struct conn *c, uint64_t rid, coord_bytes name, u
         snprintf(msg, sizeof msg, "generation %llu is not the live one",
                  (unsigned long long)gen);
         conn_reply_error(c, rid, COORD_EFENCED, msg);
+        ws_maybe_free(ws);
         return NULL;
     }
     return ws;
@@ -491,6 +524,7 @@ void op_leader_resign(struct conn *c, uint64_t rid, coord_fields *f)
     if (!ws)
         return;
     leader_end(ws, "resigned", true, false);
+    ws_maybe_free(ws);
     conn_reply_ok(c, rid);
 }
 
@@ -595,7 +629,7 @@ void op_leader_commit(struct conn *c, uint64_t rid, coord_fields *f)
                          "op_id must be 1..256 bytes, key at most 256 bytes");
         return;
     }
-    if (value.len > c->b->opt.max_frame - 1024) {
+    if (value.len > payload_limit(c)) {
         conn_reply_error(c, rid, COORD_ETOO_LARGE, "value does not fit a reply frame");
         return;
     }
@@ -650,11 +684,13 @@ void op_leader_read(struct conn *c, uint64_t rid, coord_fields *f)
     MDB_txn *txn;
     if (ledger_read_begin(c->b->ledger, &txn)) {
         conn_reply_error(c, rid, COORD_ESTORAGE, "cannot read the ledger");
+        ws_maybe_free(ws);
         return;
     }
     int rc = mdb_get(txn, ledger_dbi(c->b->ledger, DB_KV), &k, &v);
     if (rc || v.mv_size < 8) {
         ledger_read_end(c->b->ledger, txn);
+        ws_maybe_free(ws);
         conn_reply_error(c, rid, rc == MDB_NOTFOUND ? COORD_ENOT_FOUND : COORD_ESTORAGE,
                          rc == MDB_NOTFOUND ? "no value for this key" : NULL);
         return;
@@ -665,6 +701,7 @@ void op_leader_read(struct conn *c, uint64_t rid, coord_fields *f)
     coord_enc_kv_uint(&e, "generation", get_be64(v.mv_data));
     conn_enc_finish(c, &e);
     ledger_read_end(c->b->ledger, txn);
+    ws_maybe_free(ws);
 }
 
 void op_leader_info(struct conn *c, uint64_t rid, coord_fields *f)
@@ -692,6 +729,7 @@ void op_leader_info(struct conn *c, uint64_t rid, coord_fields *f)
     }
     coord_enc_kv_bool(&e, "disabled", ws->disabled);
     conn_enc_finish(c, &e);
+    ws_maybe_free(ws);
 }
 
 struct switch_job {
@@ -745,6 +783,7 @@ static void switch_done(struct ledger_job *job, int status)
         }
     }
     conn_unref(sj->conn);
+    ws_unref(sj->ws);
     free(sj);
 }
 
@@ -760,8 +799,10 @@ static void leader_switch(struct conn *c, uint64_t rid, coord_fields *f, bool di
     struct switch_job *sj = calloc(1, sizeof *sj);
     if (!sj) {
         conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+        ws_maybe_free(ws);
         return;
     }
+    ws->refs++;
     /* in memory at once: no campaign passes, no commit of the old leader */
     ws->disabled = disable;
     if (disable && ws->live_generation)

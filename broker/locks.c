@@ -13,8 +13,7 @@
 #include "locks.h"
 #include "ops.h"
 #include "events.h"
-
-#define MAX_NAME 1024
+#include "coord-limits.h"
 
 struct lock_queue {
     struct hentry h;
@@ -79,7 +78,7 @@ static uint64_t next_token(void)
 static struct lock_queue *queue_get(struct conn *c, const uint8_t *name,
                                     uint32_t len, bool create)
 {
-    uint8_t stack[4 + 1024 + MAX_NAME];
+    uint8_t stack[4 + LIMIT_SCOPE + LIMIT_NAME];
     size_t klen = 4 + (size_t)c->scope_len + len;
     uint8_t *key = klen <= sizeof stack ? stack : NULL;
     if (!key)
@@ -134,6 +133,7 @@ static void grant(struct lock_req *r)
     }
     deadline_cancel(&r->timer);
     r->granted = true;
+    r->conn->nlocks_held++;
     r->token = next_token();
     r->since_ms = broker_now_ms(L.b);
     list_append(&q->held, &r->qlink);
@@ -172,6 +172,7 @@ static void unlink_req(struct lock_req *r)
     if (list_linked(&r->conn_link))
         list_del(&r->conn_link);
     if (r->granted) {
+        r->conn->nlocks_held--;
         q->nheld--;
         if (q->nheld == 0)
             q->held_exclusive = false;
@@ -236,6 +237,10 @@ struct lock_req *locks_request(struct conn *c, uint64_t rid,
                                int *refused)
 {
     *refused = 0;
+    if (c->nlocks_held >= LIMIT_CONN_LOCKS) {
+        *refused = -2;
+        return NULL;
+    }
     struct lock_queue *q = queue_get(c, a->name, a->name_len, true);
     if (!q) {
         *refused = -1;
@@ -316,7 +321,7 @@ static void client_lost(struct lock_req *r, const char *reason)
     coord_enc e;
     conn_enc_begin_event(r->conn, &e, "lock.lost");
     coord_enc_kv_uint(&e, "lock", r->id);
-    coord_enc_kv_str(&e, "name", name, nlen);
+    coord_enc_kv_name(&e, "name", name, nlen);
     coord_enc_kv_cstr(&e, "reason", reason);
     coord_enc_kv_uint(&e, "token", r->token);
     conn_enc_finish(r->conn, &e);
@@ -357,6 +362,10 @@ static void client_drop(struct pending *p)
 
 void locks_reply_refused(struct conn *c, uint64_t rid, int refused)
 {
+    if (refused == -2) {
+        reply_conn_limit(c, rid, "locks held", LIMIT_CONN_LOCKS);
+        return;
+    }
     if (refused != 1) {
         conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
         return;
@@ -380,16 +389,16 @@ static bool read_acquire_args(struct conn *c, uint64_t rid, coord_fields *f,
     coord_field_bool(f, "steal", false, &a->steal);
     bool have_timeout = coord_field_uint(f, "timeout_ms", false, &a->timeout_ms);
     coord_field_uint(f, "lease_ms", false, &a->lease_ms);
-    if (!fields_ok(c, rid, f))
+    if (!fields_ok(c, rid, f) || !name_size_ok(c, rid, "name", name.len) ||
+        !duration_ok(c, rid, "timeout_ms", a->timeout_ms, LIMIT_WAIT_MS) ||
+        !duration_ok(c, rid, "lease_ms", a->lease_ms, LIMIT_WAIT_MS))
         return false;
     const char *bad = NULL;
     if (have_mode && coord_bytes_eq(mode, "shared"))
         a->mode = LOCK_SHARED;
     else if (have_mode && !coord_bytes_eq(mode, "exclusive"))
         bad = "mode must be \"exclusive\" or \"shared\"";
-    if (!bad && name.len > MAX_NAME)
-        bad = "name longer than 1024 bytes";
-    else if (!bad && a->steal && a->if_available)
+    if (!bad && a->steal && a->if_available)
         bad = "steal and if_available cannot be combined";
     else if (!bad && a->steal && a->mode == LOCK_SHARED)
         bad = "steal needs mode exclusive";
@@ -427,7 +436,12 @@ void op_lock_acquire(struct conn *c, uint64_t rid, coord_fields *f)
         return;                 /* replied by client_granted */
     r->p.abort = client_abort;
     r->p.drop = client_drop;
-    pending_start(c, &r->p, rid, "lock.acquire");   /* room was checked */
+    if (pending_start(c, &r->p, rid, "lock.acquire") < 0) {   /* memory: replied */
+        struct lock_queue *q = r->q;
+        unlink_req(r);
+        free(r);
+        queue_process(q);
+    }
 }
 
 /* Finds a lock held by c, or replies UNKNOWN_LOCK. */
@@ -461,7 +475,7 @@ void op_lock_renew(struct conn *c, uint64_t rid, coord_fields *f)
     uint64_t id = 0, lease_ms = 0;
     coord_field_uint(f, "lock", true, &id);
     coord_field_uint(f, "lease_ms", true, &lease_ms);
-    if (!fields_ok(c, rid, f))
+    if (!fields_ok(c, rid, f) || !duration_ok(c, rid, "lease_ms", lease_ms, LIMIT_WAIT_MS))
         return;
     struct lock_req *r = held_by(c, rid, id);
     if (!r)
@@ -480,18 +494,16 @@ static bool same_scope(const struct lock_queue *q, const struct conn *c)
 static bool query_list(struct conn *c, coord_enc *e, struct list *order,
                        bool held, uint64_t now)
 {
-    size_t limit = c->b->opt.max_frame - 4096;
     struct list *pos, *tmp;
     list_for_each_safe(pos, tmp, order) {
         struct lock_req *r = list_entry(pos, struct lock_req, order_link);
         if (!same_scope(r->q, c))
             continue;
-        if (c->out.len - e->frame_start > limit)
-            return true;
         uint32_t nlen;
         const uint8_t *name = lock_req_name(r, &nlen);
+        coord_enc_mark m = coord_enc_mark_here(e);
         coord_enc_map_begin(e);
-        coord_enc_kv_str(e, "name", name, nlen);
+        coord_enc_kv_name(e, "name", name, nlen);
         coord_enc_kv_cstr(e, "mode", r->mode == LOCK_SHARED ? "shared" : "exclusive");
         coord_enc_kv_uint(e, "conn", r->conn->id);
         coord_enc_kv_cstr(e, "client", r->conn->client ? r->conn->client : "");
@@ -502,6 +514,8 @@ static bool query_list(struct conn *c, coord_enc *e, struct list *order,
         }
         coord_enc_kv_uint(e, "age_ms", now - r->since_ms);
         coord_enc_map_end(e);
+        if (list_entry_overflows(c, e, &m))
+            return true;
     }
     return false;
 }
@@ -518,7 +532,8 @@ void op_lock_query(struct conn *c, uint64_t rid, coord_fields *f)
     coord_enc_array_end(&e);
     coord_enc_key(&e, "pending");
     coord_enc_array_begin(&e);
-    cut = query_list(c, &e, &L.pending_order, false, now) || cut;
+    if (!cut)
+        cut = query_list(c, &e, &L.pending_order, false, now);
     coord_enc_array_end(&e);
     if (cut)
         coord_enc_kv_bool(&e, "truncated", true);

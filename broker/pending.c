@@ -1,5 +1,8 @@
 /* pending.c - requests of a connection that wait for their reply, and the
- * generic cancel that every waiting op plugs into. */
+ * generic cancel that every waiting op plugs into.  Waiting requests are
+ * indexed by (connection, rid): finding one (cancel, a reused rid) costs
+ * the same with one request waiting or max_pending. */
+#include <string.h>
 #include "broker.h"
 #include "errors.h"
 
@@ -27,6 +30,15 @@ int pending_start(struct conn *c, struct pending *p, uint64_t rid, const char *o
     p->rid = rid;
     p->conn = c;
     p->op = op;
+    memset(&p->hkey, 0, sizeof p->hkey);
+    p->hkey.conn = c;
+    p->hkey.rid = rid;
+    p->by_rid.key = (const uint8_t *)&p->hkey;
+    p->by_rid.keylen = sizeof p->hkey;
+    if (hashmap_put(&c->b->pending, &p->by_rid) < 0) {
+        conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+        return -1;
+    }
     list_append(&c->pending, &p->link);
     c->npending++;
     return 0;
@@ -37,18 +49,20 @@ void pending_finish(struct pending *p)
     if (!list_linked(&p->link))
         return;
     list_del(&p->link);
+    hashmap_del(&p->conn->b->pending, &p->by_rid);
     p->conn->npending--;
 }
 
 struct pending *pending_find(struct conn *c, uint64_t rid)
 {
-    struct list *pos, *tmp;
-    list_for_each_safe(pos, tmp, &c->pending) {
-        struct pending *p = list_entry(pos, struct pending, link);
-        if (p->rid == rid)
-            return p;
-    }
-    return NULL;
+    if (c->npending == 0)
+        return NULL;
+    struct { const struct conn *conn; uint64_t rid; } k;
+    memset(&k, 0, sizeof k);
+    k.conn = c;
+    k.rid = rid;
+    struct hentry *e = hashmap_get(&c->b->pending, &k, sizeof k);
+    return e ? list_entry(e, struct pending, by_rid) : NULL;
 }
 
 void pending_abort_all(struct conn *c, int code)

@@ -289,8 +289,8 @@ static void record_encode_body(coord_enc *e, const struct record *r)
     } else {
         coord_enc_key(e, "error");
         coord_enc_map_begin(e);
-        coord_enc_kv_str(e, "code", r->code, r->code_len);
-        coord_enc_kv_str(e, "message", r->message, r->message_len);
+        coord_enc_kv_name(e, "code", r->code, r->code_len);
+        coord_enc_kv_name(e, "message", r->message, r->message_len);
         coord_enc_map_end(e);
         coord_enc_kv_bool(e, "retryable", r->retryable);
     }
@@ -350,7 +350,6 @@ void op_record_list(struct conn *c, uint64_t rid, coord_fields *f)
     }
     uint64_t now = wall_ms();
     size_t scope_part = 4 + c->scope_len;
-    size_t size_limit = c->b->opt.max_frame - 4096;
     coord_enc e;
     conn_enc_begin_reply(c, &e, rid);
     coord_enc_key(&e, "records");
@@ -366,18 +365,23 @@ void op_record_list(struct conn *c, uint64_t rid, coord_fields *f)
         struct record r;
         if (!decode(&v, &r) || r.expires_ms <= now)
             continue;
-        if (n == limit || c->out.len - e.frame_start > size_limit) {
+        if (n == limit) {
             cut = true;
             break;
         }
+        coord_enc_mark m = coord_enc_mark_here(&e);
         coord_enc_map_begin(&e);
-        coord_enc_kv_str(&e, "key", (uint8_t *)k.mv_data + scope_part, k.mv_size - scope_part);
+        coord_enc_kv_name(&e, "key", (uint8_t *)k.mv_data + scope_part, k.mv_size - scope_part);
         coord_enc_kv_cstr(&e, "status", r.status == RECORD_COMPLETED ? "completed" : "failed");
         coord_enc_kv_uint(&e, "fence", r.fence);
         coord_enc_kv_uint(&e, "size", r.status == RECORD_COMPLETED ? r.result_len : r.message_len);
         coord_enc_kv_uint(&e, "created_ms", r.created_ms);
         coord_enc_kv_uint(&e, "expires_ms", r.expires_ms);
         coord_enc_map_end(&e);
+        if (list_entry_overflows(c, &e, &m)) {
+            cut = true;
+            break;
+        }
         n++;
     }
     coord_enc_array_end(&e);

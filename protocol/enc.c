@@ -166,6 +166,8 @@ void coord_enc_begin(coord_enc *e, coord_buf *buf)
     e->buf = buf;
     e->depth = 0;
     e->failed = false;
+    e->rid = 0;
+    e->is_reply = false;
     e->frame_start = buf->len;
     /* most frames are small: one reservation covers them */
     if (coord_buf_reserve(buf, 256) < 0)
@@ -174,6 +176,52 @@ void coord_enc_begin(coord_enc *e, coord_buf *buf)
     if (p)
         memset(p, 0, COORD_FRAME_HEADER);
     open_container(e, true);
+}
+
+coord_enc_mark coord_enc_mark_here(const coord_enc *e)
+{
+    coord_enc_mark m = { e->buf->len, e->depth,
+                         e->depth > 0 ? e->count[e->depth - 1] : 0 };
+    return m;
+}
+
+void coord_enc_rollback(coord_enc *e, const coord_enc_mark *m)
+{
+    if (e->failed || m->depth != e->depth || m->len > e->buf->len)
+        return;
+    e->buf->len = m->len;
+    if (e->depth > 0)
+        e->count[e->depth - 1] = m->count;
+}
+
+bool coord_utf8_valid(const uint8_t *p, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = p[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t need;
+        uint32_t cp;
+        if (c >= 0xc2 && c <= 0xdf) { need = 1; cp = c & 0x1f; }
+        else if (c >= 0xe0 && c <= 0xef) { need = 2; cp = c & 0x0f; }
+        else if (c >= 0xf0 && c <= 0xf4) { need = 3; cp = c & 0x07; }
+        else return false;                  /* continuation, 0xc0/0xc1, > 0xf4 */
+        if (n - i - 1 < need)
+            return false;
+        for (size_t k = 1; k <= need; k++) {
+            if ((p[i + k] & 0xc0) != 0x80)
+                return false;
+            cp = (cp << 6) | (p[i + k] & 0x3f);
+        }
+        if ((need == 2 && cp < 0x800) || (need == 3 && cp < 0x10000) ||
+            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return false;
+        i += need + 1;
+    }
+    return true;
 }
 
 void coord_enc_abort(coord_enc *e)
@@ -296,9 +344,25 @@ void coord_enc_kv_bin(coord_enc *e, const char *key, const void *p, size_t n)
     coord_enc_bin(e, p, n);
 }
 
+void coord_enc_name(coord_enc *e, const void *p, size_t n)
+{
+    if (coord_utf8_valid(p, n))
+        coord_enc_str(e, p, n);
+    else
+        coord_enc_bin(e, p, n);
+}
+
+void coord_enc_kv_name(coord_enc *e, const char *key, const void *p, size_t n)
+{
+    coord_enc_key(e, key);
+    coord_enc_name(e, p, n);
+}
+
 void coord_enc_reply_begin(coord_enc *e, coord_buf *buf, uint64_t rid)
 {
     coord_enc_begin(e, buf);
+    e->rid = rid;
+    e->is_reply = true;
     coord_enc_kv_uint(e, "rid", rid);
     coord_enc_kv_bool(e, "ok", true);
 }

@@ -37,7 +37,17 @@ typedef struct coord_enc {
     size_t open_at[COORD_MAX_DEPTH + 1];        /* header offset per level */
     uint32_t count[COORD_MAX_DEPTH + 1];
     bool is_map[COORD_MAX_DEPTH + 1];
+    uint64_t rid;                              /* a reply's rid (reply_begin) */
+    bool is_reply;
 } coord_enc;
+
+/* A point to roll a frame back to: a list entry that would make the frame
+ * outgrow its limit is removed again (see coord_enc_rollback). */
+typedef struct coord_enc_mark {
+    size_t len;
+    int depth;
+    uint32_t count;
+} coord_enc_mark;
 
 /* Start a frame at the end of buf: length placeholder and the top map. */
 void coord_enc_begin(coord_enc *e, coord_buf *buf);
@@ -46,6 +56,19 @@ void coord_enc_begin(coord_enc *e, coord_buf *buf);
 size_t coord_enc_end(coord_enc *e);
 /* Remove the frame being built from buf. */
 void coord_enc_abort(coord_enc *e);
+
+/* Bytes of the frame so far, its 4-byte length prefix included. */
+static inline size_t coord_enc_size(const coord_enc *e)
+{
+    return e->buf->len - e->frame_start;
+}
+coord_enc_mark coord_enc_mark_here(const coord_enc *e);
+/* Removes what was written since m (same container level). */
+void coord_enc_rollback(coord_enc *e, const coord_enc_mark *m);
+
+/* True when p[0..n) is well-formed UTF-8 (no overlong forms, surrogates or
+ * code points above U+10FFFF). */
+bool coord_utf8_valid(const uint8_t *p, size_t n);
 
 void coord_enc_key(coord_enc *e, const char *key);
 void coord_enc_str(coord_enc *e, const void *s, size_t len);
@@ -66,6 +89,10 @@ void coord_enc_kv_bool(coord_enc *e, const char *key, bool v);
 void coord_enc_kv_str(coord_enc *e, const char *key, const void *s, size_t n);
 void coord_enc_kv_cstr(coord_enc *e, const char *key, const char *s);
 void coord_enc_kv_bin(coord_enc *e, const char *key, const void *p, size_t n);
+/* A name (lock, key, channel, workstream, op id): a str when its bytes are
+ * valid UTF-8, else a bin, so strict decoders never see invalid str. */
+void coord_enc_name(coord_enc *e, const void *p, size_t n);
+void coord_enc_kv_name(coord_enc *e, const char *key, const void *p, size_t n);
 
 /* {rid, ok:true, ...}: the caller adds fields and calls coord_enc_end. */
 void coord_enc_reply_begin(coord_enc *e, coord_buf *buf, uint64_t rid);

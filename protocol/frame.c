@@ -247,6 +247,23 @@ static int ensure_cap(coord_frame_reader *r, size_t need)
 /* A big buffer kept for an idle connection costs memory for nothing. */
 #define KEEP_PARTIAL_CAP 4096
 
+/* Room for need bytes of a frame of total bytes: the buffer grows with the
+ * bytes that really arrived (doubling, never past total), so a length
+ * prefix alone reserves nothing. */
+static int reserve_arrived(coord_frame_reader *r, size_t need, size_t total)
+{
+    if (need <= r->cap)
+        return 0;
+    size_t cap = r->cap < KEEP_PARTIAL_CAP ? KEEP_PARTIAL_CAP : r->cap;
+    while (cap < need)
+        cap *= 2;
+    if (cap > total)
+        cap = total > KEEP_PARTIAL_CAP ? total : KEEP_PARTIAL_CAP;
+    if (cap < need)
+        cap = need;
+    return ensure_cap(r, cap);
+}
+
 int coord_frame_feed(coord_frame_reader *r, const uint8_t *data, size_t n,
                      coord_frame_cb cb, void *ud)
 {
@@ -269,11 +286,11 @@ int coord_frame_feed(coord_frame_reader *r, const uint8_t *data, size_t n,
                 return st;
         }
         size_t total = COORD_FRAME_HEADER + (size_t)coord_be32(r->partial);
-        if (ensure_cap(r, total) < 0)
-            return COORD_FRAME_NOMEM;
         size_t take = total - r->have;
         if (take > n)
             take = n;
+        if (reserve_arrived(r, r->have + take, total) < 0)
+            return COORD_FRAME_NOMEM;
         memcpy(r->partial + r->have, data, take);
         r->have += take;
         data += take;
@@ -307,10 +324,9 @@ int coord_frame_feed(coord_frame_reader *r, const uint8_t *data, size_t n,
     }
 
     if (n > 0) {
-        size_t want = n;
-        if (n >= COORD_FRAME_HEADER)
-            want = COORD_FRAME_HEADER + (size_t)coord_be32(data);
-        if (ensure_cap(r, want > KEEP_PARTIAL_CAP ? want : KEEP_PARTIAL_CAP) < 0)
+        size_t total = n >= COORD_FRAME_HEADER
+                       ? COORD_FRAME_HEADER + (size_t)coord_be32(data) : n;
+        if (reserve_arrived(r, n, total) < 0)
             return COORD_FRAME_NOMEM;
         memcpy(r->partial, data, n);
         r->have = n;

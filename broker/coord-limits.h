@@ -1,0 +1,63 @@
+/* coord-limits.h - the broker's fixed limits, each named once with its trade-off.
+ *
+ * Limits a deployment may want to change are options (broker_options in
+ * broker.h, --max-* flags); these are the ones that protect the broker from
+ * a single client and need no tuning.  Error texts are built from these
+ * names, never typed again. */
+#ifndef COORD_LIMITS_H
+#define COORD_LIMITS_H
+
+#include <stdint.h>
+
+/* Bytes of frames one connection may make the broker process in one loop
+ * turn (one read of this size).  Larger: fewer wake-ups for a pipelining
+ * client; smaller: a bystander's reply waits less behind it.  64 KiB is
+ * about 1,500 small requests, well under a millisecond of work. */
+#define LIMIT_READ_PER_TURN (64u * 1024)
+
+/* Bytes all connections together may hold in partial frames (a frame whose
+ * length arrived but whose body has not).  Past it the connection holding
+ * the largest partial frame is cut off.  A frame is at most max_frame, so
+ * this allows max_frame-sized uploads from many clients at once, while 200
+ * clients parked one byte short of 1 MiB cannot take 200 MiB. */
+#define LIMIT_PARTIAL_TOTAL (64u << 20)
+
+/* Per connection: locks held (leaderships included), flights owned, and
+ * channel subscriptions.  Past them the request gets LIMIT.  One process
+ * has no use for more; a runaway one cannot grow the broker without bound
+ * (a held lock costs about 400 bytes). */
+#define LIMIT_CONN_LOCKS 65536u
+#define LIMIT_CONN_FLIGHTS 65536u
+#define LIMIT_CONN_SUBS 65536u
+
+/* Durations in requests (milliseconds).  Waits, leases and owner TTLs are
+ * at most a day; keep_ms (how long a record lives) and max_age_ms (the age
+ * of a record a join accepts) at most a year.  Larger values are refused
+ * with INVALID_OPTIONS rather than clamped, so a unit mistake (seconds as
+ * microseconds) is seen at once; and no deadline can wrap. */
+#define LIMIT_WAIT_MS (24ull * 3600 * 1000)
+#define LIMIT_KEEP_MS (366ull * 24 * 3600 * 1000)
+
+/* A flight's failure: error code and message from the owner (bytes). */
+#define LIMIT_ERROR_CODE 256u
+#define LIMIT_ERROR_MESSAGE 4096u
+
+/* Bytes kept free in a reply frame for the fields around a payload (rid,
+ * ok, fence, ages, source): a result, value or message may be at most
+ * max_frame minus this.  The broker's smallest max_frame leaves 768 bytes
+ * of payload. */
+#define LIMIT_REPLY_OVERHEAD 256u
+/* The smallest --max-frame.  Names (locks, keys, channels) are at most
+ * 1024 bytes and at most max_frame - LIMIT_REPLY_OVERHEAD, so that every
+ * event and reply that carries one fits the frame limit too. */
+#define LIMIT_MIN_FRAME 1024u
+#define LIMIT_NAME 1024u
+/* hello's scope, client name and instance id (bytes). */
+#define LIMIT_SCOPE 1024u
+#define LIMIT_CLIENT_NAME 256u
+#define LIMIT_INSTANCE 128u
+/* Bytes kept free after the last list entry (the closing fields, such as
+ * "truncated": true). */
+#define LIMIT_LIST_TAIL 64u
+
+#endif
