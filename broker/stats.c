@@ -8,6 +8,7 @@
 #include "leaders.h"
 #include "ledger.h"
 #include "locks.h"
+#include "ops.h"
 #include "records.h"
 
 void stats_reply(struct conn *c, uint64_t rid)
@@ -29,6 +30,8 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_uint(&e, "handshake_timeouts", s->handshake_timeouts);
     coord_enc_kv_uint(&e, "pending_limit_hits", s->pending_limit_hits);
     coord_enc_kv_uint(&e, "outbuf_disconnects", s->outbuf_disconnects);
+    coord_enc_kv_uint(&e, "partial_limit_cuts", s->partial_limit_cuts);
+    coord_enc_kv_uint(&e, "oversized_frames", s->oversized_frames);
     coord_enc_kv_uint(&e, "cancels", s->cancels);
     coord_enc_kv_uint(&e, "timeouts", s->timeouts);
     coord_enc_kv_uint(&e, "bytes_in", s->bytes_in);
@@ -46,13 +49,6 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_uint(&e, "ledger_batches", b->ledger ? ledger_batches(b->ledger) : 0);
     coord_enc_kv_uint(&e, "ledger_jobs", b->ledger ? ledger_jobs(b->ledger) : 0);
     coord_enc_kv_uint(&e, "timers", deadlines_count());
-    coord_enc_key(&e, "requests");
-    coord_enc_map_begin(&e);
-    for (int i = 0; dispatch_op_name(i); i++) {
-        if (b->requests_by_op[i])
-            coord_enc_kv_uint(&e, dispatch_op_name(i), b->requests_by_op[i]);
-    }
-    coord_enc_map_end(&e);
     coord_enc_key(&e, "limits");
     coord_enc_map_begin(&e);
     coord_enc_kv_uint(&e, "max_frame", b->opt.max_frame);
@@ -61,5 +57,17 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_uint(&e, "max_outbuf", b->opt.max_outbuf);
     coord_enc_kv_uint(&e, "handshake_ms", b->opt.handshake_ms);
     coord_enc_map_end(&e);
+    /* the per-op counts go last: with a small max_frame they are the part
+     * left out (truncated: true) */
+    coord_enc_mark before = coord_enc_mark_here(&e);
+    coord_enc_key(&e, "requests");
+    coord_enc_map_begin(&e);
+    for (int i = 0; dispatch_op_name(i); i++) {
+        if (b->requests_by_op[i])
+            coord_enc_kv_uint(&e, dispatch_op_name(i), b->requests_by_op[i]);
+    }
+    coord_enc_map_end(&e);
+    if (list_entry_overflows(c, &e, &before))
+        coord_enc_kv_bool(&e, "truncated", true);
     conn_enc_finish(c, &e);
 }
