@@ -409,6 +409,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     coord_frame_reader_free(&r);
 
+    /* the UTF-8 check behind names on the wire: never reads past the end,
+     * and a valid string stays valid cut at a code point boundary */
+    bool utf8 = coord_utf8_valid(data, size);
+    if (utf8 && size > 0) {
+        size_t cut = size - 1;
+        while (cut > 0 && (data[cut] & 0xc0) == 0x80)
+            cut--;
+        FUZZ_ASSERT(coord_utf8_valid(data, cut));
+    }
+
     /* (b) the raw input as one frame body */
     int walk = coord_frame_validate(data, size, COORD_MAX_DEPTH);
     int st = coord_msg_parse(&c.msg, data, size);

@@ -499,6 +499,66 @@ static void test_buf(void)
     coord_buf_free(&b);
 }
 
+/* Strict UTF-8: what a client's str decoder accepts, and nothing else. */
+static void test_utf8(void)
+{
+    static const struct { const char *s; size_t n; bool ok; } v[] = {
+        { "", 0, true }, { "abc", 3, true }, { "caf\xc3\xa9", 5, true },
+        { "\xe2\x82\xac", 3, true }, { "\xf0\x9f\x98\x80", 4, true },
+        { "\xf4\x8f\xbf\xbf", 4, true },            /* U+10FFFF */
+        { "a\0b", 3, true },                          /* NUL is a code point */
+        { "\xff\xfe", 2, false }, { "\x80", 1, false }, { "\xc3", 1, false },
+        { "\xc0\xaf", 2, false }, { "\xc1\xbf", 2, false },  /* overlong */
+        { "\xe0\x80\xaf", 3, false }, { "\xf0\x80\x80\xaf", 4, false },
+        { "\xed\xa0\x80", 3, false },                /* surrogate U+D800 */
+        { "\xed\xbf\xbf", 3, false },                /* surrogate U+DFFF */
+        { "\xf4\x90\x80\x80", 4, false },            /* above U+10FFFF */
+        { "\xe2\x82", 2, false }, { "\xe2\x28\xa1", 3, false },
+    };
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        CHECK_MSG(coord_utf8_valid((const uint8_t *)v[i].s, v[i].n) == v[i].ok, "vector %zu", i);
+    /* names: str when valid, bin otherwise */
+    coord_buf b;
+    coord_enc e;
+    coord_buf_init(&b);
+    coord_enc_begin(&e, &b);
+    coord_enc_kv_name(&e, "a", "ok", 2);
+    coord_enc_kv_name(&e, "b", "\xff\xfe", 2);
+    CHECK(coord_enc_end(&e) > 0);
+    CHECK_EQ(coord_msg_parse(&msg, b.data + 4, b.len - 4), COORD_FRAME_OK);
+    CHECK(coord_map_find(msg.map, "a")->type == MSGPACK_OBJECT_STR);
+    CHECK(coord_map_find(msg.map, "b")->type == MSGPACK_OBJECT_BIN);
+    coord_buf_free(&b);
+}
+
+/* A mark and a rollback remove a list entry as if it was never written. */
+static void test_rollback(void)
+{
+    coord_buf b;
+    coord_enc e;
+    coord_buf_init(&b);
+    coord_enc_begin(&e, &b);
+    coord_enc_key(&e, "list");
+    coord_enc_array_begin(&e);
+    coord_enc_uint(&e, 1);
+    coord_enc_mark m = coord_enc_mark_here(&e);
+    size_t before = coord_enc_size(&e);
+    coord_enc_map_begin(&e);
+    coord_enc_kv_cstr(&e, "name", "dropped");
+    coord_enc_map_end(&e);
+    CHECK(coord_enc_size(&e) > before);
+    coord_enc_rollback(&e, &m);
+    CHECK_EQ(coord_enc_size(&e), before);
+    coord_enc_uint(&e, 2);
+    coord_enc_array_end(&e);
+    CHECK(coord_enc_end(&e) > 0);
+    CHECK_EQ(coord_msg_parse(&msg, b.data + 4, b.len - 4), COORD_FRAME_OK);
+    const msgpack_object *l = coord_map_find(msg.map, "list");
+    CHECK(l && l->type == MSGPACK_OBJECT_ARRAY && l->via.array.size == 2);
+    CHECK(l && l->via.array.ptr[1].via.u64 == 2);
+    coord_buf_free(&b);
+}
+
 int main(void)
 {
     if (coord_msg_init(&msg) != 0)
@@ -510,6 +570,8 @@ int main(void)
     test_depth_refused();
     test_map_too_big();
     test_buf();
+    test_utf8();
+    test_rollback();
     coord_msg_destroy(&msg);
     return check_report("test_enc");
 }

@@ -388,6 +388,30 @@ static void test_pending_and_free(void)
     coord_frame_reader_free(&r);
 }
 
+/* A length prefix alone reserves nothing: the buffer grows with the bytes
+ * that arrive (doubling), never to what the prefix announces. */
+static void test_grows_with_arrival(void)
+{
+    coord_frame_reader r;
+    struct seen s = { 0 };
+    const uint32_t len = 1u << 20;
+    uint8_t hdr[5] = { (uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
+                       (uint8_t)len, 0x80 };
+    coord_frame_reader_init(&r, len);
+    CHECK_EQ(coord_frame_feed(&r, hdr, sizeof hdr, collect, &s), COORD_FRAME_OK);
+    CHECK(coord_frame_reader_pending(&r) <= 4096);
+    static uint8_t chunk[10000];
+    size_t sent = 1;
+    for (int i = 0; i < 10; i++, sent += sizeof chunk) {
+        CHECK_EQ(coord_frame_feed(&r, chunk, sizeof chunk, collect, &s), COORD_FRAME_OK);
+        size_t have = COORD_FRAME_HEADER + sent + sizeof chunk;
+        CHECK(coord_frame_reader_pending(&r) >= have);
+        CHECK(coord_frame_reader_pending(&r) <= 2 * have + 4096);
+    }
+    CHECK_EQ(s.n, 0);
+    coord_frame_reader_free(&r);
+}
+
 int main(void)
 {
     test_whole_stream_one_feed();
@@ -400,5 +424,6 @@ int main(void)
     test_callback_stops();
     test_big_frame_pieces();
     test_pending_and_free();
+    test_grows_with_arrival();
     return check_report("test_frame");
 }
