@@ -261,8 +261,10 @@ static bool file_has(const char *path, const char *needle)
 
 /* CMD: a grandchild that keeps stdout open, its pid on descriptor 5. */
 static const char *const bg_wait = "sleep 30 & echo $! >&5; wait";
-/* the same, with a grandchild that ignores SIGTERM */
-static const char *const bg_deaf = "(trap '' TERM; exec sleep 30) & echo $! >&5; wait";
+/* the same, with a grandchild that ignores SIGTERM (it says its pid once
+ * it does) */
+static const char *const bg_deaf =
+    "sh -c 'trap \"\" TERM; echo $$ >&5; exec sleep 30' & wait";
 
 /* Starts args (CMD reports its grandchild), does stop (signal coordctl,
  * or steal from it...), and checks that coordctl ends promptly with
