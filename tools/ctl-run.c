@@ -13,7 +13,9 @@
  * itself (its status is what we report), not for the rest of the group,
  * except after we signalled it: then what is left of the group gets
  * CTL_GRACE_MS to end and SIGKILL after, so nothing of CMD outlives the
- * hold it was stopped for.  The exception is a coordctl in the foreground
+ * hold it was stopped for.  We are the subreaper of CMD's orphans while
+ * it runs, to reap them: a zombie still counts as a member of its group,
+ * and init need not reap (in a container).  The exception is a coordctl in the foreground
  * of its controlling terminal (an interactive shell, or a script run from
  * one): a CMD in another group could not read the terminal (SIGTTIN) nor
  * set it up (SIGTTOU), so CMD stays in our group, as with `timeout
@@ -149,6 +151,9 @@ void ctl_child_kill(struct ctl_child *ch, int sig)
          * are left (it is not reused meanwhile) */
         ch->signalled = true;
         kill(-ch->pid, sig);
+        /* a CMD that moved to a group or session of its own */
+        if (!ch->exited && getpgid(ch->pid) != ch->pid)
+            kill(ch->pid, sig);
     } else if (!ch->exited) {
         kill(ch->pid, sig);
     }
