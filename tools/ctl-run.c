@@ -15,13 +15,16 @@
  * CTL_GRACE_MS to end and SIGKILL after, so nothing of CMD outlives the
  * hold it was stopped for.  We are the subreaper of CMD's orphans while
  * it runs, to reap them: a zombie still counts as a member of its group,
- * and init need not reap (in a container).  The exception is a coordctl in the foreground
- * of its controlling terminal (an interactive shell, or a script run from
- * one): a CMD in another group could not read the terminal (SIGTTIN) nor
- * set it up (SIGTTOU), so CMD stays in our group, as with `timeout
- * --foreground`.  The terminal's own signals (^C, ^\, hangup) reach the
- * whole group there anyway, so only what was sent to coordctl alone is
- * forwarded, to CMD alone: its children are not stopped for it. */
+ * and init need not reap (in a container).
+ *
+ * The exception is a coordctl in the foreground of its controlling
+ * terminal (an interactive shell, or a script run from one): a CMD in
+ * another group could not read the terminal (SIGTTIN) nor set it up
+ * (SIGTTOU), so CMD stays in our group, as with `timeout --foreground`.
+ * The terminal's own signals (^C, ^\, hangup) reach the whole group there
+ * anyway, so only what was sent to coordctl alone is forwarded, to CMD
+ * alone (the group is the shell's job, a pipeline's other commands too):
+ * CMD's children are not stopped for it, nor on a loss. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -205,7 +208,8 @@ bool ctl_child_running(struct ctl_child *ch)
     if (!ch->group || !ch->signalled || ch->settled)
         return false;
     reap(ch, WNOHANG);
-    if (kill(-ch->pid, 0) < 0) {    /* ESRCH: the group is empty */
+    /* ESRCH: the group is empty; EPERM: nothing left we may signal */
+    if (kill(-ch->pid, 0) < 0) {
         ch->settled = true;
         return false;
     }
