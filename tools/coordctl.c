@@ -20,10 +20,11 @@ static const struct ctl_command commands[] = {
                 "run CMD holding the lock NAME, like flock(1): -s shared, -n exit 1\n"
                 "at once when busy, -w give up after SECONDS (exit 1), --steal break\n"
                 "the holders, --lease renew a lease of SECONDS while CMD runs.\n"
-                "CMD sees COORD_LOCK_TOKEN and COORD_LOCK_NAME, gets SIGINT/SIGTERM/\n"
-                "SIGHUP sent to coordctl, and SIGTERM when the lock is lost (stolen,\n"
-                "expired, broker gone).  Exit status: CMD's (128+N when killed by\n"
-                "signal N; 1 instead of 0 when the lock was lost)", cmd_lock },
+                "CMD sees COORD_LOCK_TOKEN and COORD_LOCK_NAME; its process group\n"
+                "gets SIGINT/SIGTERM/SIGHUP sent to coordctl, and SIGTERM when the\n"
+                "lock is lost (stolen, expired, broker gone).  Exit status: CMD's\n"
+                "(128+N when killed by signal N; 1 instead of 0 when the lock was\n"
+                "lost)", cmd_lock },
     { "flights", "", "running flights: owner, fence, followers, age", cmd_flights },
     { "once",   "[--keep SECONDS] [--wait SECONDS] [--ttl SECONDS] KEY -- CMD...",
                 "single-flight CMD: one caller per KEY runs it, every concurrent\n"
@@ -31,8 +32,9 @@ static const struct ctl_command commands[] = {
                 "killed by signal N).  --keep reuse a successful result that long\n"
                 "without running CMD (kept as a record); --wait give up waiting\n"
                 "after SECONDS (exit 1); --ttl the owner's time (default 600): past\n"
-                "it CMD gets SIGTERM and a waiting caller takes over.  CMD sees\n"
-                "COORD_FLIGHT, COORD_FLIGHT_FENCE, COORD_FLIGHT_KEY", cmd_once },
+                "it CMD's process group gets SIGTERM and a waiting caller takes\n"
+                "over.  CMD sees COORD_FLIGHT, COORD_FLIGHT_FENCE, COORD_FLIGHT_KEY",
+                cmd_once },
     { "records", "[--prefix P] [--limit N]", "stored completion records", cmd_records },
     { "purge",  "[--prefix P]", "delete the scope's records (logout)", cmd_purge },
     { "leader", "WORKSTREAM", "generation, state, leader, lease left, disabled?",
@@ -42,10 +44,10 @@ static const struct ctl_command commands[] = {
                 "leads, -w give up after SECONDS, --steal take over now), run CMD as\n"
                 "leader with COORD_GENERATION and COORD_WORKSTREAM set, renew the\n"
                 "lease (--lease, default 30) at a third of it, resign when CMD ends.\n"
-                "CMD gets SIGINT/SIGTERM/SIGHUP sent to coordctl, and SIGTERM when\n"
-                "leadership is lost (expired, stolen, disabled, broker gone).  Exit\n"
-                "status: CMD's (128+N when killed by signal N; 1 instead of 0 when\n"
-                "leadership was lost)", cmd_leader_run },
+                "CMD's process group gets SIGINT/SIGTERM/SIGHUP sent to coordctl,\n"
+                "and SIGTERM when leadership is lost (expired, stolen, disabled,\n"
+                "broker gone).  Exit status: CMD's (128+N when killed by signal N;\n"
+                "1 instead of 0 when leadership was lost)", cmd_leader_run },
     { "disable", "WORKSTREAM", "the kill switch: fence the leader, refuse campaigns\n"
                 "(prints the new generation)", cmd_disable },
     { "enable", "WORKSTREAM", "lift disable", cmd_enable },
@@ -105,8 +107,18 @@ static void help(FILE *f)
     }
     fprintf(f,
         "\n"
+        "CMD of lock, once and leader-run leads a process group of its own: what\n"
+        "coordctl forwards or sends goes to the whole group; when CMD has ended\n"
+        "after such a signal, the rest of the group gets %d s, then SIGKILL.\n"
+        "coordctl waits for CMD itself, not for its background children: `once`\n"
+        "reads CMD's stdout at most %d s after CMD ended.  In the foreground of a\n"
+        "terminal CMD stays in coordctl's group instead, so that it can use the\n"
+        "terminal (like timeout --foreground): the terminal's ^C reaches CMD and\n"
+        "its children, what coordctl forwards or sends reaches CMD alone.\n"
+        "\n"
         "Errors are one line on stderr: coordctl: WHAT: CODE: MESSAGE.\n"
-        "Exit status: 0 ok, 1 refused or not running, 2 usage, 3 broker unreachable.\n");
+        "Exit status: 0 ok, 1 refused or not running, 2 usage, 3 broker unreachable.\n",
+        CTL_GRACE_MS / 1000, CTL_GRACE_MS / 1000);
 }
 
 /* ---- errors ---- */

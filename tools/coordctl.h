@@ -122,8 +122,20 @@ uint64_t ctl_wall_ms(void);
 
 /* ---- running CMD (ctl-run.c) ---- */
 
+/* After we signalled CMD's process group and CMD ended, what is left of
+ * the group gets this long to end before SIGKILL; `once` also reads CMD's
+ * stdout at most this long after CMD ended (a background child may keep
+ * it open).  Long enough for a TERM trap to clean up, short enough that
+ * coordctl returns promptly. */
+#define CTL_GRACE_MS 2000
+/* How often, in that grace, we look whether the group is empty (its
+ * members need not be our children, so no event says so). */
+#define CTL_SETTLE_POLL_MS 50
+
 /* CMD run by a command (what: "lock", "once"... in messages).  While it
- * runs, SIGCHLD, SIGINT, SIGTERM and SIGHUP are blocked and come on sfd. */
+ * runs, SIGCHLD, SIGINT, SIGTERM and SIGHUP are blocked and come on sfd.
+ * CMD leads a process group of its own (group) unless we are in the
+ * foreground of our controlling terminal; see ctl-run.c. */
 struct ctl_child {
     const char *what;
     pid_t pid;
@@ -131,6 +143,11 @@ struct ctl_child {
     bool exited;                /* reaped: wstatus holds how it ended */
     int wstatus;
     bool interrupted;           /* SIGINT, SIGTERM or SIGHUP came */
+    bool group;                 /* CMD's pid is its process group's id */
+    bool subreaper;             /* we inherit the group's orphans */
+    bool signalled;             /* we signalled the group */
+    int64_t settle_until;       /* once exited: the end of the grace */
+    bool settled;               /* the group is empty, or was killed */
     sigset_t old;               /* the mask to restore */
     bool ignore_sigpipe;
     void (*old_pipe)(int);      /* SIGPIPE's disposition, when ignored */
@@ -149,12 +166,22 @@ bool ctl_child_env(const char *what, const char *const *vars);
  * close-on-exec. */
 int ctl_child_start(struct ctl_child *ch, const char *what, char **cmd,
                     int stdout_fd, bool ignore_sigpipe);
-/* When sfd is readable: forwards SIGINT/SIGTERM/SIGHUP sent to us alone
- * (not those from the terminal, which CMD got too) and reaps CMD. */
+/* When sfd is readable: forwards SIGINT/SIGTERM/SIGHUP (in our own
+ * group: only those sent to us alone, not the terminal's, which CMD got
+ * too) and reaps. */
 void ctl_child_signals(struct ctl_child *ch);
-/* Sends sig and waits for CMD to end. */
+/* Sends sig to CMD's group (sharing ours: to CMD alone, while it runs). */
+void ctl_child_kill(struct ctl_child *ch, int sig);
+/* The condition of the wait loops: true while CMD runs and, after we
+ * signalled its group, until the rest of the group is gone (SIGKILL at the
+ * end of CTL_GRACE_MS).  Call it after each wake-up. */
+bool ctl_child_running(struct ctl_child *ch);
+/* The poll() timeout that ctl_child_running needs: -1 (none) or ms. */
+int ctl_child_poll_ms(const struct ctl_child *ch);
+/* Sends sig, waits for CMD to end, then SIGKILLs the rest of its group. */
 void ctl_child_stop(struct ctl_child *ch, int sig);
-/* After CMD ended: drops pending signals, restores the mask (and SIGPIPE). */
+/* After CMD ended: drops pending signals, restores the mask (and SIGPIPE),
+ * stops being a subreaper. */
 void ctl_child_end(struct ctl_child *ch);
 /* A wait status as a shell reports it: the exit status, or 128+N when
  * killed by signal N. */
@@ -194,8 +221,9 @@ struct ctl_hold {
  * "no reason given"). */
 void ctl_hold_lost(struct ctl_hold *h, const char *p, size_t n);
 /* Runs cmd with the variables env (as ctl_child_env) while keeping the
- * hold: renews it, sends CMD SIGTERM when it is lost (and says so),
- * releases it when CMD ends.  Returns coordctl's exit status: CMD's, 1
+ * hold: renews it, sends CMD's group SIGTERM when it is lost (and says so),
+ * releases it when CMD ends (and, after a stop, the rest of its group).
+ * Returns coordctl's exit status: CMD's, 1
  * instead of 0 when the hold was lost.  Callbacks may still point at h:
  * close the connection before h goes away. */
 int ctl_hold_run(struct ctl_hold *h, const char *const *env, char **cmd);

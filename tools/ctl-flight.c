@@ -170,12 +170,23 @@ static int run_owner(struct once *o, char **cmd)
     o->stdout_ok = true;
     bool pipe_open = true, term_sent = false;
     int64_t kill_at = -1;
-    while (!ch.exited || pipe_open) {
+    while (ctl_child_running(&ch) || pipe_open) {
+        /* CMD ended but something it started holds its stdout: the
+         * result is what came until now */
+        if (ch.exited && pipe_open && ctl_mono_ms() >= ch.settle_until) {
+            if (!ch.signalled)
+                fprintf(stderr, "coordctl: once: %s: the command ended but its stdout "
+                                "stays open (a background process?): not waiting for "
+                                "the rest\n", o->shown);
+            close(pfd[0]);
+            pipe_open = false;
+            continue;
+        }
         if (o->aborted && !term_sent && !ch.exited) {
             fprintf(stderr, "coordctl: once: %s: the owner's time (--ttl) is up: "
                             "stopping the command; another caller takes over\n",
                     o->shown);
-            kill(ch.pid, SIGTERM);
+            ctl_child_kill(&ch, SIGTERM);
             term_sent = true;
             kill_at = ctl_mono_ms() + ONCE_KILL_AFTER_MS;
         }
@@ -184,10 +195,14 @@ static int run_owner(struct once *o, char **cmd)
             { .fd = pipe_open ? pfd[0] : -1, .events = POLLIN },
             { .fd = o->conn_ok ? coord_fd(c) : -1, .events = POLLIN },
         };
-        int timeout = -1;
-        if (kill_at >= 0 && !ch.exited) {
-            int64_t left = kill_at - ctl_mono_ms();
-            timeout = left < 0 ? 0 : (int)left;
+        int timeout = ctl_child_poll_ms(&ch);
+        int64_t wake = kill_at >= 0 && !ch.exited ? kill_at
+                     : ch.exited && pipe_open ? ch.settle_until : -1;
+        if (wake >= 0) {
+            int64_t left = wake - ctl_mono_ms();
+            int t = left < 0 ? 0 : left > 1000000000 ? 1000000000 : (int)left;
+            if (timeout < 0 || t < timeout)
+                timeout = t;
         }
         int n = poll(p, 3, timeout);
         if (n < 0 && errno != EINTR) {
@@ -195,7 +210,7 @@ static int run_owner(struct once *o, char **cmd)
             break;
         }
         if (kill_at >= 0 && !ch.exited && ctl_mono_ms() >= kill_at) {
-            kill(ch.pid, SIGKILL);
+            ctl_child_kill(&ch, SIGKILL);
             kill_at = -1;
         }
         if (n <= 0)
@@ -220,7 +235,7 @@ static int run_owner(struct once *o, char **cmd)
                             "the result will not be shared\n", o->shown);
         }
     }
-    if (!ch.exited)                /* poll failed */
+    if (ctl_child_running(&ch))    /* poll failed */
         ctl_child_stop(&ch, SIGKILL);
     if (pipe_open)
         close(pfd[0]);

@@ -4,17 +4,38 @@
  *
  * SIGCHLD and the signals forwarded to CMD (SIGINT, SIGTERM, SIGHUP) are
  * blocked and read from a signalfd, so one poll() waits for them together
- * with the broker connection.  A signal from the terminal (SI_KERNEL) went
- * to the whole foreground process group, CMD included: only what was sent
- * to coordctl alone is forwarded. */
+ * with the broker connection.
+ *
+ * Process groups, like timeout(1): CMD leads a process group of its own
+ * (setpgid in the child and in the parent, so no signal can come before
+ * it exists), and every signal we send or forward goes to the whole group,
+ * so `sh -c 'sleep 30 & wait'` stops with its children.  We wait for CMD
+ * itself (its status is what we report), not for the rest of the group,
+ * except after we signalled it: then what is left of the group gets
+ * CTL_GRACE_MS to end and SIGKILL after, so nothing of CMD outlives the
+ * hold it was stopped for.  We are the subreaper of CMD's orphans while
+ * it runs, to reap them: a zombie still counts as a member of its group,
+ * and init need not reap (in a container).
+ *
+ * The exception is a coordctl in the foreground of its controlling
+ * terminal (an interactive shell, or a script run from one): a CMD in
+ * another group could not read the terminal (SIGTTIN) nor set it up
+ * (SIGTTOU), so CMD stays in our group, as with `timeout --foreground`.
+ * The terminal's own signals (^C, ^\, hangup) reach the whole group there
+ * anyway, so only what was sent to coordctl alone is forwarded, to CMD
+ * alone (the group is the shell's job, a pipeline's other commands too):
+ * CMD's children are not stopped for it, nor on a loss. */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 #include "coordctl.h"
 
@@ -46,12 +67,25 @@ bool ctl_child_env(const char *what, const char *const *vars)
     return true;
 }
 
+/* True when we are in the foreground process group of our controlling
+ * terminal (none: false). */
+static bool in_terminal_foreground(void)
+{
+    int fd = open("/dev/tty", O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    pid_t fg = tcgetpgrp(fd);
+    close(fd);
+    return fg >= 0 && fg == getpgrp();
+}
+
 int ctl_child_start(struct ctl_child *ch, const char *what, char **cmd,
                     int stdout_fd, bool ignore_sigpipe)
 {
     memset(ch, 0, sizeof *ch);
     ch->what = what;
     ch->ignore_sigpipe = ignore_sigpipe;
+    ch->group = !in_terminal_foreground();
     /* SIGCHLD must not be SIG_IGN (children would be reaped behind our
      * back) */
     signal(SIGCHLD, SIG_DFL);
@@ -73,11 +107,16 @@ int ctl_child_start(struct ctl_child *ch, const char *what, char **cmd,
         return -1;
     }
 
+    /* failing, the group's orphans go to init, which reaps them (or not:
+     * then the grace after a stop runs out) */
+    ch->subreaper = ch->group && prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
     fflush(stdout);
     fflush(stderr);
     ch->pid = fork();
     if (ch->pid < 0) {
         fprintf(stderr, "coordctl: %s: fork: %s\n", what, strerror(errno));
+        if (ch->subreaper)
+            prctl(PR_SET_CHILD_SUBREAPER, 0);
         close(ch->sfd);
         sigprocmask(SIG_SETMASK, &ch->old, NULL);
         if (ignore_sigpipe)
@@ -87,6 +126,8 @@ int ctl_child_start(struct ctl_child *ch, const char *what, char **cmd,
     if (ch->pid == 0) {
         /* the broker socket and the signalfd are close-on-exec (and so
          * must be the caller's other descriptors) */
+        if (ch->group)
+            setpgid(0, 0);
         sigprocmask(SIG_SETMASK, &ch->old, NULL);
         if (ignore_sigpipe)
             signal(SIGPIPE, ch->old_pipe);
@@ -97,7 +138,53 @@ int ctl_child_start(struct ctl_child *ch, const char *what, char **cmd,
         fprintf(stderr, "coordctl: %s: %s: %s\n", what, cmd[0], strerror(e));
         _exit(e == ENOENT ? 127 : 126);
     }
+    /* the child does it too: whichever runs first, the group exists before
+     * we signal it (EACCES: the child has already run exec) */
+    if (ch->group && setpgid(ch->pid, ch->pid) < 0 && errno != EACCES) {
+        fprintf(stderr, "coordctl: %s: setpgid: %s\n", what, strerror(errno));
+        ch->group = false;
+    }
     return 0;
+}
+
+void ctl_child_kill(struct ctl_child *ch, int sig)
+{
+    if (ch->group) {
+        /* after CMD's exit its pid stays the group's id while members
+         * are left (it is not reused meanwhile) */
+        ch->signalled = true;
+        kill(-ch->pid, sig);
+        /* a CMD that moved to a group or session of its own */
+        if (!ch->exited && getpgid(ch->pid) != ch->pid)
+            kill(ch->pid, sig);
+    } else if (!ch->exited) {
+        kill(ch->pid, sig);
+    }
+}
+
+/* Reaps CMD (waiting for it unless flags is WNOHANG) and, without
+ * waiting, any other child: as their subreaper we inherit the orphans of
+ * CMD's group, and their zombies would still count as the group's. */
+static void reap(struct ctl_child *ch, int flags)
+{
+    pid_t r;
+    while (!ch->exited && (r = waitpid(ch->pid, &ch->wstatus, flags)) != 0) {
+        if (r == ch->pid) {
+            ch->exited = true;
+            ch->settle_until = ctl_mono_ms() + CTL_GRACE_MS;
+        } else if (errno != EINTR) {
+            break;
+        }
+    }
+    if (!ch->subreaper)
+        return;
+    int st;
+    while ((r = waitpid(-1, &st, WNOHANG)) > 0 || (r < 0 && errno == EINTR))
+        if (r == ch->pid && !ch->exited) {
+            ch->wstatus = st;
+            ch->exited = true;
+            ch->settle_until = ctl_mono_ms() + CTL_GRACE_MS;
+        }
 }
 
 void ctl_child_signals(struct ctl_child *ch)
@@ -107,24 +194,51 @@ void ctl_child_signals(struct ctl_child *ch)
         if (si.ssi_signo == SIGCHLD)
             continue;
         ch->interrupted = true;
-        if (si.ssi_code != SI_KERNEL && !ch->exited)
-            kill(ch->pid, (int)si.ssi_signo);
+        /* in our group, the terminal's signals reached CMD already */
+        if (ch->group || si.ssi_code != SI_KERNEL)
+            ctl_child_kill(ch, (int)si.ssi_signo);
     }
-    pid_t r;
-    while (!ch->exited && (r = waitpid(ch->pid, &ch->wstatus, WNOHANG)) != 0) {
-        if (r == ch->pid)
-            ch->exited = true;
-        else if (errno != EINTR)
-            break;
+    reap(ch, WNOHANG);
+}
+
+bool ctl_child_running(struct ctl_child *ch)
+{
+    if (!ch->exited)
+        return true;
+    if (!ch->group || !ch->signalled || ch->settled)
+        return false;
+    reap(ch, WNOHANG);
+    /* ESRCH: the group is empty; EPERM: nothing left we may signal */
+    if (kill(-ch->pid, 0) < 0) {
+        ch->settled = true;
+        return false;
     }
+    if (ctl_mono_ms() >= ch->settle_until) {
+        kill(-ch->pid, SIGKILL);
+        ch->settled = true;
+        return false;
+    }
+    return true;
+}
+
+int ctl_child_poll_ms(const struct ctl_child *ch)
+{
+    if (!ch->exited || !ch->group || !ch->signalled || ch->settled)
+        return -1;
+    int64_t left = ch->settle_until - ctl_mono_ms();
+    if (left < 0)
+        return 0;
+    return left < CTL_SETTLE_POLL_MS ? (int)left : CTL_SETTLE_POLL_MS;
 }
 
 void ctl_child_stop(struct ctl_child *ch, int sig)
 {
-    kill(ch->pid, sig);
-    while (waitpid(ch->pid, &ch->wstatus, 0) < 0 && errno == EINTR)
-        ;
+    ctl_child_kill(ch, sig);
+    reap(ch, 0);
     ch->exited = true;
+    if (ch->group)
+        kill(-ch->pid, SIGKILL);    /* no loop left to give them a grace */
+    ch->settled = true;
 }
 
 void ctl_child_end(struct ctl_child *ch)
@@ -137,6 +251,8 @@ void ctl_child_end(struct ctl_child *ch)
     sigprocmask(SIG_SETMASK, &ch->old, NULL);
     if (ch->ignore_sigpipe)
         signal(SIGPIPE, ch->old_pipe);
+    if (ch->subreaper)
+        prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
 int ctl_exit_code(int wstatus)
@@ -226,21 +342,23 @@ int ctl_hold_run(struct ctl_hold *h, const char *const *env, char **cmd)
         conn_ok = false;
         conn_lost(h);
     }
-    while (!ch.exited) {
-        if (h->lost && !term_sent) {
+    while (ctl_child_running(&ch)) {
+        if (h->lost && !term_sent && !ch.exited) {
             announce_lost(h);
-            kill(ch.pid, SIGTERM);
+            ctl_child_kill(&ch, SIGTERM);
             term_sent = true;
         }
         struct pollfd p[2] = {
             { .fd = ch.sfd, .events = POLLIN },
             { .fd = conn_ok ? coord_fd(c) : -1, .events = POLLIN },
         };
-        int timeout = -1;
+        int timeout = ctl_child_poll_ms(&ch);
         bool renewing = next_renew >= 0 && conn_ok && !h->lost;
         if (renewing) {
             int64_t left = next_renew - ctl_mono_ms();
-            timeout = left < 0 ? 0 : left > 1000000000 ? 1000000000 : (int)left;
+            int t = left < 0 ? 0 : left > 1000000000 ? 1000000000 : (int)left;
+            if (timeout < 0 || t < timeout)
+                timeout = t;
         }
         int n = poll(p, 2, timeout);
         if (n < 0) {

@@ -465,8 +465,8 @@ static void test_ttl_takeover(void)
     uint64_t t0 = now_ms();
     CHECK_EQ_U(ctl_run(NULL, wait1, NULL), 1);
     CHECK(now_ms() - t0 < 5000);
-    kill(-owner.pid, SIGKILL);
-    child_status(owner.pid, T);
+    kill(owner.pid, SIGTERM);         /* reaches its command's group */
+    CHECK_EQ_U(child_status(owner.pid, T), 128 + SIGTERM);
     coord_close(mon);
     stop();
 }
@@ -736,8 +736,8 @@ static void test_ctl_tables(void)
     CHECK(has(out, "\"key\":\"busy/key\""));
     CHECK(has(out, "\"followers\":1"));
     free(out);
-    kill(-owner.pid, SIGKILL);
-    child_status(owner.pid, T);
+    kill(owner.pid, SIGTERM);         /* reaches its command's group */
+    CHECK_EQ_U(child_status(owner.pid, T), 128 + SIGTERM);
     CHECK_EQ_U(child_status(f.pid, T), 0);      /* promoted, ran true */
 
     /* records: two in the default scope, one in another */
