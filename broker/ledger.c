@@ -387,6 +387,21 @@ static int allocate_lock_file(const char *dir, char *err, size_t errsize)
     return 0;
 }
 
+/* A start that began to create the ledger and failed leaves nothing behind
+ * that the next start would take for a damaged or lost ledger. */
+static void forget_creation(const char *dir, enum prior prior)
+{
+    char path[4200];
+    if (prior == PRIOR_DATA)
+        return;
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    unlink(path);
+    if (prior == PRIOR_NONE) {
+        snprintf(path, sizeof path, "%s/lock.mdb", dir);
+        unlink(path);
+    }
+}
+
 static void destroy(struct ledger *l)
 {
     if (l->env)
@@ -423,8 +438,12 @@ int ledger_open(struct ledger **out, const char *dir, uint64_t max_size,
     char path[4200];
     snprintf(path, sizeof path, "%s/data.mdb", dir);
     enum prior prior;
-    if (inspect_data_file(dir, &prior, err, errsize) < 0 ||
-        allocate_lock_file(dir, err, errsize) < 0) {
+    if (inspect_data_file(dir, &prior, err, errsize) < 0) {
+        destroy(l);
+        return -1;
+    }
+    if (allocate_lock_file(dir, err, errsize) < 0) {
+        forget_creation(dir, prior);
         destroy(l);
         return -1;
     }
@@ -440,14 +459,8 @@ int ledger_open(struct ledger **out, const char *dir, uint64_t max_size,
         else
             snprintf(err, errsize, "cannot open the ledger in %s: %s", dir,
                      storage_strerror(dir, rc));
-        /* a ledger this start began to create is unusable half-written:
-         * remove it so the next start (with space again) begins afresh */
-        if (prior != PRIOR_DATA)
-            unlink(path);
-        if (prior == PRIOR_NONE) {
-            snprintf(path, sizeof path, "%s/lock.mdb", dir);
-            unlink(path);
-        }
+        /* half-created, it would be refused as damaged next time */
+        forget_creation(dir, prior);
         destroy(l);
         return -1;
     }
