@@ -94,7 +94,15 @@ static const char *db_names[DB_COUNT] = {
 MDB_dbi ledger_dbi(struct ledger *l, enum ledger_db db) { return l->dbi[db]; }
 uint64_t ledger_batches(const struct ledger *l) { return l->batches; }
 uint64_t ledger_jobs(const struct ledger *l) { return l->jobs; }
-uint64_t ledger_map_size(const struct ledger *l) { return l->map_size; }
+
+/* map_size changes on the writer thread, under the resize lock */
+uint64_t ledger_map_size(struct ledger *l)
+{
+    pthread_rwlock_rdlock(&l->resize);
+    uint64_t n = l->map_size;
+    pthread_rwlock_unlock(&l->resize);
+    return n;
+}
 
 uint64_t ledger_data_limit_hits(struct ledger *l)
 {
@@ -470,6 +478,7 @@ int ledger_open(struct ledger **out, const char *dir, uint64_t max_size,
     MDB_stat mst;
     mdb_filehandle_t fd;
     struct stat st;
+    memset(&st, 0, sizeof st);
     if ((rc = mdb_env_info(l->env, &info)) || (rc = mdb_env_stat(l->env, &mst)) ||
         (rc = mdb_env_get_fd(l->env, &fd))) {
         snprintf(err, errsize, "cannot read the ledger in %s: %s", dir, mdb_strerror(rc));

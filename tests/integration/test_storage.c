@@ -571,10 +571,12 @@ static void test_fd_limit_refusals_counted(void)
     uint8_t *store = NULL;
     for (int i = 0; i < FD_CLIENTS; i++) {
         /* the first frame: the hello reply of an accepted connection,
-         * LIMIT (rid 0) for a refused one */
+         * LIMIT (rid 0) for a refused one, which may be closed before the
+         * hello is sent (EPIPE: the frame is still there to read) */
         fds[i] = raw_connect(bp.sock);
-        if (fds[i] < 0 || send_hello(fds[i], 7) != 0 ||
-            raw_recv(fds[i], T, &m, &store) != 0) {
+        if (fds[i] >= 0)
+            send_hello(fds[i], 7);
+        if (fds[i] < 0 || raw_recv(fds[i], T, &m, &store) != 0) {
             other++;
             continue;
         }
