@@ -439,6 +439,13 @@ static void test_data_size_limit(void)
     rcl_send(c);
     CHECK(rcl_reply(c, 3, T, &m) == 0 && msg_ok(&m));
     CHECK(msg_uint(&m, "data_limit_hits") >= 1);
+    /* a purge at the cap still works and gives the space back (LMDB
+     * reuses it once a later commit has gone through) */
+    e = rcl_begin(c, "record.purge", 4);
+    rcl_send(c);
+    CHECK(rcl_reply(c, 4, T, &m) == 0 && msg_ok(&m) && msg_uint(&m, "deleted") == (uint64_t)stored);
+    CHECK(store_record(c, 600, "small", 10) == 0);
+    CHECK(store_record(c, 602, "big-again", 64 << 10) == 0);
     /* a second client is served too */
     struct rcl *d = connect_or_exit(&bp, NULL);
     CHECK(rcl_sync(d) == 0);
