@@ -139,13 +139,14 @@ int broker_run(struct broker_options *opt)
     }
 
     b->loop = uv_default_loop();
-    if (ledger_open(&b->ledger, b->opt.data_dir, b->loop, err, sizeof err) < 0) {
+    if (ledger_open(&b->ledger, b->opt.data_dir, b->opt.max_data_size, b->loop,
+                    err, sizeof err) < 0) {
         log_event(LOG_ERROR, "broker.start_failed", "error=\"%s\"", err);
         return 1;
     }
-    b->epoch = ledger_next_epoch(b->ledger);
+    b->epoch = ledger_next_epoch_err(b->ledger, err, sizeof err);
     if (b->epoch == 0) {
-        log_event(LOG_ERROR, "broker.start_failed", "error=\"cannot store the epoch\"");
+        log_event(LOG_ERROR, "broker.start_failed", "error=\"%s\"", err);
         return 1;
     }
     if (tables_init(b) < 0 || listener_start(b, err, sizeof err) < 0) {
@@ -171,9 +172,10 @@ int broker_run(struct broker_options *opt)
     broker_conn_count_changed(b);
 
     log_event(LOG_INFO, "broker.start",
-              "pid=%d epoch=%llu socket=\"%s\" data=\"%s\" max_conns=%u",
+              "pid=%d epoch=%llu socket=\"%s\" data=\"%s\" max_conns=%u "
+              "max_data_size=%llu",
               (int)getpid(), (unsigned long long)b->epoch, b->opt.socket_path,
-              b->opt.data_dir, b->opt.max_conns);
+              b->opt.data_dir, b->opt.max_conns, (unsigned long long)b->opt.max_data_size);
     write_ready(b->opt.ready_fd);
 
     uv_run(b->loop, UV_RUN_DEFAULT);

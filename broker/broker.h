@@ -18,6 +18,9 @@
 
 struct ledger;
 
+/* One kind of rate-limited log line (log_rate_pass, log.c). */
+struct log_rate { uint64_t next_ms; uint64_t suppressed; };
+
 struct broker_options {
     char socket_path[128];
     char data_dir[4096];
@@ -29,6 +32,7 @@ struct broker_options {
     unsigned max_pending;          /* waiting requests per connection */
     size_t max_outbuf;             /* bytes queued to one client */
     unsigned handshake_ms;
+    uint64_t max_data_size;        /* LMDB map cap, bytes */
 };
 
 /* Counters reported by `stats`.  Keep names in sync with stats.c. */
@@ -36,6 +40,7 @@ struct broker_stats {
     uint64_t conns_accepted;
     uint64_t conns_rejected_peer;   /* other uid */
     uint64_t conns_rejected_limit;  /* max_conns */
+    uint64_t conns_rejected_fd;     /* accept at the fd limit (EMFILE/ENFILE) */
     uint64_t bad_frames;
     uint64_t bad_requests;
     uint64_t handshake_timeouts;
@@ -122,8 +127,14 @@ struct broker {
     struct broker_stats stats;
     uint64_t requests_by_op[64];
 
-    uv_pipe_t listener;
+    uv_pipe_t listener;           /* unused: listener.c accepts by itself */
     bool listening;
+    int listen_fd;                /* the listening socket */
+    bool bound_socket;            /* we bound it (not socket-activated) */
+    uv_poll_t listen_poll;
+    int reserve_fd;               /* spent to refuse a peer at the fd limit */
+    uv_timer_t accept_retry;
+    struct log_rate fd_limit_log;
     int lock_fd;                  /* flock'ed file beside the socket */
     uv_signal_t sig_term, sig_int;
     uv_prepare_t flush_prepare;
@@ -223,5 +234,15 @@ extern int log_min_level;
 int log_parse_level(const char *s);
 void log_event(int level, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Makes path (size-capped, rotated to path.1) the log and fd 2.  0 or -1
+ * with err. */
+int log_to_file(const char *path, char *err, size_t errsize);
+/* True when fd 2 is /dev/null or closed: nobody would read the log. */
+bool log_stderr_is_null(void);
+/* At most one line per LOG_RATE_INTERVAL_MS for one kind of event: true
+ * when this one (n occurrences) may be logged, with *suppressed set to
+ * those not logged since the last line.  One thread per log_rate. */
+#define LOG_RATE_INTERVAL_MS 1000
+bool log_rate_pass(struct log_rate *r, uint64_t n, uint64_t *suppressed);
 
 #endif

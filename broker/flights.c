@@ -305,7 +305,7 @@ static void completion_done(struct ledger_job *job, int status)
     if (conn_alive(cp->owner)) {
         if (status)
             conn_reply_error(cp->owner, cp->rid, COORD_ESTORAGE,
-                             "result delivered but the record was not stored");
+                             ledger_job_message(job, "result delivered but the record was not stored"));
         else
             reply_delivered(cp->owner, cp->rid, n);
     }

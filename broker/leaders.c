@@ -256,7 +256,7 @@ static void bump_done(struct ledger_job *job, int status)
                 ws->disabled = true;
             conn_reply_error(cp->conn, cp->p.rid, status ? status : COORD_EABORTED,
                              status == COORD_EDISABLED ? "workstream is disabled"
-                             : status ? "cannot store the generation"
+                             : status ? ledger_job_message(job, "cannot store the generation")
                              : "leadership was stolen before it was granted");
         }
         if (cp->lock)
@@ -596,7 +596,7 @@ static void commit_done(struct ledger_job *job, int status)
     if (conn_alive(cj->conn)) {
         if (status) {
             conn_reply_error(cj->conn, cj->rid, status,
-                             status == COORD_EFENCED ? "generation is stale" : NULL);
+                             status == COORD_EFENCED ? "generation is stale" : job->why);
         } else {
             coord_enc e;
             conn_enc_begin_reply(cj->conn, &e, cj->rid);
@@ -773,7 +773,7 @@ static void switch_done(struct ledger_job *job, int status)
     }
     if (conn_alive(sj->conn)) {
         if (status) {
-            conn_reply_error(sj->conn, sj->rid, status, NULL);
+            conn_reply_error(sj->conn, sj->rid, status, job->why);
         } else {
             coord_enc e;
             conn_enc_begin_reply(sj->conn, &e, sj->rid);

@@ -1,12 +1,26 @@
-/* ledger.c - LMDB environment, the writer thread and its group commit. */
+/* ledger.c - LMDB environment, the writer thread and its group commit.
+ *
+ * Storage that is damaged, missing or full must give a clear error, never a
+ * signal.  LMDB reads through a shared map, so a page missing from a
+ * truncated data.mdb is a SIGBUS at its first read: ledger_open compares
+ * the file with the last page its meta page names before anything else is
+ * read.  Data pages are written with pwrite (no MDB_WRITEMAP), so a full
+ * disk is an error return; the one file LMDB writes through a map is
+ * lock.mdb, which it only ftruncates (sparse), so on a full disk its first
+ * store would be a SIGBUS: ledger_open allocates it for real first.  The
+ * map is capped at --max-data-size: past it a job fails with STORAGE and
+ * says why, and the rest of its batch still commits. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
+#include <unistd.h>
 #include "broker.h"
 #include "errors.h"
 #include "ledger.h"
@@ -17,7 +31,21 @@
  * PostgreSQL's commit_delay), and only while others are committing too. */
 #define LINGER_NS 250000
 #define LINGER_GAP_NS 40000
+/* lock.mdb holds LMDB's reader table: 8 KiB for its default 126 readers on
+ * x86-64.  Allocating more only gives it more reader slots. */
+#define LOCK_FILE_BYTES (16u << 10)
+/* LMDB reports a short write as EIO: with less free space than this left
+ * in the data dir, that EIO is a full disk and the message says so. */
+#define LOW_SPACE_BYTES (256u << 10)
+/* Grow-and-retry rounds for one batch (doubling from 256 MiB, this reaches
+ * any cap). */
+#define MAX_ATTEMPTS 64
 
+static const char msg_no_space[] = "no space left on device";
+
+/* The linger deadlines are on CLOCK_MONOTONIC (the condvar is created for
+ * it): on CLOCK_REALTIME a clock stepped back after the deadline was taken
+ * would hold every queued commit until the wall clock caught up. */
 static struct timespec ts_add(struct timespec t, long ns)
 {
     t.tv_nsec += ns;
@@ -37,10 +65,15 @@ struct ledger {
     MDB_env *env;
     MDB_dbi dbi[DB_COUNT];
     size_t map_size;
+    size_t max_size;              /* --max-data-size */
+    char *dir;                    /* owned */
+    char limit_msg[96];           /* a job's why at the cap */
+    uint64_t limit_hits;          /* under mu */
+    struct log_rate limit_log;    /* writer thread only */
 
     pthread_t thread;
     pthread_mutex_t mu;
-    pthread_cond_t cond;
+    pthread_cond_t cond;          /* on CLOCK_MONOTONIC */
     /* resizing the map needs every transaction of the process closed */
     pthread_rwlock_t resize;
     struct ledger_job *queue_head, *queue_tail;
@@ -62,6 +95,40 @@ MDB_dbi ledger_dbi(struct ledger *l, enum ledger_db db) { return l->dbi[db]; }
 uint64_t ledger_batches(const struct ledger *l) { return l->batches; }
 uint64_t ledger_jobs(const struct ledger *l) { return l->jobs; }
 
+/* map_size changes on the writer thread, under the resize lock */
+uint64_t ledger_map_size(struct ledger *l)
+{
+    pthread_rwlock_rdlock(&l->resize);
+    uint64_t n = l->map_size;
+    pthread_rwlock_unlock(&l->resize);
+    return n;
+}
+
+uint64_t ledger_data_limit_hits(struct ledger *l)
+{
+    pthread_mutex_lock(&l->mu);
+    uint64_t n = l->limit_hits;
+    pthread_mutex_unlock(&l->mu);
+    return n;
+}
+
+static bool disk_nearly_full(const char *dir)
+{
+    struct statvfs sv;
+    if (statvfs(dir, &sv) < 0)
+        return false;
+    unsigned long long blocks = geteuid() == 0 ? sv.f_bfree : sv.f_bavail;
+    return blocks * sv.f_frsize < LOW_SPACE_BYTES;
+}
+
+/* An error of LMDB or of the system as a person should read it. */
+static const char *storage_strerror(const char *dir, int rc)
+{
+    if (rc == ENOSPC || (rc == EIO && disk_nearly_full(dir)))
+        return msg_no_space;
+    return mdb_strerror(rc);
+}
+
 int ledger_read_begin(struct ledger *l, MDB_txn **txn)
 {
     pthread_rwlock_rdlock(&l->resize);
@@ -77,30 +144,63 @@ void ledger_read_end(struct ledger *l, MDB_txn *txn)
     pthread_rwlock_unlock(&l->resize);
 }
 
+/* Doubles the map, up to max_size.  0 grown, -1 at the cap, or an MDB
+ * error. */
 static int grow_map(struct ledger *l)
 {
+    if (l->map_size >= l->max_size)
+        return -1;
     pthread_rwlock_wrlock(&l->resize);
     size_t want = l->map_size * 2;
+    if (want > l->max_size || want < l->map_size)
+        want = l->max_size;
     int rc = mdb_env_set_mapsize(l->env, want);
     if (rc == 0)
         l->map_size = want;
     pthread_rwlock_unlock(&l->resize);
-    log_event(rc ? LOG_ERROR : LOG_INFO, "ledger.grow", "map_size=%zu rc=%d",
-              l->map_size, rc);
+    log_event(rc ? LOG_ERROR : LOG_INFO, "ledger.grow", "map_size=%zu max=%zu rc=%d",
+              l->map_size, l->max_size, rc);
     return rc;
 }
 
-/* Runs one batch to a durable commit.  Every job gets its status. */
+static void count_limit(struct ledger *l, unsigned refused)
+{
+    uint64_t suppressed;
+    pthread_mutex_lock(&l->mu);
+    l->limit_hits += refused;
+    pthread_mutex_unlock(&l->mu);
+    if (log_rate_pass(&l->limit_log, refused, &suppressed))
+        log_event(LOG_ERROR, "ledger.data_limit",
+                  "error=\"%s\" map_size=%zu refused=%u suppressed=%llu",
+                  l->limit_msg, l->map_size, refused, (unsigned long long)suppressed);
+}
+
+static unsigned fail_all(struct ledger_job *batch, const char *why)
+{
+    unsigned n = 0;
+    for (struct ledger_job *j = batch; j; j = j->next, n++) {
+        j->status = COORD_ESTORAGE;
+        j->why = why;
+    }
+    return n;
+}
+
+/* Runs one batch to a durable commit.  Every job gets its status.  A job
+ * that fills the map makes the batch grow it and run again; once the map
+ * is at its cap, that job alone fails (its nested transaction is dropped)
+ * and the others commit. */
 static void run_batch(struct ledger *l, struct ledger_job *batch)
 {
-    for (int attempt = 0; attempt < 8; attempt++) {
+    for (int attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
         MDB_txn *txn;
         int rc;
+        bool at_cap = l->map_size >= l->max_size;
+        unsigned refused = 0;
         pthread_rwlock_rdlock(&l->resize);
         rc = mdb_txn_begin(l->env, NULL, 0, &txn);
-        int map_full = 0;
         for (struct ledger_job *j = batch; rc == 0 && j; j = j->next) {
             MDB_txn *child;
+            j->why = NULL;
             rc = mdb_txn_begin(l->env, txn, 0, &child);
             if (rc)
                 break;
@@ -109,10 +209,14 @@ static void run_batch(struct ledger *l, struct ledger_job *batch)
                 rc = mdb_txn_commit(child);
             } else {
                 mdb_txn_abort(child);
-                if (st == MDB_MAP_FULL)
+                if (st == MDB_MAP_FULL && !at_cap) {
                     rc = MDB_MAP_FULL;
-                else if (st > 0)
-                    st = COORD_ESTORAGE;
+                } else if (st == MDB_MAP_FULL) {
+                    j->why = l->limit_msg;
+                    refused++;
+                } else if (st > 0) {
+                    j->why = storage_strerror(l->dir, st);
+                }
             }
             j->status = st > 0 ? COORD_ESTORAGE : st;
         }
@@ -122,20 +226,25 @@ static void run_batch(struct ledger *l, struct ledger_job *batch)
             mdb_txn_abort(txn);
         pthread_rwlock_unlock(&l->resize);
         if (rc == MDB_MAP_FULL) {
-            map_full = 1;
-            if (grow_map(l) == 0)
+            int g = grow_map(l);
+            if (g == 0)
                 continue;
+            if (g < 0) {                  /* the commit itself met the cap */
+                count_limit(l, fail_all(batch, l->limit_msg));
+                return;
+            }
+            rc = g;
         }
+        if (refused)
+            count_limit(l, refused);
         if (rc) {
-            log_event(LOG_ERROR, "ledger.commit_failed", "rc=%d error=\"%s\"%s",
-                      rc, mdb_strerror(rc), map_full ? " map_full=1" : "");
-            for (struct ledger_job *j = batch; j; j = j->next)
-                j->status = COORD_ESTORAGE;
+            const char *why = storage_strerror(l->dir, rc);
+            log_event(LOG_ERROR, "ledger.commit_failed", "rc=%d error=\"%s\"", rc, why);
+            fail_all(batch, why);
         }
         return;
     }
-    for (struct ledger_job *j = batch; j; j = j->next)
-        j->status = COORD_ESTORAGE;
+    fail_all(batch, NULL);
 }
 
 static void *writer_main(void *arg)
@@ -152,7 +261,7 @@ static void *writer_main(void *arg)
         unsigned expect = l->last_batch + l->prev_batch;
         if (l->last_batch >= 2 && l->queued < expect && !l->stopping) {
             struct timespec now, until, gap;
-            clock_gettime(CLOCK_REALTIME, &now);
+            clock_gettime(CLOCK_MONOTONIC, &now);
             until = ts_add(now, LINGER_NS);
             while (l->queued < expect && !l->stopping) {
                 unsigned before = l->queued;
@@ -160,7 +269,7 @@ static void *writer_main(void *arg)
                 if (ts_before(until, gap))
                     gap = until;
                 int rc = pthread_cond_timedwait(&l->cond, &l->mu, &gap);
-                clock_gettime(CLOCK_REALTIME, &now);
+                clock_gettime(CLOCK_MONOTONIC, &now);
                 if ((rc == ETIMEDOUT && l->queued == before) || !ts_before(now, until))
                     break;
             }
@@ -234,33 +343,168 @@ void ledger_submit(struct ledger *l, struct ledger_job *job)
     pthread_mutex_unlock(&l->mu);
 }
 
-int ledger_open(struct ledger **out, const char *dir, uv_loop_t *loop,
-                char *err, size_t errsize)
+/* What was found in dir before LMDB opened it. */
+enum prior { PRIOR_NONE, PRIOR_DATA, PRIOR_EMPTY, PRIOR_MISSING };
+
+/* Looks at data.mdb before LMDB does.  Returns 0 or -1 with err. */
+static int inspect_data_file(const char *dir, enum prior *prior, char *err, size_t errsize)
+{
+    char path[4200], lockpath[4200];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    snprintf(lockpath, sizeof lockpath, "%s/lock.mdb", dir);
+    if (stat(path, &st) == 0) {
+        if (!S_ISREG(st.st_mode)) {
+            snprintf(err, errsize, "%s is not a regular file", path);
+            return -1;
+        }
+        *prior = st.st_size == 0 ? PRIOR_EMPTY : PRIOR_DATA;
+    } else if (errno == ENOENT) {
+        /* a lock file without data: the ledger of this dir was lost */
+        *prior = stat(lockpath, &st) == 0 ? PRIOR_MISSING : PRIOR_NONE;
+    } else {
+        snprintf(err, errsize, "cannot stat %s: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Gives lock.mdb real blocks: LMDB only ftruncates it, then stores into it
+ * through a map, which on a full disk is a SIGBUS.  0 or -1 with err. */
+static int allocate_lock_file(const char *dir, char *err, size_t errsize)
+{
+    char path[4200];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/lock.mdb", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(err, errsize, "cannot open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    off_t want = LOCK_FILE_BYTES;
+    if (fstat(fd, &st) == 0 && st.st_size > want)
+        want = st.st_size;
+    int rc = posix_fallocate(fd, 0, want);
+    close(fd);                /* before LMDB takes its fcntl locks on it */
+    if (rc == ENOSPC || rc == EDQUOT) {
+        snprintf(err, errsize, "cannot create the ledger in %s: %s", dir,
+                 rc == ENOSPC ? msg_no_space : strerror(rc));
+        return -1;
+    }
+    /* other failures (a file system without fallocate): LMDB's own way */
+    return 0;
+}
+
+/* A start that began to create the ledger and failed leaves nothing behind
+ * that the next start would take for a damaged or lost ledger. */
+static void forget_creation(const char *dir, enum prior prior)
+{
+    char path[4200];
+    if (prior == PRIOR_DATA)
+        return;
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    unlink(path);
+    if (prior == PRIOR_NONE) {
+        snprintf(path, sizeof path, "%s/lock.mdb", dir);
+        unlink(path);
+    }
+}
+
+static void destroy(struct ledger *l)
+{
+    if (l->env)
+        mdb_env_close(l->env);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cond);
+    pthread_rwlock_destroy(&l->resize);
+    free(l->dir);
+    free(l);
+}
+
+int ledger_open(struct ledger **out, const char *dir, uint64_t max_size,
+                uv_loop_t *loop, char *err, size_t errsize)
 {
     struct ledger *l = calloc(1, sizeof *l);
     int rc;
-    if (!l) {
+    if (!l || !(l->dir = strdup(dir))) {
+        free(l);
         snprintf(err, errsize, "out of memory");
         return -1;
     }
-    l->map_size = INITIAL_MAP_SIZE;
+    l->max_size = (size_t)max_size;
+    l->map_size = INITIAL_MAP_SIZE < l->max_size ? INITIAL_MAP_SIZE : l->max_size;
+    snprintf(l->limit_msg, sizeof l->limit_msg,
+             "data size limit reached (--max-data-size %llu)", (unsigned long long)max_size);
     pthread_mutex_init(&l->mu, NULL);
-    pthread_cond_init(&l->cond, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&l->cond, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_rwlock_init(&l->resize, NULL);
+
+    char path[4200];
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    enum prior prior;
+    if (inspect_data_file(dir, &prior, err, errsize) < 0) {
+        destroy(l);
+        return -1;
+    }
+    if (allocate_lock_file(dir, err, errsize) < 0) {
+        forget_creation(dir, prior);
+        destroy(l);
+        return -1;
+    }
     if ((rc = mdb_env_create(&l->env)) ||
         (rc = mdb_env_set_maxdbs(l->env, 16)) ||
         (rc = mdb_env_set_mapsize(l->env, l->map_size)) ||
         (rc = mdb_env_open(l->env, dir, MDB_NOTLS, 0600))) {
-        snprintf(err, errsize, "cannot open LMDB in %s: %s", dir, mdb_strerror(rc));
-        if (l->env)
-            mdb_env_close(l->env);
-        free(l);
+        if (rc == MDB_INVALID)
+            snprintf(err, errsize, "%s is not an LMDB ledger (a foreign, damaged or "
+                     "truncated file): move it away to start with an empty ledger", path);
+        else if (rc == MDB_VERSION_MISMATCH)
+            snprintf(err, errsize, "%s was written by an incompatible LMDB version", path);
+        else
+            snprintf(err, errsize, "cannot open the ledger in %s: %s", dir,
+                     storage_strerror(dir, rc));
+        /* half-created, it would be refused as damaged next time */
+        forget_creation(dir, prior);
+        destroy(l);
         return -1;
     }
-    /* a map grown by an earlier run is kept */
+    /* Every page up to the meta page's last one must be in the file: the
+     * first read of a missing one would be a SIGBUS. */
     MDB_envinfo info;
-    if (mdb_env_info(l->env, &info) == 0 && info.me_mapsize > l->map_size)
-        l->map_size = info.me_mapsize;
+    MDB_stat mst;
+    mdb_filehandle_t fd;
+    struct stat st;
+    memset(&st, 0, sizeof st);
+    if ((rc = mdb_env_info(l->env, &info)) || (rc = mdb_env_stat(l->env, &mst)) ||
+        (rc = mdb_env_get_fd(l->env, &fd))) {
+        snprintf(err, errsize, "cannot read the ledger in %s: %s", dir, mdb_strerror(rc));
+        destroy(l);
+        return -1;
+    }
+    uint64_t need = ((uint64_t)info.me_last_pgno + 1) * mst.ms_psize;
+    if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < need) {
+        snprintf(err, errsize, "%s is truncated (%lld bytes, its pages need %llu): "
+                 "restore it from a backup, or move it away to start with an empty ledger",
+                 path, (long long)st.st_size, (unsigned long long)need);
+        destroy(l);
+        return -1;
+    }
+    /* LMDB raised the map to what the file holds if that is more */
+    l->map_size = info.me_mapsize;
+    if (need > l->max_size)
+        log_event(LOG_WARN, "ledger.over_limit",
+                  "data_bytes=%llu max_data_size=%zu error=\"new writes will fail\"",
+                  (unsigned long long)need, l->max_size);
+    if (prior == PRIOR_EMPTY || prior == PRIOR_MISSING)
+        log_event(LOG_ERROR, "ledger.recreated",
+                  "data=\"%s\" was=%s error=\"ledger recreated: the epoch restarts at 1, "
+                  "so lock tokens, flight ids and generations issued before may be issued "
+                  "again\"", path, prior == PRIOR_EMPTY ? "empty" : "missing");
+
     MDB_txn *txn;
     if ((rc = mdb_txn_begin(l->env, NULL, 0, &txn)) == 0) {
         for (int i = 0; i < DB_COUNT && rc == 0; i++)
@@ -268,9 +512,9 @@ int ledger_open(struct ledger **out, const char *dir, uv_loop_t *loop,
         rc = rc ? (mdb_txn_abort(txn), rc) : mdb_txn_commit(txn);
     }
     if (rc) {
-        snprintf(err, errsize, "cannot open databases in %s: %s", dir, mdb_strerror(rc));
-        mdb_env_close(l->env);
-        free(l);
+        snprintf(err, errsize, "cannot open databases in %s: %s", dir,
+                 rc == MDB_MAP_FULL ? l->limit_msg : storage_strerror(dir, rc));
+        destroy(l);
         return -1;
     }
     uv_async_init(loop, &l->async, on_async);
@@ -278,8 +522,7 @@ int ledger_open(struct ledger **out, const char *dir, uv_loop_t *loop,
     if (pthread_create(&l->thread, NULL, writer_main, l) != 0) {
         snprintf(err, errsize, "cannot start the ledger writer: %s", strerror(errno));
         uv_close((uv_handle_t *)&l->async, NULL);
-        mdb_env_close(l->env);
-        free(l);
+        destroy(l);
         return -1;
     }
     l->thread_started = 1;
@@ -289,34 +532,51 @@ int ledger_open(struct ledger **out, const char *dir, uv_loop_t *loop,
 
 uint64_t ledger_next_epoch(struct ledger *l)
 {
+    char err[256];
+    uint64_t e = ledger_next_epoch_err(l, err, sizeof err);
+    if (!e)
+        log_event(LOG_ERROR, "ledger.epoch_failed", "error=\"%s\"", err);
+    return e;
+}
+
+uint64_t ledger_next_epoch_err(struct ledger *l, char *err, size_t errsize)
+{
     MDB_txn *txn;
     uint64_t epoch = 0;
-    if (mdb_txn_begin(l->env, NULL, 0, &txn))
-        return 0;
+    int rc = mdb_txn_begin(l->env, NULL, 0, &txn);
+    if (rc)
+        goto fail;
     MDB_val k = { 5, "epoch" }, v;
-    int rc = mdb_get(txn, l->dbi[DB_META], &k, &v);
+    rc = mdb_get(txn, l->dbi[DB_META], &k, &v);
     if (rc == 0 && v.mv_size == 8)
         epoch = get_be64(v.mv_data);
     else if (rc != MDB_NOTFOUND) {
         mdb_txn_abort(txn);
-        return 0;
+        goto fail;
     }
     epoch++;
     uint8_t buf[8];
     put_be64(buf, epoch);
     v.mv_size = 8;
     v.mv_data = buf;
-    if (mdb_put(txn, l->dbi[DB_META], &k, &v, 0)) {
+    if ((rc = mdb_put(txn, l->dbi[DB_META], &k, &v, 0))) {
         mdb_txn_abort(txn);
-        return 0;
+        goto fail;
     }
     /* a plain commit syncs: the epoch is on disk before anyone sees it */
-    return mdb_txn_commit(txn) == 0 ? epoch : 0;
+    if ((rc = mdb_txn_commit(txn)) == 0)
+        return epoch;
+fail:
+    snprintf(err, errsize, "cannot store the epoch in %s: %s", l->dir,
+             rc == MDB_MAP_FULL ? l->limit_msg : storage_strerror(l->dir, rc));
+    return 0;
 }
 
 static void free_ledger(uv_handle_t *h)
 {
-    free(h->data);
+    struct ledger *l = h->data;
+    free(l->dir);
+    free(l);
 }
 
 void ledger_close(struct ledger *l)

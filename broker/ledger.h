@@ -37,14 +37,41 @@ struct ledger_job {
      * or COORD_ESTORAGE when the commit failed. */
     void (*done)(struct ledger_job *job, int status);
     int status;
+    /* With status COORD_ESTORAGE, why storage refused the job when the
+     * ledger knows ("data size limit reached (--max-data-size N)", "no
+     * space left on device"), else NULL: the message for the client.
+     * Owned by the ledger, valid while done runs. */
+    const char *why;
 };
 
-/* Opens (creating) the environment in dir.  Returns 0, or -1 with err. */
-int ledger_open(struct ledger **out, const char *dir, uv_loop_t *loop,
-                char *err, size_t errsize);
+/* The client's message for a failed job: job->why, else fallback. */
+static inline const char *ledger_job_message(const struct ledger_job *job,
+                                             const char *fallback)
+{
+    return job->why ? job->why : fallback;
+}
+
+/* --max-data-size: the LMDB map (and so data.mdb) never grows past it.  The
+ * lower bound leaves room for the databases' roots and a few batches; the
+ * default is far above what per-user coordination needs, yet keeps a
+ * runaway client from filling the disk. */
+#define LEDGER_MIN_DATA_SIZE (1ull << 20)
+#define LEDGER_DEFAULT_DATA_SIZE (4ull << 30)
+#define LEDGER_MAX_DATA_SIZE (1ull << 40)
+
+/* Opens (creating) the environment in dir, with the map capped at
+ * max_size bytes.  Refuses, with one clear err, what would crash later:
+ * a data.mdb that is not LMDB, one shorter than its own last page
+ * (truncated), a disk too full to create the lock file.  An empty or
+ * missing data.mdb in a used dir is recreated with a loud log line.
+ * Returns 0, or -1 with err. */
+int ledger_open(struct ledger **out, const char *dir, uint64_t max_size,
+                uv_loop_t *loop, char *err, size_t errsize);
 /* Synchronously increments and syncs the broker epoch; returns it, 0 on
- * failure.  Called once at start, before the first client is accepted. */
+ * failure.  Called once at start, before the first client is accepted.
+ * ledger_next_epoch_err says why in err. */
 uint64_t ledger_next_epoch(struct ledger *l);
+uint64_t ledger_next_epoch_err(struct ledger *l, char *err, size_t errsize);
 void ledger_submit(struct ledger *l, struct ledger_job *job);
 /* Finishes every queued job (done callbacks included), stops the writer
  * and closes the environment. */
@@ -58,6 +85,8 @@ void ledger_read_end(struct ledger *l, MDB_txn *txn);
 /* Counters for stats. */
 uint64_t ledger_batches(const struct ledger *l);
 uint64_t ledger_jobs(const struct ledger *l);
+uint64_t ledger_data_limit_hits(struct ledger *l);   /* jobs refused at the cap */
+uint64_t ledger_map_size(struct ledger *l);
 
 static inline void put_be64(uint8_t *p, uint64_t v)
 {

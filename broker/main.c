@@ -7,13 +7,15 @@
 #include <unistd.h>
 #include "broker.h"
 #include "coord-version.h"
+#include "ledger.h"
 #include "paths.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
 "usage: coordd [options]\n"
-"  --foreground            stay attached to the terminal, log to stderr\n"
+"  --foreground            stay attached to the terminal, log to stderr (to\n"
+"                          DATA-DIR/coordd.log when stderr is /dev/null)\n"
 "  --socket PATH           socket (default $COORD_SOCKET, $XDG_RUNTIME_DIR/coord/broker.sock,\n"
 "                          /tmp/coord-$UID/broker.sock)\n"
 "  --data-dir DIR          LMDB ledger (default $COORD_DATA_DIR, $XDG_STATE_HOME/coord,\n"
@@ -27,6 +29,8 @@ static void usage(FILE *f)
 "  --max-outbuf BYTES      bytes queued to one client before it is cut off\n"
 "                          (default 16777216)\n"
 "  --handshake-timeout MS  time allowed for hello (default 5000)\n"
+"  --max-data-size BYTES   cap of the LMDB ledger (default 4294967296, at least\n"
+"                          1048576); past it writes fail with STORAGE\n"
 "  --version, --help\n");
 }
 
@@ -41,8 +45,10 @@ static int parse_num(const char *s, unsigned long long min, unsigned long long m
     return 0;
 }
 
-/* Fork into the background: the parent returns after the child is set up. */
-static void daemonize(const char *data_dir)
+/* Fork into the background: the parent returns after the child is set up.
+ * stdin and stdout go to /dev/null; stderr too until the log file takes
+ * its place (log_to_file). */
+static void daemonize(void)
 {
     pid_t pid = fork();
     if (pid < 0) {
@@ -55,18 +61,13 @@ static void daemonize(const char *data_dir)
     if (fork() > 0)
         _exit(0);
     int null = open("/dev/null", O_RDWR);
-    char logpath[4200];
-    snprintf(logpath, sizeof logpath, "%s/coordd.log", data_dir);
-    int log = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (null >= 0) {
         dup2(null, 0);
         dup2(null, 1);
-        dup2(log >= 0 ? log : null, 2);
+        dup2(null, 2);
         if (null > 2)
             close(null);
     }
-    if (log > 2)
-        close(log);
     if (chdir("/") < 0)
         _exit(1);
 }
@@ -81,10 +82,11 @@ int main(int argc, char **argv)
     opt.max_pending = 1024;
     opt.max_outbuf = 16u << 20;
     opt.handshake_ms = 5000;
+    opt.max_data_size = LEDGER_DEFAULT_DATA_SIZE;
     const char *socket_arg = NULL, *data_arg = NULL;
 
     enum { O_FG = 1, O_SOCK, O_DATA, O_IDLE, O_READY, O_LOG, O_FRAME, O_CONNS,
-           O_PENDING, O_OUTBUF, O_HANDSHAKE, O_VERSION, O_HELP };
+           O_PENDING, O_OUTBUF, O_HANDSHAKE, O_DATASIZE, O_VERSION, O_HELP };
     static const struct option longopts[] = {
         { "foreground", no_argument, NULL, O_FG },
         { "socket", required_argument, NULL, O_SOCK },
@@ -97,6 +99,7 @@ int main(int argc, char **argv)
         { "max-pending", required_argument, NULL, O_PENDING },
         { "max-outbuf", required_argument, NULL, O_OUTBUF },
         { "handshake-timeout", required_argument, NULL, O_HANDSHAKE },
+        { "max-data-size", required_argument, NULL, O_DATASIZE },
         { "version", no_argument, NULL, O_VERSION },
         { "help", no_argument, NULL, O_HELP },
         { NULL, 0, NULL, 0 },
@@ -120,6 +123,10 @@ int main(int argc, char **argv)
         case O_PENDING: bad = parse_num(optarg, 1, 1000000, &v); opt.max_pending = (unsigned)v; break;
         case O_OUTBUF: bad = parse_num(optarg, 4096, 1ull << 34, &v); opt.max_outbuf = (size_t)v; break;
         case O_HANDSHAKE: bad = parse_num(optarg, 1, 3600000, &v); opt.handshake_ms = (unsigned)v; break;
+        case O_DATASIZE:
+            bad = parse_num(optarg, LEDGER_MIN_DATA_SIZE, LEDGER_MAX_DATA_SIZE, &v);
+            opt.max_data_size = v;
+            break;
         case O_VERSION: printf("coordd %s\n", COORD_VERSION); return 0;
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -160,7 +167,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "coordd: %s\n", err);
         return 1;
     }
+    /* a broker nobody watches (daemonized, or autostarted by libcoord with
+     * stderr on /dev/null) logs to a file in its data dir */
+    bool to_file = !opt.foreground || log_stderr_is_null();
     if (!opt.foreground)
-        daemonize(opt.data_dir);
+        daemonize();
+    if (to_file) {
+        char logpath[sizeof opt.data_dir + 16];
+        snprintf(logpath, sizeof logpath, "%s/coordd.log", opt.data_dir);
+        if (log_to_file(logpath, err, sizeof err) < 0 && opt.foreground)
+            fprintf(stderr, "coordd: %s\n", err);
+    }
     return broker_run(&opt);
 }

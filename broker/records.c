@@ -440,7 +440,7 @@ static void purge_done(struct ledger_job *job, int status)
     struct purge_job *p = (struct purge_job *)job;
     if (conn_alive(p->conn)) {
         if (status) {
-            conn_reply_error(p->conn, p->rid, status, "purge failed");
+            conn_reply_error(p->conn, p->rid, status, ledger_job_message(job, "purge failed"));
         } else {
             coord_enc e;
             conn_enc_begin_reply(p->conn, &e, p->rid);

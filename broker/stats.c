@@ -25,6 +25,7 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_uint(&e, "conns_accepted", s->conns_accepted);
     coord_enc_kv_uint(&e, "rejected_peers", s->conns_rejected_peer);
     coord_enc_kv_uint(&e, "rejected_conn_limit", s->conns_rejected_limit);
+    coord_enc_kv_uint(&e, "rejected_fd_limit", s->conns_rejected_fd);
     coord_enc_kv_uint(&e, "bad_frames", s->bad_frames);
     coord_enc_kv_uint(&e, "bad_requests", s->bad_requests);
     coord_enc_kv_uint(&e, "handshake_timeouts", s->handshake_timeouts);
@@ -48,6 +49,8 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_uint(&e, "records", records_count());
     coord_enc_kv_uint(&e, "ledger_batches", b->ledger ? ledger_batches(b->ledger) : 0);
     coord_enc_kv_uint(&e, "ledger_jobs", b->ledger ? ledger_jobs(b->ledger) : 0);
+    coord_enc_kv_uint(&e, "ledger_map_size", b->ledger ? ledger_map_size(b->ledger) : 0);
+    coord_enc_kv_uint(&e, "data_limit_hits", b->ledger ? ledger_data_limit_hits(b->ledger) : 0);
     coord_enc_kv_uint(&e, "timers", deadlines_count());
     coord_enc_key(&e, "limits");
     coord_enc_map_begin(&e);
@@ -56,6 +59,7 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_uint(&e, "max_pending", b->opt.max_pending);
     coord_enc_kv_uint(&e, "max_outbuf", b->opt.max_outbuf);
     coord_enc_kv_uint(&e, "handshake_ms", b->opt.handshake_ms);
+    coord_enc_kv_uint(&e, "max_data_size", b->opt.max_data_size);
     coord_enc_map_end(&e);
     /* the per-op counts go last: with a small max_frame they are the part
      * left out (truncated: true) */
