@@ -134,7 +134,8 @@ function convert(v, key) {
 export function decodeFrame(body) {
   let m;
   try {
-    m = frameDecoder.decode(body);
+    // a plain Uint8Array view: bins then come out as Uint8Array, not Buffer
+    m = frameDecoder.decode(new Uint8Array(body.buffer, body.byteOffset, body.length));
   } catch (e) {
     throw new CoordError('PROTOCOL', `undecodable frame from the broker: ${e.message}`);
   }
