@@ -8,9 +8,9 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 
-export const PKG = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+export { PKG } from './paths.js';
+import { PKG } from './paths.js';
 export const COORDD = process.env.COORD_BROKER || path.resolve(PKG, '../../build/broker/coordd');
 export const COORDCTL = process.env.COORD_CTL || path.resolve(PKG, '../../build/tools/coordctl');
 
