@@ -1,0 +1,235 @@
+// Types of coord-client, the Node.js client of coord (hand-written: see src/).
+
+export interface ConnectOptions {
+  /** Socket path (default: $COORD_SOCKET, $XDG_RUNTIME_DIR/coord/broker.sock, /tmp/coord-$UID/broker.sock). */
+  socket?: string;
+  /** Scope namespacing every name of this connection (default ""). */
+  scope?: string;
+  /** Client name shown by the broker (default: the script's file name). */
+  client?: string;
+  /** Aborts the connect; once connected, aborting closes the client. */
+  signal?: AbortSignal;
+  /** Start coordd when nobody listens (default true). */
+  autostart?: boolean;
+  /** coordd to start (default $COORD_BROKER, else `coordd` from PATH). */
+  broker?: string;
+  /** --idle-exit of an autostarted broker, seconds (default 60). */
+  idleExit?: number;
+  /** Connect (and autostart) deadline, ms (default 2000). */
+  connectTimeout?: number;
+  /** Reconnect after the connection is lost (default false). */
+  reconnect?: boolean;
+}
+
+export declare function connect(options?: ConnectOptions): Promise<Client>;
+export declare function defaultSocketPath(): string;
+
+export type LockMode = 'exclusive' | 'shared';
+
+export interface LockOptions {
+  mode?: LockMode;
+  ifAvailable?: boolean;
+  steal?: boolean;
+  signal?: AbortSignal;
+  /** coord: give up waiting after this many ms (TimeoutError). */
+  timeout?: number;
+  /** coord: lease in ms, renewed automatically while the callback runs. */
+  lease?: number;
+}
+
+export declare class Lock {
+  readonly name: string;
+  readonly mode: LockMode;
+  /** Fencing token: strictly increasing per name, across broker restarts. */
+  readonly token: number;
+  /** Aborted when the lock is lost (stolen, lease expired, connection gone). */
+  readonly signal: AbortSignal;
+}
+
+export interface LockInfo {
+  name: string;
+  mode: LockMode;
+  clientId: string;
+  conn: number;
+  client: string;
+  pid: number;
+  ageMs: number;
+  token?: number;
+}
+
+export interface LockManagerSnapshot {
+  held: LockInfo[];
+  pending: LockInfo[];
+}
+
+export type LockGrantedCallback<T> = (lock: Lock | null) => T | PromiseLike<T>;
+
+export declare class LockManager {
+  request<T>(name: string, callback: LockGrantedCallback<T>): Promise<Awaited<T>>;
+  request<T>(name: string, options: LockOptions, callback: LockGrantedCallback<T>): Promise<Awaited<T>>;
+  query(): Promise<LockManagerSnapshot>;
+}
+
+export interface CoordBroadcastChannel extends EventTarget {
+  readonly name: string;
+  /** Resolves once the subscription reached the broker. */
+  readonly ready: Promise<void>;
+  onmessage: ((this: CoordBroadcastChannel, ev: MessageEvent) => any) | null;
+  onmessageerror: ((this: CoordBroadcastChannel, ev: MessageEvent) => any) | null;
+  postMessage(message: unknown): void;
+  close(): void;
+  ref(): this;
+  unref(): this;
+}
+
+export interface OnceOptions {
+  /** Owner's time to complete, ms (default 30000). */
+  ttl?: number;
+  /** Follower's wait for a result, ms (default ttl; 0 = no limit). */
+  wait?: number;
+  /** Keep a completion record this long, ms (default 0: none). */
+  keep?: number;
+  /** Accept a record no older than this, ms. */
+  maxAge?: number;
+  abortWhenOrphaned?: boolean;
+  signal?: AbortSignal;
+  /** Values are Uint8Array as is (default: MessagePack-encoded values). */
+  raw?: boolean;
+  /** Whether a throwing fn's failure is retryable by followers. */
+  retryable?: boolean | ((err: unknown) => boolean);
+}
+
+export interface OnceContext {
+  fence: number;
+  flight: number;
+  key: string;
+  /** Aborted on flight.abort (deadline, orphaned), options.signal, connection loss. */
+  signal: AbortSignal;
+}
+
+export interface OnceResult<T> {
+  value: T;
+  source: 'owner' | 'live' | 'record';
+  fence: number;
+  ageMs: number;
+  /** Owner only: followers the result reached. */
+  delivered?: number;
+}
+
+export type JoinResult =
+  | { role: 'owner'; key: string; flight: number; fence: number; signal: AbortSignal }
+  | { role: 'result'; key: string; result: Uint8Array; fence: number; ageMs: number; source: 'live' | 'record' }
+  | { role: 'failed'; key: string; error: { code: string; message: string }; retryable: boolean; fence?: number; ageMs?: number; source?: string };
+
+export interface Flight {
+  join(key: string, options?: Omit<OnceOptions, 'keep' | 'raw' | 'retryable'>): Promise<JoinResult>;
+  complete(flight: number, fence: number, result: Uint8Array, options?: { keep?: number }): Promise<{ delivered: number }>;
+  fail(flight: number, fence: number, error: { code?: string; message?: string }, options?: { retryable?: boolean; keep?: number }): Promise<{ delivered: number }>;
+  list(): Promise<Array<{ key: string; flight: number; fence: number; ownerConn: number; ownerPid?: number; followers: number; ageMs: number; completing?: boolean }>>;
+}
+
+export interface RecordEntry {
+  key: string;
+  status: 'completed' | 'failed';
+  fence: number;
+  createdMs: number;
+  expiresMs: number;
+  value?: unknown;
+  result?: Uint8Array;
+  error?: { code: string; message: string };
+  retryable?: boolean;
+}
+
+export interface Records {
+  get(key: string, options?: { raw?: boolean }): Promise<RecordEntry | null>;
+  list(prefix?: string, options?: { limit?: number }): Promise<Array<{ key: string; status: string; fence: number; size: number; createdMs: number; expiresMs: number }> & { truncated?: true }>;
+  purge(prefix?: string): Promise<number>;
+}
+
+export declare const LeaderState: {
+  readonly FOLLOWER: 'FOLLOWER';
+  readonly REQUESTING: 'REQUESTING';
+  readonly LEADER: 'LEADER';
+  readonly RELEASED: 'RELEASED';
+  readonly ABORTED: 'ABORTED';
+};
+export type LeaderStateName = keyof typeof LeaderState;
+
+export interface LeaderOptions {
+  lease?: number;
+  steal?: boolean;
+  ifAvailable?: boolean;
+  timeout?: number;
+  signal?: AbortSignal;
+  /** Commit/read values are Uint8Array as is (default: MessagePack). */
+  raw?: boolean;
+}
+
+export declare class Leader {
+  readonly workstream: string;
+  readonly generation: number;
+  readonly leaseMs: number;
+  readonly state: LeaderStateName;
+  readonly signal: AbortSignal;
+  commit(opId: string, key: string, value: unknown): Promise<{ applied: boolean; duplicate?: true; generation?: number }>;
+  read(key: string): Promise<{ value: unknown; generation: number } | null>;
+}
+
+export interface Leaders {
+  info(workstream: string): Promise<{ generation: number; state: 'leading' | 'idle' | 'disabled'; disabled: boolean; [k: string]: unknown }>;
+  disable(workstream: string): Promise<{ generation: number }>;
+  enable(workstream: string): Promise<void>;
+  read(workstream: string, key: string, options?: { raw?: boolean }): Promise<{ value: unknown; generation: number } | null>;
+}
+
+export interface LifecycleEvent {
+  channel: '-locks' | '-flights' | '-leaders' | string;
+  what: string;
+  atMs: number;
+  [field: string]: unknown;
+}
+
+export interface Watch extends AsyncIterableIterator<LifecycleEvent> {
+  readonly ready: Promise<void>;
+}
+
+export declare class Client extends EventTarget {
+  readonly locks: LockManager;
+  readonly BroadcastChannel: new (name: string) => CoordBroadcastChannel;
+  readonly flight: Flight;
+  readonly records: Records;
+  readonly leaders: Leaders;
+  readonly info: { broker: string; conn: number; epoch: number; maxFrame: number; proto: number } | null;
+  readonly clientId: string;
+  readonly closed: boolean;
+  once<T>(key: string, fn: (ctx: OnceContext) => T | PromiseLike<T>, options?: OnceOptions): Promise<OnceResult<Awaited<T>>>;
+  leader<T>(workstream: string, fn: (leader: Leader | null) => T | PromiseLike<T>): Promise<Awaited<T>>;
+  leader<T>(workstream: string, options: LeaderOptions, fn: (leader: Leader | null) => T | PromiseLike<T>): Promise<Awaited<T>>;
+  watch(channels: string | string[], options?: { signal?: AbortSignal }): Watch;
+  stats(): Promise<Record<string, any>>;
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export declare class CoordError extends Error {
+  constructor(code: string, message?: string);
+  readonly code: string;
+  static from(code: string, message?: string): CoordError;
+}
+export declare class FencedError extends CoordError { reason?: string; }
+export declare class TimeoutError extends CoordError {}
+export declare class DisabledError extends CoordError {}
+export declare class NotFoundError extends CoordError {}
+export declare class ClosedError extends CoordError {}
+export declare class ConnectError extends CoordError {}
+export declare class AbortedError extends CoordError {}
+export declare class FlightFailedError extends CoordError {
+  readonly retryable: boolean;
+  readonly fence?: number;
+  readonly source?: string;
+  readonly ageMs?: number;
+}
+export declare const WIRE_CODES: readonly string[];
+export declare const CLIENT_CODES: readonly string[];
+export declare function wtf8Encode(s: string): Uint8Array;
+export declare function wtf8Decode(b: Uint8Array): string;

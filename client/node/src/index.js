@@ -1,0 +1,11 @@
+// index.js - the package's entry point: connect() and the error classes.
+// See README.md; the protocol is protocol/PROTOCOL.md in the coord tree.
+export { connect, Client } from './client.js';
+export { defaultSocketPath } from './connection.js';
+export { Lock, LockManager } from './locks.js';
+export { Leader, LeaderState } from './leader.js';
+export {
+  CoordError, FencedError, TimeoutError, DisabledError, NotFoundError, ClosedError,
+  ConnectError, AbortedError, FlightFailedError, WIRE_CODES, CLIENT_CODES,
+} from './errors.js';
+export { wtf8Encode, wtf8Decode } from './wire.js';

@@ -1,0 +1,60 @@
+// records.js - client.records: the scope's stored completion records
+// (record.get / record.list / record.purge).  Records are written by
+// flight.complete / flight.fail with keep > 0 and survive broker restarts.
+import { FlightFailedError, NotFoundError } from './errors.js';
+import { unpackValue, wireName } from './wire.js';
+import { ms, str } from './util.js';
+
+export class Records {
+  #client;
+  constructor(client) { this.#client = client; }
+
+  /**
+   * The record of key, or null when there is none (or it expired):
+   * {key, status: 'completed'|'failed', fence, value | error, retryable,
+   * createdMs, expiresMs}.  value is decoded from MessagePack unless raw.
+   */
+  async get(key, { raw = false } = {}) {
+    key = str(key, 'records.get');
+    let r;
+    try {
+      r = await this.#client._call('record.get', { key: wireName(key) });
+    } catch (e) {
+      if (e instanceof NotFoundError) return null;
+      throw e;
+    }
+    const o = { key, status: r.status, fence: r.fence, createdMs: r.created_ms, expiresMs: r.expires_ms };
+    if (r.status === 'completed') {
+      o.result = r.result;
+      try {
+        o.value = unpackValue(r.result, raw);
+      } catch {
+        o.value = undefined;        // not MessagePack (another client's bytes): see .result
+      }
+    } else {
+      o.error = r.error;
+      o.retryable = !!r.retryable;
+    }
+    return o;
+  }
+
+  /** Records whose key starts with prefix: [{key, status, fence, size, createdMs, expiresMs}]. */
+  async list(prefix = '', { limit } = {}) {
+    const f = { prefix: wireName(str(prefix, 'records.list')) };
+    const l = ms(limit, 'limit');
+    if (l !== undefined) f.limit = l;
+    const r = await this.#client._call('record.list', f);
+    const out = (r.records || []).map((e) => ({ key: e.key, status: e.status, fence: e.fence, size: e.size,
+      createdMs: e.created_ms, expiresMs: e.expires_ms }));
+    if (r.truncated) out.truncated = true;
+    return out;
+  }
+
+  /** Deletes the scope's records under prefix ('' = all); resolves the count. */
+  async purge(prefix = '') {
+    const r = await this.#client._call('record.purge', { prefix: wireName(str(prefix, 'records.purge')) });
+    return r.deleted;
+  }
+}
+
+export { FlightFailedError };
