@@ -4,6 +4,7 @@ Blocking: ``coord.Client`` / ``coord.connect``.  asyncio:
 ``coord.aio.Client`` / ``await coord.aio.connect()``.  Both speak protocol
 v1 through the sans-I/O ``coord.core``.
 """
+from . import aio
 from .client import Client, Flight, Leadership, Lock, Subscription, connect
 from .errors import (Aborted, BadFrame, BadRequest, ConnectError, ConnectionLost, CoordError,
                      Disabled, Fenced, FencedError, FlightFailed, HelloRequired,
