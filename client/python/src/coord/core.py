@@ -76,12 +76,35 @@ def decode_body(body: bytes) -> Dict[str, Any]:
     """Unpacks one frame body; ProtocolError unless it is one map with
     string keys and nothing after it."""
     try:
-        msg = msgpack.unpackb(body, raw=False, strict_map_key=True)
+        msg = msgpack.unpackb(body, raw=False, strict_map_key=True,
+                              unicode_errors="surrogateescape")
     except Exception as e:  # ExtraData, ValueError, UnicodeDecodeError...
         raise ProtocolError(f"undecodable frame from the broker: {e}") from None
     if not isinstance(msg, dict) or not all(isinstance(k, str) for k in msg):
         raise ProtocolError("frame from the broker is not a map with string keys")
-    return msg
+    return _fix_strings(msg)
+
+
+def _fix(v: Any) -> Any:
+    if isinstance(v, str):
+        if v.isascii():
+            return v
+        try:
+            v.encode("utf-8")
+            return v
+        except UnicodeEncodeError:
+            # this broker sends names as str even when they are not UTF-8:
+            # such a name comes back as the bytes it is
+            return v.encode("utf-8", "surrogateescape")
+    if isinstance(v, dict):
+        return _fix_strings(v)
+    if isinstance(v, list):
+        return [_fix(x) for x in v]
+    return v
+
+
+def _fix_strings(d: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: _fix(v) for k, v in d.items()}
 
 
 class Framer:
