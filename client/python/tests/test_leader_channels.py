@@ -2,6 +2,7 @@
 and reconnect."""
 import asyncio
 import os
+import shutil
 import signal
 import threading
 
@@ -111,6 +112,7 @@ def test_reconnect_and_autostart(tmp_path, monkeypatch):
         except coord.CoordError:
             pass
         c.close()
+        shutil.rmtree(sock_dir, ignore_errors=True)
 
 
 def test_async_leader_and_channels(broker):
