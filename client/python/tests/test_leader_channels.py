@@ -172,3 +172,38 @@ def test_async_autostart_off_and_connection_error(broker):
         await c.close()
         await d.close()
     asyncio.run(main())
+
+
+def test_async_reconnect_and_autostart(tmp_path, monkeypatch):
+    from conftest import COORDD
+    import tempfile
+    sock_dir = tempfile.mkdtemp(prefix="coordpy-", dir="/tmp")
+    sock = os.path.join(sock_dir, "b.sock")
+    monkeypatch.setenv("COORD_DATA_DIR", str(tmp_path / "data"))
+
+    async def main():
+        c = await coord.aio.connect(sock, broker=COORDD, idle_exit=5, reconnect=True)
+        try:
+            pid = (await c.stats())["pid"]
+            sub = await c.subscribe("ch").open()
+            lk = await c.try_lock("a", lease=5)
+            os.kill(pid, signal.SIGKILL)
+            await asyncio.wait_for(lk.lost.wait(), 5)
+            assert lk.lost_reason == "disconnected"
+            while c.connected:
+                await asyncio.sleep(0.005)
+            assert (await c.stats())["pid"] != pid          # autostarted again
+            async with coord.aio.Client(sock, autostart=False) as d:
+                assert await d.publish("ch", "after") == 1
+            assert (await sub.get(5)).data == b"after"
+            await sub.close()
+        finally:
+            try:
+                os.kill((await c.stats())["pid"], signal.SIGTERM)
+            except coord.CoordError:
+                pass
+            await c.close()
+    try:
+        asyncio.run(main())
+    finally:
+        shutil.rmtree(sock_dir, ignore_errors=True)
