@@ -1,0 +1,36 @@
+"""coord - Python client of the coord per-user coordination broker.
+
+Blocking: ``coord.Client`` / ``coord.connect``.  asyncio:
+``coord.aio.Client`` / ``await coord.aio.connect()``.  Both speak protocol
+v1 through the sans-I/O ``coord.core``.
+"""
+from . import aio
+from .client import Client, Flight, Leadership, Lock, Subscription, connect
+from .errors import (Aborted, BadFrame, BadRequest, ConnectError, ConnectionLost, CoordError,
+                     Disabled, Fenced, FencedError, FlightFailed, HelloRequired,
+                     InvalidOptions, LeadershipLost, Limit, LockLost, NameReserved, NotFound,
+                     ProtocolError, ProtoVersion, ShuttingDown, Storage, Timeout, TooLarge,
+                     UnknownLock, UnknownOp)
+from .handles import State
+from .messages import (FlightEntry, LeaderInfo, Lifecycle, LockEntry, LockState, Message,
+                       Record, RecordEntry)
+from .paths import default_socket_path
+
+__version__ = "0.1.0"
+
+FOLLOWER = State.FOLLOWER
+REQUESTING = State.REQUESTING
+LEADER = State.LEADER
+RELEASED = State.RELEASED
+ABORTED = State.ABORTED
+
+__all__ = [
+    "Client", "connect", "Lock", "Flight", "Leadership", "Subscription", "State",
+    "FOLLOWER", "REQUESTING", "LEADER", "RELEASED", "ABORTED",
+    "CoordError", "BadFrame", "HelloRequired", "ProtoVersion", "BadRequest", "UnknownOp",
+    "InvalidOptions", "NameReserved", "TooLarge", "Limit", "Aborted", "Timeout", "Fenced",
+    "FencedError", "NotFound", "UnknownLock", "Disabled", "Storage", "ShuttingDown",
+    "ConnectError", "ConnectionLost", "ProtocolError", "LockLost", "LeadershipLost",
+    "FlightFailed", "LockEntry", "LockState", "FlightEntry", "Record", "RecordEntry",
+    "LeaderInfo", "Message", "Lifecycle", "default_socket_path",
+]

@@ -1,0 +1,991 @@
+"""aio.py - the asyncio client: the same shapes as the blocking one with
+``async with`` / ``await`` / ``async for``.
+
+One reader task per connection feeds the sans-I/O ``Core`` and resolves
+the calls' futures; events go to their handles (``lost`` and ``aborted``
+are ``asyncio.Event``s here).  Leases renew in a task per lock or
+leadership.  Cancelling a task that waits (lock, join, campaign) sends the
+protocol's ``cancel``; if the grant raced it, the grant is handed back
+(released, resigned, failed as retryable) before the cancellation goes on.
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import time
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Tuple, Union
+
+from . import messages as m
+from .core import DEFAULT_MAX_FRAME, Core, Event, Reply
+from .errors import (Aborted, ConnectError, ConnectionLost, CoordError, Fenced, FlightFailed,
+                     LeadershipLost, LockLost, NotFound, ProtocolError, Timeout)
+from .handles import State, owner_failure
+from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MAX_BACKOFF, MIN_HELLO_TIMEOUT,
+                    autostart, check_peer, check_socket_path, default_socket_path,
+                    instance_id, program_name)
+
+GiveBack = Callable[[Reply], Optional["_ACall"]]
+
+
+class _ACall:
+    """A request's future; ``hook`` runs in the reader before the future
+    resolves; ``abandon`` (set when the waiter was cancelled) hands back a
+    raced grant."""
+
+    __slots__ = ("fut", "hook", "abandon", "rid")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop,
+                 hook: Optional[Callable[[Reply], None]] = None) -> None:
+        self.fut: "asyncio.Future[Reply]" = loop.create_future()
+        self.hook = hook
+        self.abandon: Optional[GiveBack] = None
+        self.rid = 0
+
+    def _complete(self, reply: Reply) -> None:
+        if self.hook is not None:
+            try:
+                self.hook(reply)
+            except Exception:
+                pass
+        if not self.fut.done():
+            self.fut.set_result(reply)
+        if self.abandon is not None:
+            self.abandon(reply)
+
+    def _fail(self, exc: BaseException) -> None:
+        if not self.fut.done():
+            self.fut.set_exception(exc)
+            self.fut.exception()     # retrieved: no "never retrieved" warning
+
+
+class _AConn:
+    def __init__(self, client: "Client", reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:
+        self.client = client
+        self.reader = reader
+        self.writer = writer
+        self.loop = asyncio.get_running_loop()
+        self.core: Core[_ACall] = Core()
+        self.alive = True
+        self.error: Optional[BaseException] = None
+        self.conn_id = 0
+        self.epoch = 0
+        self.broker = ""
+        self.task = self.loop.create_task(self._read())
+
+    def send(self, op: str, fields: Dict[str, Any],
+             hook: Optional[Callable[[Reply], None]] = None) -> _ACall:
+        if not self.alive:
+            raise self.error or ConnectionLost("not connected")
+        call = _ACall(self.loop, hook)
+        call.rid, frame = self.core.request(op, fields, call)
+        self.writer.write(frame)
+        return call
+
+    def fire(self, op: str, fields: Dict[str, Any]) -> Optional[_ACall]:
+        """Sends without waiting; errors are ignored."""
+        try:
+            return self.send(op, fields)
+        except CoordError:
+            return None
+
+    async def call(self, op: str, fields: Dict[str, Any]) -> Reply:
+        c = self.send(op, fields)
+        await self.writer.drain()
+        return await c.fut
+
+    async def _read(self) -> None:
+        err: Optional[BaseException] = None
+        try:
+            while True:
+                data = await self.reader.read(262144)
+                if not data:
+                    break
+                pairs = self.core.receive(data)
+                for call, reply in pairs:
+                    call._complete(reply)
+                ev = self.core.next_event()
+                while ev is not None:
+                    self.client._router.dispatch(ev)
+                    ev = self.core.next_event()
+        except ProtocolError as e:
+            err = e
+        except (OSError, asyncio.IncompleteReadError) as e:
+            err = ConnectionLost(f"the connection to the broker failed: {e}")
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self.alive = False
+            handles = self.core.close()
+            exc = err or self.core.close_error()
+            self.error = exc
+            try:
+                self.writer.close()
+            except Exception:
+                pass
+            for h in handles:
+                h._fail(exc)
+            self.client._conn_lost(self, exc)
+
+    async def shutdown(self) -> None:
+        if not self.task.done():
+            try:
+                self.writer.close()
+            except Exception:
+                pass
+            try:
+                await asyncio.wait_for(asyncio.shield(self.task), 5)
+            except (asyncio.TimeoutError, Exception):
+                self.task.cancel()
+
+
+async def _wait(conn: _AConn, call: _ACall, owner: Any, give_back: GiveBack) -> Reply:
+    """Waits for a long call; a cancellation sends ``cancel`` and hands
+    back a grant that raced it, then goes on."""
+    owner._waiting = (conn, call)
+    try:
+        await conn.writer.drain()
+        return await asyncio.shield(call.fut)
+    except asyncio.CancelledError:
+        if not call.fut.done():
+            conn.fire("cancel", {"target": call.rid})
+            try:
+                reply = await asyncio.shield(call.fut)
+            except asyncio.CancelledError:
+                call.abandon = give_back      # cancelled again: hand back later
+                raise
+            except BaseException:
+                raise asyncio.CancelledError from None
+        elif call.fut.exception() is None:
+            reply = call.fut.result()
+        else:
+            raise
+        back = give_back(reply)
+        if back is not None:
+            try:
+                await asyncio.shield(back.fut)
+            except BaseException:
+                pass
+        raise
+    finally:
+        owner._waiting = None
+
+
+def _cancel_waiting(owner: Any) -> bool:
+    w = owner._waiting
+    if w is None:
+        return False
+    w[0].fire("cancel", {"target": w[1].rid})
+    return True
+
+
+async def _stop(task: Optional["asyncio.Task[None]"]) -> None:
+    if task is not None and task is not asyncio.current_task() and not task.done():
+        task.cancel()
+        try:
+            await task
+        except BaseException:
+            pass
+
+
+class Lock:
+    """asyncio form of ``coord.Lock``: ``async with c.lock(name) as lk``."""
+
+    def __init__(self, client: "Client", name: m.Name, mode: str = "exclusive", *,
+                 timeout: Optional[float] = None, lease: Optional[float] = None,
+                 steal: bool = False) -> None:
+        self._client = client
+        self.name = m.name(name)
+        self.mode = mode
+        self.timeout = timeout
+        self.lease = lease
+        self.steal = steal
+        self.token: Optional[int] = None
+        self.id: Optional[int] = None
+        self.lost = asyncio.Event()
+        self.lost_reason: Optional[str] = None
+        self._held = False
+        self._conn: Optional[_AConn] = None
+        self._deadline = 0.0
+        self._renewer: Optional["asyncio.Task[None]"] = None
+        self._waiting: Optional[Tuple[_AConn, _ACall]] = None
+        m.lock_acquire(self.name, mode, steal=steal, timeout=timeout, lease=lease)
+
+    @property
+    def held(self) -> bool:
+        return self._held
+
+    async def acquire(self, *, if_available: bool = False) -> bool:
+        if self._held:
+            raise RuntimeError("lock already held by this handle")
+        try_once = if_available or self.timeout == 0
+        fields = m.lock_acquire(self.name, self.mode, if_available=try_once,
+                                steal=self.steal, timeout=None if try_once else self.timeout,
+                                lease=self.lease)
+        conn = await self._client._ensure()
+        sent = time.monotonic()
+        self.lost.clear()
+        self.lost_reason = None
+        call = conn.send("lock.acquire", fields, hook=lambda r: self._granted(conn, r, sent))
+        reply = await _wait(conn, call, self, lambda r: self._give_back(conn, r))
+        if not reply.ok:
+            raise reply.error()
+        if not reply.get("granted"):
+            return False
+        if self.lease:
+            self._renewer = asyncio.get_running_loop().create_task(self._renew_loop())
+        return True
+
+    def _granted(self, conn: _AConn, r: Reply, sent: float) -> None:
+        if r.ok and r.get("granted"):
+            self.id = m.uint(r.body, "lock")
+            self.token = m.uint(r.body, "token")
+            self._conn = conn
+            self._held = True
+            self._deadline = sent + (self.lease or 0)
+            self._client._router.locks[self.id] = self
+
+    def _give_back(self, conn: _AConn, r: Reply) -> Optional[_ACall]:
+        if r.ok and r.get("granted"):
+            self._forget()
+            return conn.fire("lock.release", {"lock": m.uint(r.body, "lock")})
+        return None
+
+    def cancel(self) -> bool:
+        return _cancel_waiting(self)
+
+    def _forget(self) -> None:
+        self._held = False
+        if self.id is not None:
+            self._client._router.locks.pop(self.id, None)
+
+    def _lost(self, reason: str) -> None:
+        if not self._held:
+            return
+        self._forget()
+        self.lost_reason = reason
+        self.lost.set()
+        t = self._renewer
+        if t is not None and t is not asyncio.current_task():
+            t.cancel()
+
+    async def _renew_loop(self) -> None:
+        assert self.lease and self._conn is not None
+        conn, lease = self._conn, self.lease
+        while self._held:
+            now = time.monotonic()
+            await asyncio.sleep(max(0.0, min(lease / 3.0, self._deadline - now)))
+            if not self._held:
+                return
+            now = time.monotonic()
+            if now >= self._deadline:
+                lock_id = self.id
+                self._lost("expired")
+                conn.fire("lock.release", {"lock": lock_id})
+                return
+            call = conn.fire("lock.renew", {"lock": self.id, "lease_ms": m.ms(lease, "lease")})
+            if call is None:
+                return
+            try:
+                r = await asyncio.wait_for(asyncio.shield(call.fut),
+                                           max(0.001, self._deadline - now))
+            except asyncio.TimeoutError:
+                continue
+            except CoordError:
+                return
+            if r.ok:
+                self._deadline = max(self._deadline, now + lease)
+            elif r.code == "UNKNOWN_LOCK":
+                self._lost("expired")
+                return
+
+    async def release(self) -> None:
+        conn = self._conn
+        if not self._held or conn is None:
+            return
+        lock_id = self.id
+        self._forget()
+        await _stop(self._renewer)
+        try:
+            r = await conn.call("lock.release", {"lock": lock_id})
+        except ConnectionLost:
+            return
+        if not r.ok and r.code != "UNKNOWN_LOCK":
+            raise r.error()
+
+    def check(self) -> None:
+        if self.lost.is_set():
+            raise LockLost(f"lock {self.name!r} lost: {self.lost_reason}")
+        if not self._held:
+            raise LockLost(f"lock {self.name!r} is not held")
+
+    async def __aenter__(self) -> "Lock":
+        if not await self.acquire():
+            raise Timeout(f"lock {self.name!r} is busy")
+        return self
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        lost = self.lost.is_set()
+        await self.release()
+        if lost and et is None:
+            raise LockLost(f"lock {self.name!r} was lost while the block ran: "
+                           f"{self.lost_reason}")
+
+
+class Flight:
+    """asyncio form of ``coord.Flight``."""
+
+    def __init__(self, client: "Client", conn: _AConn, j: m.Joined) -> None:
+        self._client = client
+        self._conn = conn
+        self.role = j.role
+        self.key = j.key
+        self.flight = j.flight
+        self.fence = j.fence
+        self.result = j.result
+        self.error = j.error
+        self.retryable = j.retryable
+        self.age = j.age
+        self.source = j.source
+        self.aborted = asyncio.Event()
+        self.abort_reason: Optional[str] = None
+
+    def _abort(self, reason: str) -> None:
+        self.abort_reason = reason
+        self.aborted.set()
+
+    def check(self) -> None:
+        if self.aborted.is_set():
+            raise Aborted(f"flight {self.key!r} aborted: {self.abort_reason}")
+
+    async def _end(self, op: str, fields: Dict[str, Any]) -> int:
+        if self.role != "owner":
+            raise RuntimeError("only the owner completes or fails a flight")
+        self._client._router.flights.pop(self.flight, None)
+        r = await self._conn.call(op, dict(flight=self.flight, fence=self.fence, **fields))
+        if not r.ok:
+            raise r.error()
+        return m.uint(r.body, "delivered")
+
+    async def complete(self, result: m.Payload, keep: Optional[float] = None) -> int:
+        return await self._end("flight.complete", {"result": m.payload(result, "result"),
+                                                   "keep_ms": m.ms(keep, "keep")})
+
+    async def fail(self, code: str, message: str = "", retryable: bool = False,
+                   keep: Optional[float] = None) -> int:
+        return await self._end("flight.fail", {"error": {"code": code, "message": message},
+                                               "retryable": retryable,
+                                               "keep_ms": m.ms(keep, "keep")})
+
+
+class _FlightAPI:
+    def __init__(self, client: "Client") -> None:
+        self._c = client
+        self._waiting: Optional[Tuple[_AConn, _ACall]] = None
+
+    async def join(self, key: m.Name, *, ttl: Optional[float] = 30.0,
+                   wait: Optional[float] = None, max_age: Optional[float] = None,
+                   abort_when_orphaned: bool = False) -> Flight:
+        k = m.name(key, "key")
+        fields = m.flight_join(k, ttl=ttl, wait=wait, max_age=max_age,
+                               abort_when_orphaned=abort_when_orphaned)
+        c = self._c
+        conn = await c._ensure()
+        box: List[Flight] = []
+
+        def hook(r: Reply) -> None:
+            if r.ok:
+                f = Flight(c, conn, m.joined(k, r.body))
+                if f.role == "owner":
+                    c._router.flights[f.flight] = f
+                box.append(f)
+
+        def give_back(r: Reply) -> Optional[_ACall]:
+            if box and box[0].role == "owner":
+                c._router.flights.pop(box[0].flight, None)
+                return conn.fire("flight.fail", {"flight": box[0].flight, "fence": box[0].fence,
+                                                 "error": {"code": "ABORTED",
+                                                           "message": "the owner gave up"},
+                                                 "retryable": True})
+            return None
+        call = conn.send("flight.join", fields, hook=hook)
+        r = await _wait(conn, call, self, give_back)
+        if not r.ok:
+            raise r.error()
+        return box[0]
+
+    async def complete(self, f: Flight, result: m.Payload, keep: Optional[float] = None) -> int:
+        return await f.complete(result, keep)
+
+    async def fail(self, f: Flight, code: str, message: str = "", retryable: bool = False,
+                   keep: Optional[float] = None) -> int:
+        return await f.fail(code, message, retryable, keep)
+
+    async def list(self) -> List[m.FlightEntry]:
+        return m.flight_list(await self._c.call("flight.list"))
+
+
+class _RecordAPI:
+    def __init__(self, client: "Client") -> None:
+        self._c = client
+
+    async def get(self, key: m.Name) -> Optional[m.Record]:
+        k = m.name(key, "key")
+        try:
+            return m.record(k, await self._c.call("record.get", key=k))
+        except NotFound:
+            return None
+
+    async def list(self, prefix: m.Name = "", limit: Optional[int] = None
+                   ) -> List[m.RecordEntry]:
+        return m.record_list(await self._c.call("record.list",
+                                                prefix=m.name(prefix, "prefix"), limit=limit))
+
+    async def purge(self, prefix: m.Name = "") -> int:
+        return m.uint(await self._c.call("record.purge", prefix=m.name(prefix, "prefix")),
+                      "deleted")
+
+
+class Leadership:
+    """asyncio form of ``coord.Leadership``: ``async with c.leader(ws)``."""
+
+    def __init__(self, client: "Client", workstream: m.Name, *, lease: Optional[float] = 30.0,
+                 steal: bool = False, timeout: Optional[float] = None) -> None:
+        self._client = client
+        self.workstream = m.name(workstream, "workstream")
+        self.lease = lease
+        self.steal = steal
+        self.timeout = timeout
+        self.generation: Optional[int] = None
+        self.state = State.FOLLOWER
+        self.lost = asyncio.Event()
+        self.lost_reason: Optional[str] = None
+        self._conn: Optional[_AConn] = None
+        self._deadline = 0.0
+        self._renewer: Optional["asyncio.Task[None]"] = None
+        self._waiting: Optional[Tuple[_AConn, _ACall]] = None
+        m.campaign(self.workstream, lease=lease, steal=steal, if_available=False,
+                   timeout=timeout)
+
+    async def campaign(self, *, if_available: bool = False) -> bool:
+        if self.state in (State.LEADER, State.REQUESTING):
+            raise RuntimeError("already campaigning or leading")
+        try_once = if_available or self.timeout == 0
+        fields = m.campaign(self.workstream, lease=self.lease, steal=self.steal,
+                            if_available=try_once, timeout=None if try_once else self.timeout)
+        conn = await self._client._ensure()
+        self.state = State.REQUESTING
+        self.lost.clear()
+        self.lost_reason = None
+        sent = time.monotonic()
+        call = conn.send("leader.campaign", fields, hook=lambda r: self._granted(conn, r, sent))
+        try:
+            r = await _wait(conn, call, self, lambda r: self._give_back(conn, r))
+        except BaseException:
+            self.state = State.ABORTED
+            raise
+        if not r.ok:
+            self.state = State.ABORTED
+            raise r.error()
+        if not r.get("granted"):
+            self.state = State.FOLLOWER
+            return False
+        self._renewer = asyncio.get_running_loop().create_task(self._renew_loop())
+        return True
+
+    def _granted(self, conn: _AConn, r: Reply, sent: float) -> None:
+        if r.ok and r.get("granted"):
+            self.generation = m.uint(r.body, "generation")
+            le = m.uint(r.body, "lease_ms")
+            if le:
+                self.lease = le / 1000.0
+            self._conn = conn
+            self._deadline = sent + (self.lease or 30.0)
+            self.state = State.LEADER
+            self._client._router.leaders[(m.name_key(self.workstream), self.generation)] = self
+
+    def _give_back(self, conn: _AConn, r: Reply) -> Optional[_ACall]:
+        if r.ok and r.get("granted"):
+            self._forget()
+            self.state = State.ABORTED
+            return conn.fire("leader.resign", {"workstream": self.workstream,
+                                               "generation": m.uint(r.body, "generation")})
+        return None
+
+    def cancel(self) -> bool:
+        return _cancel_waiting(self)
+
+    def _forget(self) -> None:
+        if self.generation is not None:
+            self._client._router.leaders.pop((m.name_key(self.workstream), self.generation),
+                                             None)
+
+    def _lost(self, reason: str) -> None:
+        if self.state != State.LEADER:
+            return
+        self._forget()
+        self.state = State.ABORTED
+        self.lost_reason = reason
+        self.lost.set()
+        t = self._renewer
+        if t is not None and t is not asyncio.current_task():
+            t.cancel()
+
+    async def _renew_loop(self) -> None:
+        conn = self._conn
+        assert conn is not None
+        while self.state == State.LEADER:
+            lease = self.lease or 30.0
+            now = time.monotonic()
+            await asyncio.sleep(max(0.0, min(lease / 3.0, self._deadline - now)))
+            if self.state != State.LEADER:
+                return
+            now = time.monotonic()
+            if now >= self._deadline:
+                self._lost("expired")
+                return
+            call = conn.fire("leader.renew", {"workstream": self.workstream,
+                                              "generation": self.generation})
+            if call is None:
+                return
+            try:
+                r = await asyncio.wait_for(asyncio.shield(call.fut),
+                                           max(0.001, self._deadline - now))
+            except asyncio.TimeoutError:
+                continue
+            except CoordError:
+                return
+            if r.ok:
+                le = m.uint(r.body, "lease_ms")
+                self._deadline = max(self._deadline, now + (le / 1000.0 if le else lease))
+            elif r.code == "FENCED":
+                self._lost("fenced")
+                return
+
+    async def _call(self, op: str, **fields: Any) -> Reply:
+        if self.state != State.LEADER or self._conn is None:
+            raise Fenced(f"not the leader of {self.workstream!r} "
+                         f"({self.lost_reason or self.state.value})")
+        r = await self._conn.call(op, dict(workstream=self.workstream,
+                                           generation=self.generation, **fields))
+        if not r.ok and r.code == "FENCED":
+            self._lost("fenced")
+        return r
+
+    async def commit(self, op_id: m.Name, key: m.Name, value: m.Payload) -> bool:
+        r = await self._call("leader.commit", op_id=m.name(op_id, "op_id"),
+                             key=m.name(key, "key"), value=m.payload(value, "value"))
+        if not r.ok:
+            raise r.error()
+        return bool(r.get("applied"))
+
+    async def read(self, key: m.Name) -> Optional[bytes]:
+        got = await self._client.leader.read(self.workstream, key)
+        return got[0] if got else None
+
+    def check(self) -> None:
+        if self.state != State.LEADER:
+            raise LeadershipLost(f"not the leader of {self.workstream!r}: "
+                                 f"{self.lost_reason or self.state.value}")
+
+    async def resign(self) -> None:
+        if self.state != State.LEADER or self._conn is None:
+            return
+        conn = self._conn
+        self._forget()
+        self.state = State.RELEASED
+        await _stop(self._renewer)
+        try:
+            r = await conn.call("leader.resign", {"workstream": self.workstream,
+                                                  "generation": self.generation})
+        except ConnectionLost:
+            return
+        if not r.ok and r.code != "FENCED":
+            raise r.error()
+
+    async def __aenter__(self) -> "Leadership":
+        if not await self.campaign():
+            raise Timeout(f"{self.workstream!r} has a leader")
+        return self
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        lost = self.lost.is_set()
+        await self.resign()
+        if lost and et is None:
+            raise LeadershipLost(f"leadership of {self.workstream!r} was lost while the "
+                                 f"block ran: {self.lost_reason}")
+
+
+class _LeaderAPI:
+    def __init__(self, client: "Client") -> None:
+        self._c = client
+
+    def __call__(self, workstream: m.Name, *, lease: Optional[float] = 30.0,
+                 steal: bool = False, timeout: Optional[float] = None) -> Leadership:
+        return Leadership(self._c, workstream, lease=lease, steal=steal, timeout=timeout)
+
+    async def info(self, workstream: m.Name) -> m.LeaderInfo:
+        return m.leader_info(await self._c.call("leader.info",
+                                                workstream=m.name(workstream, "workstream")))
+
+    async def read(self, workstream: m.Name, key: m.Name) -> Optional[Tuple[bytes, int]]:
+        try:
+            b = await self._c.call("leader.read", workstream=m.name(workstream, "workstream"),
+                                   key=m.name(key, "key"))
+        except NotFound:
+            return None
+        return m.as_bytes(b.get("value")), m.uint(b, "generation")
+
+    async def disable(self, workstream: m.Name) -> int:
+        return m.uint(await self._c.call("leader.disable",
+                                         workstream=m.name(workstream, "workstream")),
+                      "generation")
+
+    async def enable(self, workstream: m.Name) -> None:
+        await self._c.call("leader.enable", workstream=m.name(workstream, "workstream"))
+
+
+class _Closed:
+    def __init__(self, exc: BaseException, reconnect: bool) -> None:
+        self.exc = exc
+        self.reconnect = reconnect
+
+
+class Subscription:
+    """``async with c.subscribe(ch) as sub: async for msg in sub``."""
+
+    def __init__(self, client: "Client", channels: List[Union[str, bytes]],
+                 timeout: Optional[float] = None) -> None:
+        self._client = client
+        self.channels = channels
+        self.timeout = timeout
+        self._q: "asyncio.Queue[Any]" = asyncio.Queue()
+        self._open = False
+        self._error: Optional[BaseException] = None
+
+    def _push(self, item: Any) -> None:
+        self._q.put_nowait(item)
+
+    def _closed(self, exc: BaseException, reconnect: bool) -> None:
+        self._q.put_nowait(_Closed(exc, reconnect))
+
+    async def open(self) -> "Subscription":
+        if not self._open:
+            await self._client._subscribe(self)
+            self._open = True
+        return self
+
+    async def close(self) -> None:
+        if self._open:
+            self._open = False
+            await self._client._unsubscribe(self)
+
+    async def get(self, timeout: Optional[float] = None) -> Any:
+        if self._error is not None:
+            raise self._error
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            try:
+                if deadline is None:
+                    item = await self._q.get()
+                else:
+                    item = await asyncio.wait_for(self._q.get(),
+                                                  max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                return None
+            if not isinstance(item, _Closed):
+                return item
+            if item.reconnect and self._open:
+                try:
+                    await self._client._ensure()
+                    continue
+                except CoordError as e:
+                    self._error = e
+                    raise
+            self._error = item.exc
+            raise item.exc
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        while True:
+            item = await self.get(self.timeout)
+            if item is None:
+                return
+            yield item
+
+    async def __aenter__(self) -> "Subscription":
+        return await self.open()
+
+    async def __aexit__(self, *a: Any) -> None:
+        await self.close()
+
+
+async def _open_socket(path: str, *, autostart_ok: bool, broker: Optional[str], idle_exit: int,
+                       timeout: float) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    check_socket_path(path)
+    loop = asyncio.get_running_loop()
+    deadline = time.monotonic() + timeout
+    backoff = 0.001
+    spawned = False
+    while True:
+        try:
+            reader, writer = await asyncio.open_unix_connection(path, limit=1 << 22)
+            break
+        except OSError as e:
+            err = e.errno
+            if err in (errno.ENOENT, errno.ECONNREFUSED):
+                if not autostart_ok:
+                    raise ConnectError(f"no broker at {path}: {e.strerror}") from None
+                if not spawned:
+                    spawned = True
+                    await loop.run_in_executor(None, autostart, path, broker, idle_exit,
+                                               deadline)
+                    continue
+            elif err not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+                raise ConnectError(f"cannot connect to {path}: {e.strerror}") from None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ConnectError(f"no broker answered at {path} within {timeout:g} s")
+            await asyncio.sleep(min(backoff, left))
+            backoff = min(backoff * 2, MAX_BACKOFF)
+    try:
+        check_peer(writer.get_extra_info("socket"), path)
+    except BaseException:
+        writer.close()
+        raise
+    return reader, writer
+
+
+class Client:
+    """The asyncio client: ``async with coord.aio.Client() as c`` or
+    ``c = await coord.aio.connect()``.  Options as ``coord.Client``."""
+
+    def __init__(self, socket: Optional[str] = None, *, scope: m.Name = "",
+                 client: Optional[str] = None, autostart: bool = True,
+                 broker: Optional[str] = None, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+                 idle_exit: int = DEFAULT_IDLE_EXIT, reconnect: bool = False) -> None:
+        self.socket_path = socket or default_socket_path()
+        self.scope = m.name(scope, "scope")
+        self.client_name = client or program_name()
+        self.autostart = autostart
+        self.broker_path = broker
+        self.connect_timeout = connect_timeout
+        self.idle_exit = idle_exit
+        self.reconnect = reconnect
+        self._router = m.Router()
+        self._conn: Optional[_AConn] = None
+        self._closed = False
+        self._connecting: Optional[asyncio.Lock] = None
+        self.flight = _FlightAPI(self)
+        self.records = _RecordAPI(self)
+        self.leader = _LeaderAPI(self)
+
+    async def connect(self) -> "Client":
+        await self._ensure()
+        return self
+
+    async def _open(self) -> _AConn:
+        reader, writer = await _open_socket(self.socket_path, autostart_ok=self.autostart,
+                                            broker=self.broker_path, idle_exit=self.idle_exit,
+                                            timeout=self.connect_timeout)
+        conn = _AConn(self, reader, writer)
+        call = _ACall(conn.loop)
+        call.rid, frame = conn.core.hello(call, self.client_name, os.getpid(), instance_id(),
+                                          self.scope)
+        writer.write(frame)
+        try:
+            r = await asyncio.wait_for(asyncio.shield(call.fut),
+                                       max(self.connect_timeout, MIN_HELLO_TIMEOUT))
+        except asyncio.TimeoutError:
+            await conn.shutdown()
+            raise ConnectError("the broker did not answer hello in time") from None
+        except CoordError as e:
+            await conn.shutdown()
+            raise ConnectError(f"hello: {e}") from None
+        if not r.ok:
+            await conn.shutdown()
+            raise ConnectError(f"hello refused: {r.code}: {r.message}")
+        conn.conn_id = m.uint(r.body, "conn")
+        conn.epoch = m.uint(r.body, "epoch")
+        conn.broker = str(r.get("broker", ""))
+        mf = m.uint(r.body, "max_frame")
+        if mf:
+            conn.core.set_max_frame(mf)
+        return conn
+
+    async def _ensure(self) -> _AConn:
+        c = self._conn
+        if c is not None and c.alive:
+            return c
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            c = self._conn
+            if c is not None and c.alive:
+                return c
+            if self._closed:
+                raise ConnectionLost("the client is closed")
+            if c is not None and not self.reconnect:
+                raise ConnectionLost(f"not connected: {c.error}")
+            c = await self._open()
+            self._conn = c
+            for ch in list(self._router.subs):
+                r = await c.call("sub.subscribe", {"channel": ch})
+                if not r.ok:
+                    raise r.error()
+            return c
+
+    def _conn_lost(self, conn: _AConn, exc: BaseException) -> None:
+        if conn is self._conn:
+            self._router.connection_lost(exc, keep_subs=self.reconnect and not self._closed)
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and self._conn.alive
+
+    @property
+    def conn_id(self) -> int:
+        return self._conn.conn_id if self._conn else 0
+
+    @property
+    def epoch(self) -> int:
+        return self._conn.epoch if self._conn else 0
+
+    @property
+    def broker_version(self) -> str:
+        return self._conn.broker if self._conn else ""
+
+    async def close(self) -> None:
+        self._closed = True
+        c = self._conn
+        if c is not None:
+            await c.shutdown()
+
+    async def __aenter__(self) -> "Client":
+        return await self.connect()
+
+    async def __aexit__(self, *a: Any) -> None:
+        await self.close()
+
+    async def call(self, op: str, **fields: Any) -> Dict[str, Any]:
+        r = await (await self._ensure()).call(op, fields)
+        if not r.ok:
+            raise r.error()
+        return r.body
+
+    async def ping(self) -> float:
+        t = time.monotonic()
+        await self.call("ping")
+        return time.monotonic() - t
+
+    async def stats(self) -> Dict[str, Any]:
+        return await self.call("stats")
+
+    def lock(self, name: m.Name, mode: str = "exclusive", *, timeout: Optional[float] = None,
+             lease: Optional[float] = None, steal: bool = False) -> Lock:
+        return Lock(self, name, mode, timeout=timeout, lease=lease, steal=steal)
+
+    async def try_lock(self, name: m.Name, mode: str = "exclusive", *,
+                       lease: Optional[float] = None) -> Optional[Lock]:
+        lk = Lock(self, name, mode, lease=lease)
+        return lk if await lk.acquire(if_available=True) else None
+
+    async def locks(self) -> m.LockState:
+        return m.lock_state(await self.call("lock.query"))
+
+    async def once(self, key: m.Name, fn: Callable[[Flight], Awaitable[m.Payload]], *,
+                   ttl: float = 30.0, wait: Optional[float] = None, keep: Optional[float] = None,
+                   max_age: Optional[float] = None, retries: int = 3,
+                   abort_when_orphaned: bool = False) -> bytes:
+        """As ``coord.Client.once``; fn is a coroutine function."""
+        deadline = None if wait is None else time.monotonic() + wait
+        tries = 0
+        while True:
+            left = None if deadline is None else max(0.001, deadline - time.monotonic())
+            f = await self.flight.join(key, ttl=ttl, wait=left,
+                                       max_age=keep if max_age is None else max_age,
+                                       abort_when_orphaned=abort_when_orphaned)
+            if f.role == "result":
+                return f.result or b""
+            if f.role == "failed":
+                assert f.error is not None
+                if f.retryable and tries < retries and (deadline is None
+                                                        or time.monotonic() < deadline):
+                    tries += 1
+                    continue
+                raise FlightFailed(f.error.code, f.error.message, f.retryable)
+            try:
+                out = m.payload(await fn(f), "result")
+            except BaseException as e:
+                code, msg, retryable = owner_failure(e)
+                call = f._conn.fire("flight.fail", {"flight": f.flight, "fence": f.fence,
+                                                    "error": {"code": code, "message": msg},
+                                                    "retryable": retryable})
+                self._router.flights.pop(f.flight, None)
+                if call is not None and isinstance(e, Exception):
+                    try:
+                        await call.fut
+                    except CoordError:
+                        pass
+                raise
+            await f.complete(out, keep)
+            return out
+
+    async def publish(self, channel: m.Name, data: m.Payload) -> int:
+        return m.uint(await self.call("sub.publish", channel=m.name(channel, "channel"),
+                                      data=m.payload(data)), "delivered")
+
+    def subscribe(self, *channels: m.Name, timeout: Optional[float] = None) -> Subscription:
+        if not channels:
+            raise TypeError("subscribe needs a channel")
+        return Subscription(self, [m.name(ch, "channel") for ch in channels], timeout)
+
+    def watch(self, *channels: str, timeout: Optional[float] = None) -> Subscription:
+        return self.subscribe(*(channels or ("-locks", "-flights", "-leaders")),
+                              timeout=timeout)
+
+    async def _subscribe(self, sub: Subscription) -> None:
+        conn = await self._ensure()
+        for ch in sub.channels:
+            subs = self._router.subs.setdefault(m.name_key(ch), [])
+            first = not subs
+            subs.append(sub)
+            if first:
+                try:
+                    r = await conn.call("sub.subscribe", {"channel": ch})
+                except BaseException:
+                    await self._unsubscribe(sub)
+                    raise
+                if not r.ok:
+                    await self._unsubscribe(sub)
+                    raise r.error()
+
+    async def _unsubscribe(self, sub: Subscription) -> None:
+        last = []
+        for ch in sub.channels:
+            k = m.name_key(ch)
+            subs = self._router.subs.get(k)
+            if subs and sub in subs:
+                subs.remove(sub)
+                if not subs:
+                    del self._router.subs[k]
+                    last.append(ch)
+        conn = self._conn
+        if conn is None or not conn.alive:
+            return
+        for ch in last:
+            try:
+                await conn.call("sub.unsubscribe", {"channel": ch})
+            except CoordError:
+                pass
+
+    async def try_leader(self, workstream: m.Name, *, lease: Optional[float] = 30.0
+                         ) -> Optional[Leadership]:
+        lead = Leadership(self, workstream, lease=lease)
+        return lead if await lead.campaign(if_available=True) else None
+
+
+async def connect(socket: Optional[str] = None, **kw: Any) -> Client:
+    """``await Client(socket, **kw).connect()``."""
+    return await Client(socket, **kw).connect()

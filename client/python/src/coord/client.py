@@ -1,0 +1,1111 @@
+"""client.py - the blocking client.
+
+One connection (``_Conn``) has a reader thread that feeds the sans-I/O
+``Core`` and completes the waiting calls, and routes events (lock lost,
+flight abort, leader lost, channel messages) to their handles.  Callers
+block on a per-call ``threading.Event``.  One ticker thread per client
+renews leases (locks and leaderships) at a third of the lease and declares
+a lease lost locally once its end passed without an acknowledged renewal.
+
+A call that waits (lock, flight join, campaign) and is interrupted
+(KeyboardInterrupt, or ``cancel()`` from another thread) sends the
+protocol's ``cancel``; if the grant raced the cancel, the grant is handed
+back (released, resigned, failed as retryable).
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import queue
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+from . import messages as m
+from .core import DEFAULT_MAX_FRAME, Core, Event, Reply
+from .errors import (ConnectError, ConnectionLost, CoordError, Fenced, FlightFailed,
+                     LeadershipLost, LockLost, NotFound, ProtocolError, Timeout)
+from .handles import State, owner_failure
+from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MIN_HELLO_TIMEOUT,
+                    default_socket_path, instance_id, open_socket, program_name)
+
+Callback = Callable[["_Call", Optional[Reply], Optional[BaseException]], None]
+
+
+class _Call:
+    """One request's future.  ``hook`` runs in the reader thread before
+    anyone is woken (it registers what the reply creates, so an event right
+    behind the reply finds it); ``callback`` runs there after."""
+
+    __slots__ = ("_ev", "_mu", "reply", "exc", "hook", "callback", "_abandon", "rid")
+
+    def __init__(self, hook: Optional[Callable[[Reply], None]] = None,
+                 callback: Optional[Callback] = None) -> None:
+        self._ev = threading.Event()
+        self._mu = threading.Lock()
+        self.reply: Optional[Reply] = None
+        self.exc: Optional[BaseException] = None
+        self.hook = hook
+        self.callback = callback
+        self._abandon: Optional[Callable[[Reply], None]] = None
+        self.rid = 0
+
+    def _complete(self, reply: Reply) -> None:
+        if self.hook is not None:
+            try:
+                self.hook(reply)
+            except Exception:
+                pass
+        with self._mu:
+            self.reply = reply
+            self._ev.set()
+            ab = self._abandon
+        if ab is not None:
+            ab(reply)
+        if self.callback is not None:
+            self.callback(self, reply, None)
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._mu:
+            self.exc = exc
+            self._ev.set()
+        if self.callback is not None:
+            self.callback(self, None, exc)
+
+    def abandon(self, fn: Callable[[Reply], None]) -> None:
+        """Nobody waits any more: fn(reply) hands back what the reply
+        grants, now if it already came, else when it comes."""
+        with self._mu:
+            if not self._ev.is_set():
+                self._abandon = fn
+                return
+            reply = self.reply
+        if reply is not None:
+            fn(reply)
+
+    def wait(self) -> Reply:
+        self._ev.wait()
+        if self.exc is not None:
+            raise self.exc
+        assert self.reply is not None
+        return self.reply
+
+
+class _Conn:
+    """One connection: socket, core, reader thread."""
+
+    def __init__(self, client: "Client", sock: Any) -> None:
+        self.client = client
+        self.sock = sock
+        self.core: Core[_Call] = Core()
+        self.core_mu = threading.Lock()     # the core's state
+        self.send_mu = threading.Lock()     # whole frames on the socket
+        self.alive = True
+        self.error: Optional[BaseException] = None
+        self.conn_id = 0
+        self.epoch = 0
+        self.broker = ""
+        self.reader = threading.Thread(target=self._read, name="coord-reader", daemon=True)
+
+    def send(self, op: str, fields: Dict[str, Any], hook: Optional[Callable[[Reply], None]] = None,
+             callback: Optional[Callback] = None) -> _Call:
+        call = _Call(hook, callback)
+        with self.send_mu:
+            with self.core_mu:
+                if not self.alive:
+                    raise self.error or ConnectionLost("not connected")
+                call.rid, frame = self.core.request(op, fields, call)
+            try:
+                self.sock.sendall(frame)
+            except OSError:
+                pass      # the reader sees the close and fails the call
+        return call
+
+    def _read(self) -> None:
+        err: Optional[BaseException] = None
+        try:
+            while True:
+                data = self.sock.recv(262144)
+                if not data:
+                    break
+                with self.core_mu:
+                    pairs = self.core.receive(data)
+                    events: List[Event] = []
+                    ev = self.core.next_event()
+                    while ev is not None:
+                        events.append(ev)
+                        ev = self.core.next_event()
+                for call, reply in pairs:
+                    call._complete(reply)
+                for ev in events:
+                    self.client._dispatch(ev)
+        except ProtocolError as e:
+            err = e
+        except OSError as e:
+            err = ConnectionLost(f"the connection to the broker failed: {e.strerror}")
+        finally:
+            with self.core_mu:
+                self.alive = False
+                handles = self.core.close()
+                exc = err or self.core.close_error()
+                self.error = exc
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+            for h in handles:
+                h._fail(exc)
+            self.client._conn_lost(self, exc)
+
+    def shutdown(self) -> None:
+        try:
+            self.sock.shutdown(2)
+        except OSError:
+            pass
+        if threading.current_thread() is not self.reader and self.reader.is_alive():
+            self.reader.join(5)
+
+
+class _Ticker:
+    """One thread running timed callbacks (lease renewals) in order."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._heap: List[Tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._thread: Optional[threading.Thread] = None
+        self._stopped = False
+
+    def at(self, when: float, fn: Callable[[], None]) -> None:
+        with self._cv:
+            if self._stopped:
+                return
+            heapq.heappush(self._heap, (when, next(self._seq), fn))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="coord-renew",
+                                                daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while True:
+                    if self._stopped:
+                        return
+                    now = time.monotonic()
+                    if self._heap and self._heap[0][0] <= now:
+                        fn = heapq.heappop(self._heap)[2]
+                        break
+                    self._cv.wait(self._heap[0][0] - now if self._heap else None)
+            try:
+                fn()
+            except Exception:
+                pass
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._heap.clear()
+            self._cv.notify()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(5)
+
+
+def _wait(conn: _Conn, call: _Call, owner: Any, give_back: Callable[[Reply], None]) -> Reply:
+    """Waits for a call that may wait long; on an interruption sends
+    cancel and arranges for a raced grant to be handed back."""
+    owner._waiting = (conn, call)
+    try:
+        return call.wait()
+    except BaseException:
+        if call.reply is None and call.exc is None:
+            _send_cancel(conn, call.rid)
+            call.abandon(give_back)
+        raise
+    finally:
+        owner._waiting = None
+
+
+def _send_cancel(conn: _Conn, rid: int) -> None:
+    try:
+        conn.send("cancel", {"target": rid}, callback=lambda *a: None)
+    except CoordError:
+        pass
+
+
+def _cancel_waiting(owner: Any) -> bool:
+    w = owner._waiting
+    if w is None:
+        return False
+    _send_cancel(w[0], w[1].rid)
+    return True
+
+
+class Lock:
+    """A lock on ``name``; ``with`` acquires it (raising ``Timeout``,
+    ``Aborted``, ``ConnectionLost``... when it cannot: the block never runs
+    without the lock) and releases it.  ``lost`` is set when the lock is
+    stolen, expires or its connection goes."""
+
+    def __init__(self, client: "Client", name: m.Name, mode: str = "exclusive", *,
+                 timeout: Optional[float] = None, lease: Optional[float] = None,
+                 steal: bool = False) -> None:
+        self._client = client
+        self.name = m.name(name)
+        self.mode = mode
+        self.timeout = timeout
+        self.lease = lease
+        self.steal = steal
+        self.token: Optional[int] = None
+        self.id: Optional[int] = None
+        self.lost = threading.Event()
+        self.lost_reason: Optional[str] = None
+        self._held = False
+        self._conn: Optional[_Conn] = None
+        self._deadline = 0.0
+        self._waiting: Optional[Tuple[_Conn, _Call]] = None
+        m.lock_acquire(self.name, mode, steal=steal, timeout=timeout, lease=lease)
+
+    @property
+    def held(self) -> bool:
+        return self._held
+
+    def acquire(self, *, if_available: bool = False) -> bool:
+        """Waits for the lock (up to ``timeout``); True once held.  With
+        ``if_available`` (or ``timeout=0``) returns False at once when busy."""
+        if self._held:
+            raise RuntimeError("lock already held by this handle")
+        try_once = if_available or self.timeout == 0
+        fields = m.lock_acquire(self.name, self.mode, if_available=try_once,
+                                steal=self.steal,
+                                timeout=None if try_once else self.timeout,
+                                lease=self.lease)
+        conn = self._client._ensure()
+        sent = time.monotonic()
+        self.lost.clear()
+        self.lost_reason = None
+        call = conn.send("lock.acquire", fields, hook=lambda r: self._granted(conn, r, sent))
+        reply = _wait(conn, call, self, lambda r: self._give_back(conn, r))
+        if not reply.ok:
+            raise reply.error()
+        if not reply.get("granted"):
+            return False
+        if self.lease:
+            self._client._ticker.at(self._next_tick(), self._tick)
+        return True
+
+    def _granted(self, conn: _Conn, r: Reply, sent: float) -> None:
+        if r.ok and r.get("granted"):
+            self.id = m.uint(r.body, "lock")
+            self.token = m.uint(r.body, "token")
+            self._conn = conn
+            self._held = True
+            self._deadline = sent + (self.lease or 0)
+            self._client._router.locks[self.id] = self
+
+    def _give_back(self, conn: _Conn, r: Reply) -> None:
+        if r.ok and r.get("granted"):
+            self._forget()
+            try:
+                conn.send("lock.release", {"lock": m.uint(r.body, "lock")},
+                          callback=lambda *a: None)
+            except CoordError:
+                pass
+
+    def cancel(self) -> bool:
+        """From another thread: abort a waiting acquire (it raises
+        ``Aborted``).  False when nothing waits."""
+        return _cancel_waiting(self)
+
+    def _forget(self) -> None:
+        self._held = False
+        if self.id is not None:
+            self._client._router.locks.pop(self.id, None)
+
+    def _lost(self, reason: str) -> None:
+        if not self._held:
+            return
+        self._forget()
+        self.lost_reason = reason
+        self.lost.set()
+
+    def _next_tick(self) -> float:
+        assert self.lease
+        return min(time.monotonic() + self.lease / 3.0, self._deadline)
+
+    def _tick(self) -> None:
+        conn = self._conn
+        if not self._held or conn is None or not self.lease:
+            return
+        now = time.monotonic()
+        if now >= self._deadline:
+            lock_id = self.id
+            self._lost("expired")
+            try:
+                conn.send("lock.release", {"lock": lock_id}, callback=lambda *a: None)
+            except CoordError:
+                pass
+            return
+        lease = self.lease
+
+        def done(_c: _Call, r: Optional[Reply], _e: Optional[BaseException]) -> None:
+            if r is not None and r.ok:
+                self._deadline = max(self._deadline, now + lease)
+            elif r is not None and r.code == "UNKNOWN_LOCK":
+                self._lost("expired")
+        try:
+            conn.send("lock.renew", {"lock": self.id, "lease_ms": m.ms(lease, "lease")},
+                      callback=done)
+        except CoordError:
+            return
+        self._client._ticker.at(self._next_tick(), self._tick)
+
+    def renew(self, lease: Optional[float] = None) -> None:
+        """Renews now (and sets a new lease length; 0 removes the lease)."""
+        self.check()
+        if lease is not None:
+            self.lease = lease or None
+        assert self._conn is not None
+        now = time.monotonic()
+        r = self._conn.send("lock.renew", {"lock": self.id,
+                                          "lease_ms": m.ms(self.lease or 0, "lease")}).wait()
+        if not r.ok:
+            if r.code == "UNKNOWN_LOCK":
+                self._lost("expired")
+                self.check()
+            raise r.error()
+        if self.lease:
+            self._deadline = now + self.lease
+
+    def release(self) -> None:
+        """Releases the lock (nothing when it is not held any more).  The
+        name is free for others once this returns."""
+        conn = self._conn
+        if not self._held or conn is None:
+            return
+        lock_id = self.id
+        self._forget()
+        try:
+            r = conn.send("lock.release", {"lock": lock_id}).wait()
+        except ConnectionLost:
+            return
+        if not r.ok and r.code != "UNKNOWN_LOCK":
+            raise r.error()
+
+    def check(self) -> None:
+        """Raises ``LockLost`` if the lock is not held any more."""
+        if self.lost.is_set():
+            raise LockLost(f"lock {self.name!r} lost: {self.lost_reason}")
+        if not self._held:
+            raise LockLost(f"lock {self.name!r} is not held")
+
+    def __enter__(self) -> "Lock":
+        if not self.acquire():
+            raise Timeout(f"lock {self.name!r} is busy")
+        return self
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        lost = self.lost.is_set()
+        self.release()
+        if lost and et is None:
+            raise LockLost(f"lock {self.name!r} was lost while the block ran: "
+                           f"{self.lost_reason}")
+
+    def __repr__(self) -> str:
+        return f"<coord.Lock {self.name!r} {self.mode} token={self.token} held={self._held}>"
+
+
+class Flight:
+    """The settled role of a join.  As the owner (``role == "owner"``):
+    ``fence``, ``aborted`` (set on ``flight.abort``: deadline, orphaned,
+    connection lost), ``complete`` and ``fail``."""
+
+    def __init__(self, client: "Client", conn: _Conn, j: m.Joined) -> None:
+        self._client = client
+        self._conn = conn
+        self.role = j.role
+        self.key = j.key
+        self.flight = j.flight
+        self.fence = j.fence
+        self.result = j.result
+        self.error = j.error
+        self.retryable = j.retryable
+        self.age = j.age
+        self.source = j.source
+        self.aborted = threading.Event()
+        self.abort_reason: Optional[str] = None
+        self.done = False
+
+    def _abort(self, reason: str) -> None:
+        self.abort_reason = reason
+        self.aborted.set()
+
+    def check(self) -> None:
+        """Raises ``Aborted`` once the broker told the owner to stop."""
+        if self.aborted.is_set():
+            from .errors import Aborted
+            raise Aborted(f"flight {self.key!r} aborted: {self.abort_reason}")
+
+    def _end(self, op: str, fields: Dict[str, Any]) -> int:
+        if self.role != "owner":
+            raise RuntimeError("only the owner completes or fails a flight")
+        self.done = True
+        self._client._router.flights.pop(self.flight, None)
+        r = self._conn.send(op, dict(flight=self.flight, fence=self.fence, **fields)).wait()
+        if not r.ok:
+            raise r.error()
+        return m.uint(r.body, "delivered")
+
+    def complete(self, result: m.Payload, keep: Optional[float] = None) -> int:
+        """Delivers result to the followers (and stores it ``keep``
+        seconds); returns how many got it.  ``Fenced`` when too late."""
+        return self._end("flight.complete", {"result": m.payload(result, "result"),
+                                             "keep_ms": m.ms(keep, "keep")})
+
+    def fail(self, code: str, message: str = "", retryable: bool = False,
+             keep: Optional[float] = None) -> int:
+        return self._end("flight.fail", {"error": {"code": code, "message": message},
+                                         "retryable": retryable,
+                                         "keep_ms": m.ms(keep, "keep")})
+
+    def __repr__(self) -> str:
+        return f"<coord.Flight {self.key!r} {self.role} fence={self.fence}>"
+
+
+class _FlightAPI:
+    """``c.flight``: the single-flight calls one by one."""
+
+    def __init__(self, client: "Client") -> None:
+        self._c = client
+        self._waiting: Optional[Tuple[_Conn, _Call]] = None
+
+    def join(self, key: m.Name, *, ttl: Optional[float] = 30.0, wait: Optional[float] = None,
+             max_age: Optional[float] = None, abort_when_orphaned: bool = False) -> Flight:
+        """Joins the flight of key; returns when the role is settled.
+        ``Timeout`` when ``wait`` passed with no result."""
+        k = m.name(key, "key")
+        fields = m.flight_join(k, ttl=ttl, wait=wait, max_age=max_age,
+                               abort_when_orphaned=abort_when_orphaned)
+        c = self._c
+        conn = c._ensure()
+        box: List[Flight] = []
+
+        def hook(r: Reply) -> None:
+            if r.ok:
+                f = Flight(c, conn, m.joined(k, r.body))
+                if f.role == "owner":
+                    c._router.flights[f.flight] = f
+                box.append(f)
+
+        def give_back(r: Reply) -> None:
+            if box and box[0].role == "owner":
+                c._router.flights.pop(box[0].flight, None)
+                try:
+                    conn.send("flight.fail", {"flight": box[0].flight, "fence": box[0].fence,
+                                              "error": {"code": "ABORTED",
+                                                        "message": "the owner gave up"},
+                                              "retryable": True}, callback=lambda *a: None)
+                except CoordError:
+                    pass
+        call = conn.send("flight.join", fields, hook=hook)
+        r = _wait(conn, call, self, give_back)
+        if not r.ok:
+            raise r.error()
+        return box[0]
+
+    def complete(self, f: Flight, result: m.Payload, keep: Optional[float] = None) -> int:
+        return f.complete(result, keep)
+
+    def fail(self, f: Flight, code: str, message: str = "", retryable: bool = False,
+             keep: Optional[float] = None) -> int:
+        return f.fail(code, message, retryable, keep)
+
+    def list(self) -> List[m.FlightEntry]:
+        return m.flight_list(self._c.call("flight.list"))
+
+
+class _RecordAPI:
+    """``c.records``: the stored completion records of the scope."""
+
+    def __init__(self, client: "Client") -> None:
+        self._c = client
+
+    def get(self, key: m.Name) -> Optional[m.Record]:
+        k = m.name(key, "key")
+        try:
+            return m.record(k, self._c.call("record.get", key=k))
+        except NotFound:
+            return None
+
+    def list(self, prefix: m.Name = "", limit: Optional[int] = None) -> List[m.RecordEntry]:
+        return m.record_list(self._c.call("record.list", prefix=m.name(prefix, "prefix"),
+                                          limit=limit))
+
+    def purge(self, prefix: m.Name = "") -> int:
+        return m.uint(self._c.call("record.purge", prefix=m.name(prefix, "prefix")), "deleted")
+
+
+class Leadership:
+    """Leadership of a workstream.  ``with`` campaigns (raising
+    ``Timeout``, ``Disabled``, ``Aborted``... when not elected: the block
+    never runs as a non-leader) and resigns.  ``lost`` is set when the
+    lease ends, someone steals, the workstream is disabled or the connection
+    goes; ``commit`` then raises ``Fenced``."""
+
+    def __init__(self, client: "Client", workstream: m.Name, *, lease: Optional[float] = 30.0,
+                 steal: bool = False, timeout: Optional[float] = None) -> None:
+        self._client = client
+        self.workstream = m.name(workstream, "workstream")
+        self.lease = lease
+        self.steal = steal
+        self.timeout = timeout
+        self.generation: Optional[int] = None
+        self.state = State.FOLLOWER
+        self.lost = threading.Event()
+        self.lost_reason: Optional[str] = None
+        self._conn: Optional[_Conn] = None
+        self._deadline = 0.0
+        self._waiting: Optional[Tuple[_Conn, _Call]] = None
+        m.campaign(self.workstream, lease=lease, steal=steal, if_available=False,
+                   timeout=timeout)
+
+    def campaign(self, *, if_available: bool = False) -> bool:
+        if self.state in (State.LEADER, State.REQUESTING):
+            raise RuntimeError("already campaigning or leading")
+        try_once = if_available or self.timeout == 0
+        fields = m.campaign(self.workstream, lease=self.lease, steal=self.steal,
+                            if_available=try_once,
+                            timeout=None if try_once else self.timeout)
+        conn = self._client._ensure()
+        self.state = State.REQUESTING
+        self.lost.clear()
+        self.lost_reason = None
+        sent = time.monotonic()
+        call = conn.send("leader.campaign", fields, hook=lambda r: self._granted(conn, r, sent))
+        try:
+            r = _wait(conn, call, self, lambda r: self._give_back(conn, r))
+        except BaseException:
+            self.state = State.ABORTED
+            raise
+        if not r.ok:
+            self.state = State.ABORTED
+            raise r.error()
+        if not r.get("granted"):
+            self.state = State.FOLLOWER
+            return False
+        self._client._ticker.at(self._next_tick(), self._tick)
+        return True
+
+    def _granted(self, conn: _Conn, r: Reply, sent: float) -> None:
+        if r.ok and r.get("granted"):
+            self.generation = m.uint(r.body, "generation")
+            le = m.uint(r.body, "lease_ms")
+            if le:
+                self.lease = le / 1000.0
+            self._conn = conn
+            self._deadline = sent + (self.lease or 30.0)
+            self.state = State.LEADER
+            self._client._router.leaders[(m.name_key(self.workstream), self.generation)] = self
+
+    def _give_back(self, conn: _Conn, r: Reply) -> None:
+        if r.ok and r.get("granted"):
+            self._forget()
+            self.state = State.ABORTED
+            try:
+                conn.send("leader.resign", {"workstream": self.workstream,
+                                            "generation": m.uint(r.body, "generation")},
+                          callback=lambda *a: None)
+            except CoordError:
+                pass
+
+    def cancel(self) -> bool:
+        """From another thread: abort a waiting campaign."""
+        return _cancel_waiting(self)
+
+    def _forget(self) -> None:
+        if self.generation is not None:
+            self._client._router.leaders.pop((m.name_key(self.workstream), self.generation),
+                                             None)
+
+    def _lost(self, reason: str) -> None:
+        if self.state != State.LEADER:
+            return
+        self._forget()
+        self.state = State.ABORTED
+        self.lost_reason = reason
+        self.lost.set()
+
+    def _next_tick(self) -> float:
+        return min(time.monotonic() + (self.lease or 30.0) / 3.0, self._deadline)
+
+    def _tick(self) -> None:
+        conn = self._conn
+        if self.state != State.LEADER or conn is None:
+            return
+        now = time.monotonic()
+        if now >= self._deadline:
+            self._lost("expired")
+            return
+
+        def done(_c: _Call, r: Optional[Reply], _e: Optional[BaseException]) -> None:
+            if r is not None and r.ok:
+                le = m.uint(r.body, "lease_ms")
+                self._deadline = max(self._deadline, now + (le / 1000.0 if le else
+                                                            (self.lease or 30.0)))
+            elif r is not None and r.code == "FENCED":
+                self._lost("fenced")
+        try:
+            conn.send("leader.renew", {"workstream": self.workstream,
+                                       "generation": self.generation}, callback=done)
+        except CoordError:
+            return
+        self._client._ticker.at(self._next_tick(), self._tick)
+
+    def _call(self, op: str, **fields: Any) -> Reply:
+        if self.state != State.LEADER or self._conn is None:
+            raise Fenced(f"not the leader of {self.workstream!r} "
+                         f"({self.lost_reason or self.state.value})")
+        r = self._conn.send(op, dict(workstream=self.workstream, generation=self.generation,
+                                     **fields)).wait()
+        if not r.ok and r.code == "FENCED":
+            self._lost("fenced")
+        return r
+
+    def commit(self, op_id: m.Name, key: m.Name, value: m.Payload) -> bool:
+        """Applies key=value once per op_id under this generation: True when
+        applied now, False when op_id was applied before.  ``Fenced`` when
+        this leadership is over."""
+        r = self._call("leader.commit", op_id=m.name(op_id, "op_id"), key=m.name(key, "key"),
+                       value=m.payload(value, "value"))
+        if not r.ok:
+            raise r.error()
+        return bool(r.get("applied"))
+
+    def read(self, key: m.Name) -> Optional[bytes]:
+        got = self._client.leader.read(self.workstream, key)
+        return got[0] if got else None
+
+    def check(self) -> None:
+        if self.state != State.LEADER:
+            raise LeadershipLost(f"not the leader of {self.workstream!r}: "
+                                 f"{self.lost_reason or self.state.value}")
+
+    def resign(self) -> None:
+        if self.state != State.LEADER or self._conn is None:
+            return
+        conn = self._conn
+        self._forget()
+        self.state = State.RELEASED
+        try:
+            r = conn.send("leader.resign", {"workstream": self.workstream,
+                                            "generation": self.generation}).wait()
+        except ConnectionLost:
+            return
+        if not r.ok and r.code != "FENCED":
+            raise r.error()
+
+    def __enter__(self) -> "Leadership":
+        if not self.campaign():
+            raise Timeout(f"{self.workstream!r} has a leader")
+        return self
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        lost = self.lost.is_set()
+        self.resign()
+        if lost and et is None:
+            raise LeadershipLost(f"leadership of {self.workstream!r} was lost while the "
+                                 f"block ran: {self.lost_reason}")
+
+    def __repr__(self) -> str:
+        return (f"<coord.Leadership {self.workstream!r} {self.state.value} "
+                f"generation={self.generation}>")
+
+
+class _LeaderAPI:
+    """``c.leader(ws, ...)`` makes a Leadership; ``c.leader.info/read/
+    disable/enable`` act on a workstream."""
+
+    def __init__(self, client: "Client") -> None:
+        self._c = client
+
+    def __call__(self, workstream: m.Name, *, lease: Optional[float] = 30.0,
+                 steal: bool = False, timeout: Optional[float] = None) -> Leadership:
+        return Leadership(self._c, workstream, lease=lease, steal=steal, timeout=timeout)
+
+    def info(self, workstream: m.Name) -> m.LeaderInfo:
+        return m.leader_info(self._c.call("leader.info",
+                                          workstream=m.name(workstream, "workstream")))
+
+    def read(self, workstream: m.Name, key: m.Name) -> Optional[Tuple[bytes, int]]:
+        try:
+            b = self._c.call("leader.read", workstream=m.name(workstream, "workstream"),
+                             key=m.name(key, "key"))
+        except NotFound:
+            return None
+        return m.as_bytes(b.get("value")), m.uint(b, "generation")
+
+    def disable(self, workstream: m.Name) -> int:
+        return m.uint(self._c.call("leader.disable",
+                                   workstream=m.name(workstream, "workstream")), "generation")
+
+    def enable(self, workstream: m.Name) -> None:
+        self._c.call("leader.enable", workstream=m.name(workstream, "workstream"))
+
+
+class _Closed:
+    def __init__(self, exc: BaseException, reconnect: bool) -> None:
+        self.exc = exc
+        self.reconnect = reconnect
+
+
+class Subscription:
+    """Messages of one or more channels.  ``for item in sub`` yields them
+    (``Message`` for user channels, ``Lifecycle`` for the broker's); with
+    ``timeout`` the loop ends once no item came for that long."""
+
+    def __init__(self, client: "Client", channels: List[Union[str, bytes]],
+                 timeout: Optional[float] = None) -> None:
+        self._client = client
+        self.channels = channels
+        self.timeout = timeout
+        self._q: "queue.Queue[Any]" = queue.Queue()
+        self._open = False
+        self._error: Optional[BaseException] = None
+
+    def _push(self, item: Any) -> None:
+        self._q.put(item)
+
+    def _closed(self, exc: BaseException, reconnect: bool) -> None:
+        self._q.put(_Closed(exc, reconnect))
+
+    def open(self) -> "Subscription":
+        if not self._open:
+            self._client._subscribe(self)
+            self._open = True
+        return self
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            self._client._unsubscribe(self)
+
+    def get(self, timeout: Optional[float] = None) -> Any:
+        """The next item, or None when timeout passed first."""
+        if self._error is not None:
+            raise self._error
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                item = self._q.get(timeout=left)
+            except queue.Empty:
+                return None
+            if not isinstance(item, _Closed):
+                return item
+            if item.reconnect and self._open:
+                try:
+                    self._client._ensure()
+                    continue
+                except CoordError as e:
+                    self._error = e
+                    raise
+            self._error = item.exc
+            raise item.exc
+
+    def __iter__(self) -> Any:
+        while True:
+            item = self.get(self.timeout)
+            if item is None:
+                return
+            yield item
+
+    def __enter__(self) -> "Subscription":
+        return self.open()
+
+    def __exit__(self, *a: Any) -> None:
+        self.close()
+
+
+class Client:
+    """A connection to the per-user broker.
+
+    ``socket``: the path (default ``$COORD_SOCKET``, ...); ``scope``
+    namespaces everything; ``client`` names us in ``locks()`` and ``info``;
+    ``autostart`` starts ``coordd`` (``broker`` or ``$COORD_BROKER`` or
+    ``coordd`` from PATH) when nothing listens; ``reconnect``: after the
+    connection is lost, the next call connects again (held locks and
+    leaderships stay lost; subscriptions are renewed)."""
+
+    def __init__(self, socket: Optional[str] = None, *, scope: m.Name = "",
+                 client: Optional[str] = None, autostart: bool = True,
+                 broker: Optional[str] = None, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+                 idle_exit: int = DEFAULT_IDLE_EXIT, reconnect: bool = False) -> None:
+        self.socket_path = socket or default_socket_path()
+        self.scope = m.name(scope, "scope")
+        self.client_name = client or program_name()
+        self.autostart = autostart
+        self.broker_path = broker
+        self.connect_timeout = connect_timeout
+        self.idle_exit = idle_exit
+        self.reconnect = reconnect
+        self._router = m.Router()
+        self._ticker = _Ticker()
+        self._mu = threading.RLock()
+        self._conn: Optional[_Conn] = None
+        self._closed = False
+        self.flight = _FlightAPI(self)
+        self.records = _RecordAPI(self)
+        self.leader = _LeaderAPI(self)
+        self._ensure()
+
+    # ---- connection ----
+
+    def _open(self) -> _Conn:
+        sock = open_socket(self.socket_path, autostart_ok=self.autostart,
+                           broker=self.broker_path, idle_exit=self.idle_exit,
+                           timeout=self.connect_timeout)
+        conn = _Conn(self, sock)
+        conn.reader.start()
+        with conn.core_mu:
+            conn.core.set_max_frame(DEFAULT_MAX_FRAME)
+        call = _Call()
+        with conn.send_mu:
+            with conn.core_mu:
+                call.rid, frame = conn.core.hello(call, self.client_name, os.getpid(),
+                                                  instance_id(), self.scope)
+            sock.sendall(frame)
+        if not call._ev.wait(max(self.connect_timeout, MIN_HELLO_TIMEOUT)):
+            conn.shutdown()
+            raise ConnectError("the broker did not answer hello in time")
+        try:
+            r = call.wait()
+        except CoordError as e:
+            conn.shutdown()
+            raise ConnectError(f"hello: {e}") from None
+        if not r.ok:
+            conn.shutdown()
+            raise ConnectError(f"hello refused: {r.code}: {r.message}")
+        conn.conn_id = m.uint(r.body, "conn")
+        conn.epoch = m.uint(r.body, "epoch")
+        conn.broker = str(r.get("broker", ""))
+        mf = m.uint(r.body, "max_frame")
+        if mf:
+            with conn.core_mu:
+                conn.core.set_max_frame(mf)
+        return conn
+
+    def _ensure(self) -> _Conn:
+        with self._mu:
+            c = self._conn
+            if c is not None and c.alive:
+                return c
+            if self._closed:
+                raise ConnectionLost("the client is closed")
+            if c is not None and not self.reconnect:
+                raise ConnectionLost(f"not connected: {c.error}")
+            c = self._open()
+            self._conn = c
+            channels = list(self._router.subs)
+        for ch in channels:
+            r = c.send("sub.subscribe", {"channel": ch}).wait()
+            if not r.ok:
+                raise r.error()
+        return c
+
+    def _conn_lost(self, conn: _Conn, exc: BaseException) -> None:
+        with self._mu:
+            if conn is not self._conn:
+                return
+            self._router.connection_lost(exc, keep_subs=self.reconnect and not self._closed)
+
+    def _dispatch(self, ev: Event) -> None:
+        with self._mu:
+            self._router.dispatch(ev)
+
+    @property
+    def connected(self) -> bool:
+        c = self._conn
+        return c is not None and c.alive
+
+    @property
+    def conn_id(self) -> int:
+        return self._conn.conn_id if self._conn else 0
+
+    @property
+    def epoch(self) -> int:
+        return self._conn.epoch if self._conn else 0
+
+    @property
+    def broker_version(self) -> str:
+        return self._conn.broker if self._conn else ""
+
+    @property
+    def max_frame(self) -> int:
+        return self._conn.core.max_frame if self._conn else DEFAULT_MAX_FRAME
+
+    def close(self) -> None:
+        """Closes the connection: the broker releases our locks, resigns
+        our leaderships, passes our flights on."""
+        with self._mu:
+            self._closed = True
+            c = self._conn
+        self._ticker.stop()
+        if c is not None:
+            c.shutdown()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *a: Any) -> None:
+        self.close()
+
+    # ---- raw calls ----
+
+    def call(self, op: str, **fields: Any) -> Dict[str, Any]:
+        """Any request (fields as on the wire, None left out); the reply's
+        map, or the error for its code raised."""
+        r = self._ensure().send(op, fields).wait()
+        if not r.ok:
+            raise r.error()
+        return r.body
+
+    def ping(self) -> float:
+        t = time.monotonic()
+        self.call("ping")
+        return time.monotonic() - t
+
+    def stats(self) -> Dict[str, Any]:
+        return self.call("stats")
+
+    # ---- locks ----
+
+    def lock(self, name: m.Name, mode: str = "exclusive", *, timeout: Optional[float] = None,
+             lease: Optional[float] = None, steal: bool = False) -> Lock:
+        """A lock handle; ``with`` acquires it.  ``timeout`` seconds (None:
+        wait forever, 0: only if free now), ``lease`` seconds renewed while
+        held (None: no lease), ``steal`` breaks the holders."""
+        return Lock(self, name, mode, timeout=timeout, lease=lease, steal=steal)
+
+    def try_lock(self, name: m.Name, mode: str = "exclusive", *,
+                 lease: Optional[float] = None) -> Optional[Lock]:
+        """The lock, held, if it is free now; else None."""
+        lk = Lock(self, name, mode, lease=lease)
+        return lk if lk.acquire(if_available=True) else None
+
+    def locks(self) -> m.LockState:
+        """Held and waiting locks of the scope (``lock.query``)."""
+        return m.lock_state(self.call("lock.query"))
+
+    # ---- single-flight ----
+
+    def once(self, key: m.Name, fn: Callable[[Flight], m.Payload], *, ttl: float = 30.0,
+             wait: Optional[float] = None, keep: Optional[float] = None,
+             max_age: Optional[float] = None, retries: int = 3,
+             abort_when_orphaned: bool = False) -> bytes:
+        """fn(flight) runs in one caller per key at a time; every concurrent
+        caller gets its result (bytes).  ``keep``: store the result that
+        long; ``max_age`` (default ``keep``): accept a stored one that
+        young.  fn raising ``FlightFailed`` fails the flight with its code;
+        another exception fails it (not retryable) and is re-raised.
+        Followers raise ``FlightFailed``; a retryable failure is retried up
+        to ``retries`` times."""
+        deadline = None if wait is None else time.monotonic() + wait
+        tries = 0
+        while True:
+            left = None if deadline is None else max(0.001, deadline - time.monotonic())
+            f = self.flight.join(key, ttl=ttl, wait=left,
+                                 max_age=keep if max_age is None else max_age,
+                                 abort_when_orphaned=abort_when_orphaned)
+            if f.role == "result":
+                return f.result or b""
+            if f.role == "failed":
+                assert f.error is not None
+                if f.retryable and tries < retries and (deadline is None
+                                                        or time.monotonic() < deadline):
+                    tries += 1
+                    continue
+                raise FlightFailed(f.error.code, f.error.message, f.retryable)
+            try:
+                out = m.payload(fn(f), "result")
+            except BaseException as e:
+                code, msg, retryable = owner_failure(e)
+                try:
+                    f.fail(code, msg, retryable)
+                except CoordError:
+                    pass
+                raise
+            f.complete(out, keep)
+            return out
+
+    # ---- channels ----
+
+    def publish(self, channel: m.Name, data: m.Payload) -> int:
+        """Sends data to the scope's other subscribers; returns how many."""
+        return m.uint(self.call("sub.publish", channel=m.name(channel, "channel"),
+                                data=m.payload(data)), "delivered")
+
+    def subscribe(self, *channels: m.Name, timeout: Optional[float] = None) -> Subscription:
+        """``with c.subscribe("news") as sub: for msg in sub: ...``"""
+        if not channels:
+            raise TypeError("subscribe needs a channel")
+        return Subscription(self, [m.name(ch, "channel") for ch in channels], timeout)
+
+    def watch(self, *channels: str, timeout: Optional[float] = None) -> Subscription:
+        """Lifecycle events of the broker's channels (default all three:
+        ``-locks``, ``-flights``, ``-leaders``)."""
+        return self.subscribe(*(channels or ("-locks", "-flights", "-leaders")),
+                              timeout=timeout)
+
+    def _subscribe(self, sub: Subscription) -> None:
+        conn = self._ensure()
+        for ch in sub.channels:
+            k = m.name_key(ch)
+            with self._mu:
+                subs = self._router.subs.setdefault(k, [])
+                first = not subs
+                subs.append(sub)
+            if first:
+                try:
+                    r = conn.send("sub.subscribe", {"channel": ch}).wait()
+                except BaseException:
+                    self._unsubscribe(sub)
+                    raise
+                if not r.ok:
+                    self._unsubscribe(sub)
+                    raise r.error()
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        last = []
+        with self._mu:
+            for ch in sub.channels:
+                k = m.name_key(ch)
+                subs = self._router.subs.get(k)
+                if subs and sub in subs:
+                    subs.remove(sub)
+                    if not subs:
+                        del self._router.subs[k]
+                        last.append(ch)
+            conn = self._conn
+        if conn is None or not conn.alive:
+            return
+        for ch in last:
+            try:
+                conn.send("sub.unsubscribe", {"channel": ch}).wait()
+            except CoordError:
+                pass
+
+    # ---- leadership ----
+
+    def try_leader(self, workstream: m.Name, *, lease: Optional[float] = 30.0
+                   ) -> Optional[Leadership]:
+        """Leadership if nobody leads now, else None."""
+        lead = Leadership(self, workstream, lease=lease)
+        return lead if lead.campaign(if_available=True) else None
+
+
+def connect(socket: Optional[str] = None, **kw: Any) -> Client:
+    """``Client(socket, **kw)``."""
+    return Client(socket, **kw)

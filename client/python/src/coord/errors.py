@@ -1,0 +1,177 @@
+"""errors.py - one exception class per wire error code, under CoordError.
+
+Every reply ``{ok: false, code, message}`` becomes an instance of the class
+registered for ``code`` (an unknown code becomes plain ``CoordError`` with
+``.code`` kept).  Errors that never travel on the wire (cannot connect, the
+connection closed, a malformed frame from the broker) have their own classes,
+which are also builtin ``ConnectionError``s.  ``Timeout`` is also a builtin
+``TimeoutError``, so ``except TimeoutError`` works as with other libraries.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional, Type
+
+
+class CoordError(Exception):
+    """Base of every error this package raises.  ``code`` is the wire code
+    (``"TIMEOUT"`` ...) or a library code (``"CONNECT"``, ``"CLOSED"``...)."""
+
+    code: str = "UNKNOWN"
+
+    def __init__(self, message: str = "", code: Optional[str] = None) -> None:
+        if code is not None:
+            self.code = code
+        self.message = message
+        super().__init__(f"{self.code}: {message}" if message else self.code)
+
+
+_BY_CODE: Dict[str, Type[CoordError]] = {}
+
+
+def _wire(code: str):
+    def register(cls: Type[CoordError]) -> Type[CoordError]:
+        cls.code = code
+        _BY_CODE[code] = cls
+        return cls
+    return register
+
+
+@_wire("BAD_FRAME")
+class BadFrame(CoordError):
+    """The broker refused a frame of ours (then closed the connection)."""
+
+
+@_wire("HELLO_REQUIRED")
+class HelloRequired(CoordError):
+    pass
+
+
+@_wire("PROTO_VERSION")
+class ProtoVersion(CoordError):
+    pass
+
+
+@_wire("BAD_REQUEST")
+class BadRequest(CoordError):
+    """A known field had the wrong type; ``message`` names the field."""
+
+
+@_wire("UNKNOWN_OP")
+class UnknownOp(CoordError):
+    pass
+
+
+@_wire("INVALID_OPTIONS")
+class InvalidOptions(CoordError):
+    pass
+
+
+@_wire("NAME_RESERVED")
+class NameReserved(CoordError):
+    """Names starting with ``-`` belong to the broker."""
+
+
+@_wire("TOO_LARGE")
+class TooLarge(CoordError):
+    pass
+
+
+@_wire("LIMIT")
+class Limit(CoordError):
+    pass
+
+
+@_wire("ABORTED")
+class Aborted(CoordError):
+    """A waiting request was cancelled (by us, or a steal raced it)."""
+
+
+@_wire("TIMEOUT")
+class Timeout(CoordError, TimeoutError):
+    """The wait (``timeout=``, ``wait=``) passed with nothing granted."""
+
+
+@_wire("FENCED")
+class Fenced(CoordError):
+    """The fence or generation is no longer the live one."""
+
+
+FencedError = Fenced
+
+
+@_wire("NOT_FOUND")
+class NotFound(CoordError):
+    pass
+
+
+@_wire("UNKNOWN_LOCK")
+class UnknownLock(CoordError):
+    """The lock is not held by this connection (lost or released)."""
+
+
+@_wire("DISABLED")
+class Disabled(CoordError):
+    """The workstream is disabled (the kill switch)."""
+
+
+@_wire("STORAGE")
+class Storage(CoordError):
+    pass
+
+
+@_wire("SHUTTING_DOWN")
+class ShuttingDown(CoordError):
+    pass
+
+
+# ---- library errors: never on the wire ----
+
+class ConnectError(CoordError, ConnectionError):
+    """No broker could be reached (or started, or it is not ours)."""
+    code = "CONNECT"
+
+
+class ConnectionLost(CoordError, ConnectionError):
+    """The connection closed while a request waited, or before a call."""
+    code = "CLOSED"
+
+
+class ProtocolError(CoordError, ConnectionError):
+    """The broker sent something that is not protocol v1."""
+    code = "PROTOCOL"
+
+
+class LockLost(CoordError):
+    """A held lock was stolen, expired, or its connection went away."""
+    code = "LOCK_LOST"
+
+
+class LeadershipLost(CoordError):
+    """Leadership ended (lease, steal, disable, connection) while in use."""
+    code = "LEADERSHIP_LOST"
+
+
+class FlightFailed(CoordError):
+    """A single-flight owner failed: raised to followers, and raised by an
+    owner's function to fail the flight with its own code and
+    ``retryable`` flag."""
+    code = "FLIGHT_FAILED"
+
+    def __init__(self, code: str = "FAILED", message: str = "",
+                 retryable: bool = False) -> None:
+        self.error_code = code
+        self.retryable = retryable
+        super().__init__(message, code)
+
+
+def from_reply(code: object, message: object) -> CoordError:
+    """The exception for an error reply (``code`` as sent by the broker)."""
+    c = code if isinstance(code, str) else str(code)
+    m = message if isinstance(message, str) else ("" if message is None else str(message))
+    cls = _BY_CODE.get(c)
+    if cls is None:
+        return CoordError(m, c)
+    return cls(m)
+
+
+WIRE_CODES = tuple(_BY_CODE)

@@ -1,0 +1,387 @@
+"""messages.py - the protocol's messages as Python values, shared by both
+clients: names and payloads in, seconds to milliseconds, request fields,
+replies parsed into small dataclasses, and the Router that sends events to
+the handle they concern.
+
+Names (lock names, keys, channels, workstreams, scope) are byte strings on
+the wire: str is sent as msgpack str (its UTF-8), bytes as bin.  The broker
+returns names as str when they are valid UTF-8, else bin; results keep what
+came (str or bytes) and ``name_key`` compares both forms.  Payloads
+(results, data, values) are bytes; str is accepted and encoded UTF-8.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+from .core import Event
+
+Name = Union[str, bytes, bytearray, memoryview]
+Payload = Union[bytes, bytearray, memoryview, str]
+
+MODES = ("exclusive", "shared")
+
+
+def name(x: Name, what: str = "name") -> Union[str, bytes]:
+    """A name as it goes on the wire (str stays str, bytes-like → bytes)."""
+    if isinstance(x, str):
+        x.encode("utf-8")           # UnicodeEncodeError (a ValueError) early
+        return x
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        return bytes(x)
+    raise TypeError(f"{what} must be str or bytes, not {type(x).__name__}")
+
+
+def name_key(x: Any) -> bytes:
+    """The bytes a name stands for, to compare a str and a bytes form."""
+    if isinstance(x, str):
+        return x.encode("utf-8", "surrogateescape")
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        return bytes(x)
+    return b""
+
+
+def payload(x: Payload, what: str = "data") -> bytes:
+    if isinstance(x, str):
+        return x.encode("utf-8")
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        return bytes(x)
+    raise TypeError(f"{what} must be bytes or str, not {type(x).__name__}")
+
+
+def as_bytes(x: Any) -> bytes:
+    """A payload that came from the broker (bin; str tolerated)."""
+    if isinstance(x, bytes):
+        return x
+    if isinstance(x, str):
+        return x.encode("utf-8")
+    return b""
+
+
+def ms(seconds: Optional[float], what: str) -> Optional[int]:
+    """Seconds (float) → whole milliseconds, rounded up so that a small
+    positive time never becomes 0 (which means "forever" on the wire).
+    None stays None (the field is left out)."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds or None")
+    if seconds < 0 or math.isnan(seconds) or math.isinf(seconds):
+        raise ValueError(f"{what} must be a finite number of seconds >= 0")
+    return max(1, math.ceil(seconds * 1000)) if seconds > 0 else 0
+
+
+def secs(v: Any) -> Optional[float]:
+    return v / 1000.0 if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def uint(body: Dict[str, Any], key: str, default: int = 0) -> int:
+    v = body.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else default
+
+
+# ---- requests ----
+
+def lock_acquire(nm: Name, mode: str, *, if_available: bool = False, steal: bool = False,
+                 timeout: Optional[float] = None, lease: Optional[float] = None
+                 ) -> Dict[str, Any]:
+    if mode not in MODES:
+        raise ValueError(f"mode must be 'exclusive' or 'shared', not {mode!r}")
+    f: Dict[str, Any] = {"name": name(nm), "mode": mode}
+    if if_available:
+        f["if_available"] = True
+    if steal:
+        f["steal"] = True
+    t = ms(timeout, "timeout")
+    if t:
+        f["timeout_ms"] = t
+    le = ms(lease, "lease")
+    if le:
+        f["lease_ms"] = le
+    return f
+
+
+def flight_join(key: Name, *, ttl: Optional[float], wait: Optional[float],
+                max_age: Optional[float], abort_when_orphaned: bool) -> Dict[str, Any]:
+    f: Dict[str, Any] = {"key": name(key, "key")}
+    t = ms(ttl, "ttl")
+    if t:
+        f["owner_ttl_ms"] = t
+    # wait=None: no limit (wait_ms 0), not the protocol's default of ttl
+    w = ms(wait, "wait")
+    f["wait_ms"] = w if w else 0
+    a = ms(max_age, "max_age")
+    if a:
+        f["max_age_ms"] = a
+    if abort_when_orphaned:
+        f["abort_when_orphaned"] = True
+    return f
+
+
+def campaign(ws: Name, *, lease: Optional[float], steal: bool, if_available: bool,
+             timeout: Optional[float]) -> Dict[str, Any]:
+    f: Dict[str, Any] = {"workstream": name(ws, "workstream")}
+    le = ms(lease, "lease")
+    if le:
+        f["lease_ms"] = le
+    if steal:
+        f["steal"] = True
+    if if_available:
+        f["if_available"] = True
+    t = ms(timeout, "timeout")
+    if t:
+        f["timeout_ms"] = t
+    return f
+
+
+# ---- replies ----
+
+@dataclass
+class LockEntry:
+    """One entry of ``locks()``: a held lock (``held=True``) or a request."""
+    name: Union[str, bytes]
+    mode: str
+    conn: int
+    client: str
+    pid: int
+    age: float
+    held: bool
+    token: Optional[int] = None
+    lock: Optional[int] = None
+
+
+@dataclass
+class LockState:
+    held: List[LockEntry]
+    pending: List[LockEntry]
+    truncated: bool = False
+
+
+def _entry(e: Any, held: bool) -> LockEntry:
+    e = e if isinstance(e, dict) else {}
+    return LockEntry(name=e.get("name", b""), mode=str(e.get("mode", "")),
+                     conn=uint(e, "conn"), client=str(e.get("client", "")),
+                     pid=uint(e, "pid"), age=uint(e, "age_ms") / 1000.0, held=held,
+                     token=e.get("token") if held else None,
+                     lock=e.get("lock") if held else None)
+
+
+def lock_state(body: Dict[str, Any]) -> LockState:
+    return LockState([_entry(e, True) for e in body.get("held") or []],
+                     [_entry(e, False) for e in body.get("pending") or []],
+                     bool(body.get("truncated")))
+
+
+@dataclass
+class FlightError:
+    code: str
+    message: str
+
+
+def _error(x: Any) -> FlightError:
+    x = x if isinstance(x, dict) else {}
+    return FlightError(str(x.get("code", "")), str(x.get("message", "")))
+
+
+@dataclass
+class Joined:
+    """The settled role of a ``flight.join``."""
+    role: str                       # "owner" | "result" | "failed"
+    key: Union[str, bytes]
+    fence: int
+    flight: int = 0                 # owner only
+    result: Optional[bytes] = None  # result only
+    error: Optional[FlightError] = None
+    retryable: bool = False
+    age: float = 0.0
+    source: str = ""                # "live" | "record"
+
+
+def joined(key: Union[str, bytes], body: Dict[str, Any]) -> Joined:
+    role = str(body.get("role", ""))
+    j = Joined(role=role, key=key, fence=uint(body, "fence"), flight=uint(body, "flight"),
+               age=uint(body, "age_ms") / 1000.0, source=str(body.get("source", "")))
+    if role == "result":
+        j.result = as_bytes(body.get("result"))
+    elif role == "failed":
+        j.error = _error(body.get("error"))
+        j.retryable = bool(body.get("retryable"))
+    return j
+
+
+@dataclass
+class FlightEntry:
+    key: Union[str, bytes]
+    flight: int
+    fence: int
+    owner_conn: int
+    owner_pid: int
+    followers: int
+    age: float
+    completing: bool
+
+
+def flight_list(body: Dict[str, Any]) -> List[FlightEntry]:
+    out = []
+    for e in body.get("flights") or []:
+        if isinstance(e, dict):
+            out.append(FlightEntry(e.get("key", b""), uint(e, "flight"), uint(e, "fence"),
+                                   uint(e, "owner_conn"), uint(e, "owner_pid"),
+                                   uint(e, "followers"), uint(e, "age_ms") / 1000.0,
+                                   bool(e.get("completing"))))
+    return out
+
+
+@dataclass
+class Record:
+    """A completion record.  Times are Unix seconds (wall clock)."""
+    key: Union[str, bytes]
+    status: str                     # "completed" | "failed"
+    fence: int
+    created: float
+    expires: float
+    result: Optional[bytes] = None
+    error: Optional[FlightError] = None
+    retryable: bool = False
+
+
+def record(key: Union[str, bytes], body: Dict[str, Any]) -> Record:
+    r = Record(key, str(body.get("status", "")), uint(body, "fence"),
+               uint(body, "created_ms") / 1000.0, uint(body, "expires_ms") / 1000.0)
+    if r.status == "completed":
+        r.result = as_bytes(body.get("result"))
+    else:
+        r.error = _error(body.get("error"))
+        r.retryable = bool(body.get("retryable"))
+    return r
+
+
+@dataclass
+class RecordEntry:
+    key: Union[str, bytes]
+    status: str
+    fence: int
+    size: int
+    created: float
+    expires: float
+
+
+def record_list(body: Dict[str, Any]) -> List[RecordEntry]:
+    return [RecordEntry(e.get("key", b""), str(e.get("status", "")), uint(e, "fence"),
+                        uint(e, "size"), uint(e, "created_ms") / 1000.0,
+                        uint(e, "expires_ms") / 1000.0)
+            for e in body.get("records") or [] if isinstance(e, dict)]
+
+
+@dataclass
+class LeaderInfo:
+    generation: int                 # the last one stored
+    state: str                      # "leading" | "idle" | "disabled"
+    disabled: bool
+    live_generation: Optional[int] = None
+    conn: Optional[int] = None
+    client: Optional[str] = None
+    pid: Optional[int] = None
+    lease_left: Optional[float] = None
+    leading: Optional[float] = None
+
+
+def leader_info(body: Dict[str, Any]) -> LeaderInfo:
+    return LeaderInfo(uint(body, "generation"), str(body.get("state", "")),
+                      bool(body.get("disabled")), body.get("live_generation"),
+                      body.get("conn"), body.get("client"), body.get("pid"),
+                      secs(body.get("lease_left_ms")), secs(body.get("leading_ms")))
+
+
+@dataclass
+class Message:
+    """A channel message from another subscriber."""
+    channel: Union[str, bytes]
+    data: bytes
+    conn: int
+
+
+@dataclass
+class Lifecycle:
+    """An event of the broker's channels (-locks, -flights, -leaders):
+    ``what`` (granted, released, lost, started, completed, elected, ...)
+    and every other field in ``fields``."""
+    channel: str
+    what: str
+    at: float
+    fields: Dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, k: str) -> Any:
+        return self.fields[k]
+
+    def get(self, k: str, default: Any = None) -> Any:
+        return self.fields.get(k, default)
+
+
+def channel_item(ev: Event) -> Union[Message, Lifecycle, None]:
+    b = ev.body
+    if ev.name == "message":
+        return Message(b.get("channel", b""), as_bytes(b.get("data")), uint(b, "conn"))
+    if ev.name == "lifecycle":
+        ch = b.get("channel", "")
+        ch = ch if isinstance(ch, str) else ch.decode("utf-8", "replace")
+        rest = {k: v for k, v in b.items() if k not in ("ev", "channel", "what", "at_ms")}
+        return Lifecycle(ch, str(b.get("what", "")), uint(b, "at_ms") / 1000.0, rest)
+    return None
+
+
+# ---- events to handles ----
+
+class Router:
+    """Which live handle an event concerns.  Handles implement
+    ``_lost(reason)`` (locks, leaderships), ``_abort(reason)`` (flights)
+    and ``_push(item)`` / ``_closed(exc)`` (subscriptions).  Registration
+    happens where the reply is read, before any later event is handled."""
+
+    def __init__(self) -> None:
+        self.locks: Dict[int, Any] = {}
+        self.flights: Dict[int, Any] = {}
+        self.leaders: Dict[Tuple[bytes, int], Any] = {}
+        self.subs: Dict[bytes, List[Any]] = {}
+
+    def dispatch(self, ev: Event) -> None:
+        b = ev.body
+        if ev.name == "lock.lost":
+            h = self.locks.pop(uint(b, "lock"), None)
+            if h is not None:
+                h._lost(str(b.get("reason", "lost")))
+        elif ev.name == "flight.abort":
+            h = self.flights.get(uint(b, "flight"))
+            if h is not None:
+                h._abort(str(b.get("reason", "aborted")))
+        elif ev.name == "leader.lost":
+            h = self.leaders.pop((name_key(b.get("workstream")), uint(b, "generation")), None)
+            if h is not None:
+                h._lost(str(b.get("reason", "lost")))
+        elif ev.name in ("message", "lifecycle"):
+            item = channel_item(ev)
+            for s in list(self.subs.get(name_key(b.get("channel")), ())):
+                s._push(item)
+
+    def connection_lost(self, exc: BaseException, keep_subs: bool) -> None:
+        """Every lock and leadership is gone with the connection; a flight
+        owner's flight passes on.  Subscriptions are told (and kept when the
+        client reconnects)."""
+        locks, self.locks = self.locks, {}
+        leaders, self.leaders = self.leaders, {}
+        flights, self.flights = self.flights, {}
+        for h in locks.values():
+            h._lost("disconnected")
+        for h in leaders.values():
+            h._lost("disconnected")
+        for h in flights.values():
+            h._abort("disconnected")
+        for subs in list(self.subs.values()):
+            for s in list(subs):
+                s._closed(exc, keep_subs)
+        if not keep_subs:
+            self.subs.clear()
+
+
+Hook = Callable[[Any], None]

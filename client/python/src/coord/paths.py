@@ -1,0 +1,227 @@
+"""paths.py - finding the broker as libcoord does (client/connect.c,
+protocol/paths.c): the socket path, the private-directory check, the
+broker binary, autostart, the peer check and the hello identity.
+
+Blocking helpers; the asyncio client runs the autostart part in an
+executor.  Autostart: when nothing listens on the socket (ENOENT or
+ECONNREFUSED), ``coordd --foreground --socket PATH --idle-exit S
+--ready-fd N`` is started in its own session with /dev/null as
+stdin/stdout/stderr, and we wait for "ready\\n" on the pipe N.  The broker
+is our child (Python cannot safely double-fork with threads running), so a
+daemon thread reaps it; it outlives us like libcoord's.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import select
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import Optional
+
+from .errors import ConnectError
+
+SOCKET_PATH_MAX = 107           # sun_path minus its NUL
+DEFAULT_IDLE_EXIT = 60          # seconds an autostarted broker stays idle
+DEFAULT_CONNECT_TIMEOUT = 2.0   # seconds: connect (and autostart) budget
+MIN_HELLO_TIMEOUT = 5.0         # the broker allows 5 s for hello
+MAX_BACKOFF = 0.05              # between connect attempts (full backlog)
+
+
+def default_socket_path() -> str:
+    """$COORD_SOCKET, else $XDG_RUNTIME_DIR/coord/broker.sock, else
+    /tmp/coord-$UID/broker.sock."""
+    v = os.environ.get("COORD_SOCKET")
+    if v:
+        return v
+    v = os.environ.get("XDG_RUNTIME_DIR")
+    if v:
+        return f"{v}/coord/broker.sock"
+    return f"/tmp/coord-{os.getuid()}/broker.sock"
+
+
+def check_socket_path(path: str) -> str:
+    n = len(os.fsencode(path))
+    if n == 0 or n > SOCKET_PATH_MAX:
+        raise ConnectError(f"socket path must be 1..{SOCKET_PATH_MAX} bytes, not {n}")
+    return path
+
+
+def prepare_private_dir(d: str) -> None:
+    """Creates d (0700, parents too) if absent; then it must be a directory
+    of ours that group and others cannot write (as tmux checks)."""
+    try:
+        st = os.lstat(d)
+    except FileNotFoundError:
+        try:
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            st = os.lstat(d)
+        except OSError as e:
+            raise ConnectError(f"cannot create {d}: {e.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise ConnectError(f"{d} is not a directory")
+    if st.st_uid != os.getuid():
+        raise ConnectError(f"{d} is owned by uid {st.st_uid}, not by uid {os.getuid()}")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConnectError(f"{d} is writable by group or others "
+                           f"(mode {stat.S_IMODE(st.st_mode):03o})")
+
+
+def resolve_broker(name: Optional[str] = None) -> str:
+    """The broker to start: ``name``, else $COORD_BROKER, else "coordd";
+    as is when it holds a slash, else searched in $PATH."""
+    name = name or os.environ.get("COORD_BROKER") or "coordd"
+    if "/" in name:
+        return name
+    path = os.environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin"
+    for d in path.split(":"):
+        cand = os.path.join(d or ".", name)
+        if os.access(cand, os.X_OK) and os.path.isfile(cand):
+            return cand
+    raise ConnectError(f"cannot start the broker: {name} not found in PATH")
+
+
+def _reap(p: "subprocess.Popen[bytes]") -> None:
+    try:
+        p.wait()
+    except Exception:
+        pass
+
+
+def spawn_broker(broker: str, sock_path: str, idle_exit: int) -> int:
+    """Starts the broker detached; returns the read end of its ready pipe."""
+    r, w = os.pipe()
+    try:
+        p = subprocess.Popen(
+            [broker, "--foreground", "--socket", sock_path,
+             "--idle-exit", str(idle_exit), "--ready-fd", str(w)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, pass_fds=(w,), start_new_session=True,
+            close_fds=True)
+    except OSError as e:
+        os.close(r)
+        raise ConnectError(f"cannot start the broker {broker}: {e.strerror}") from None
+    finally:
+        os.close(w)
+    threading.Thread(target=_reap, args=(p,), name="coord-broker-reaper",
+                     daemon=True).start()
+    return r
+
+
+def await_ready(rfd: int, deadline: float) -> bool:
+    """True once "ready\\n" came on rfd; False on EOF (another broker won the
+    race, or this one failed) or when the deadline passed."""
+    buf = b""
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            rl, _, _ = select.select([rfd], [], [], left)
+            if not rl:
+                return False
+            chunk = os.read(rfd, 64)
+            buf += chunk
+            if b"ready\n" in buf:
+                return True
+            if not chunk or len(buf) > 64:
+                return False
+    finally:
+        os.close(rfd)
+
+
+def check_peer(sock: socket.socket, path: str) -> None:
+    """The broker must run as our uid: anything else on our path must not
+    get our requests."""
+    fmt = "3i"
+    try:
+        cred = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                               struct.calcsize(fmt))
+    except OSError as e:
+        raise ConnectError(f"SO_PEERCRED on {path}: {e.strerror}") from None
+    _pid, uid, _gid = struct.unpack(fmt, cred)
+    if uid != os.getuid():
+        raise ConnectError(f"the broker at {path} runs as uid {uid}, "
+                           f"not as uid {os.getuid()}: refusing it")
+
+
+def autostart(path: str, broker: Optional[str], idle_exit: int, deadline: float) -> None:
+    """Prepares the socket directory, starts the broker, waits for ready
+    (or EOF: someone else's broker may be coming up)."""
+    prepare_private_dir(os.path.dirname(path) or ".")
+    exe = resolve_broker(broker)
+    rfd = spawn_broker(exe, path, idle_exit)
+    await_ready(rfd, deadline)
+
+
+def open_socket(path: str, *, autostart_ok: bool, broker: Optional[str],
+                idle_exit: int, timeout: float) -> socket.socket:
+    """A connected, peer-checked, blocking socket to the broker at path."""
+    check_socket_path(path)
+    deadline = time.monotonic() + timeout
+    backoff = 0.001
+    spawned = False
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        s.setblocking(False)
+        try:
+            s.connect(path)
+            break
+        except OSError as e:
+            s.close()
+            err = e.errno
+            if err in (errno.ENOENT, errno.ECONNREFUSED):
+                if not autostart_ok:
+                    raise ConnectError(f"no broker at {path}: {e.strerror}") from None
+                if not spawned:
+                    spawned = True
+                    autostart(path, broker, idle_exit, deadline)
+                    continue
+            elif err not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+                raise ConnectError(f"cannot connect to {path}: {e.strerror}") from None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                if spawned:
+                    raise ConnectError(f"the broker started for {path} did not "
+                                       f"answer within {timeout:g} s") from None
+                raise ConnectError(f"the broker at {path} did not accept within "
+                                   f"{timeout:g} s ({e.strerror})") from None
+            time.sleep(min(backoff, left))
+            backoff = min(backoff * 2, MAX_BACKOFF)
+    s.setblocking(True)
+    try:
+        check_peer(s, path)
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+_instance_lock = threading.Lock()
+_instance: Optional[str] = None
+_instance_pid = -1
+
+
+def instance_id() -> str:
+    """128 random bits in hex, new in every process (re-made after fork)."""
+    global _instance, _instance_pid
+    with _instance_lock:
+        if _instance is None or _instance_pid != os.getpid():
+            _instance = secrets.token_hex(16)
+            _instance_pid = os.getpid()
+        return _instance
+
+
+def program_name() -> str:
+    """The default client name: the script's name, like libcoord's
+    program_invocation_short_name."""
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "python"
+    if argv0 in ("-c", "-m", ""):
+        return "python"
+    return os.path.basename(argv0)[:256]
