@@ -18,7 +18,8 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 BUILD_DIR="${BUILD_DIR:-build}"
-PKGS=(meson ninja-build pkg-config gcc libuv1-dev libmsgpack-dev liblmdb-dev)
+PKGS=(meson ninja-build pkg-config gcc libuv1-dev libmsgpack-dev liblmdb-dev
+      python3-msgpack python3-pytest)
 
 say() { printf 'dev.sh: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
@@ -39,7 +40,25 @@ missing_pkgs() {
     done
 }
 
+# The Node.js client's one dependency, from its lockfile (node itself comes
+# with the machine; Debian 12's nodejs is too old for it).
+node_deps() {
+    [ -f client/node/package-lock.json ] || return 0
+    if ! command -v npm >/dev/null 2>&1; then
+        say "npm not found: the Node.js client's tests will not run"
+        return 0
+    fi
+    if [ ! -d client/node/node_modules ] ||
+       [ client/node/package-lock.json -nt client/node/node_modules ]; then
+        say "npm ci in client/node"
+        (cd client/node && npm ci --no-audit --no-fund --loglevel=error) ||
+            die "npm ci failed in client/node"
+        touch client/node/node_modules
+    fi
+}
+
 install_deps() {
+    node_deps
     if ! command -v dpkg-query >/dev/null 2>&1; then
         say "not a Debian-like system: install meson, ninja, pkg-config, a C compiler,"
         say "libuv, msgpack-c (4.x) and LMDB development files yourself"
