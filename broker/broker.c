@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include "broker.h"
 #include "errors.h"
+#include "ids.h"
 #include "deadline.h"
 #include "ledger.h"
 #include "listener.h"
@@ -144,12 +145,11 @@ int broker_run(struct broker_options *opt)
         log_event(LOG_ERROR, "broker.start_failed", "error=\"%s\"", err);
         return 1;
     }
-    b->epoch = ledger_next_epoch_err(b->ledger, err, sizeof err);
-    if (b->epoch == 0) {
+    if (ids_start(b->ledger, err, sizeof err) < 0) {
         log_event(LOG_ERROR, "broker.start_failed", "error=\"%s\"", err);
         return 1;
     }
-    if (tables_init(b) < 0 || listener_start(b, err, sizeof err) < 0) {
+    if (tables_init(b, err, sizeof err) < 0 || listener_start(b, err, sizeof err) < 0) {
         log_event(LOG_ERROR, "broker.start_failed", "error=\"%s\"", err);
         return 1;
     }
@@ -174,7 +174,7 @@ int broker_run(struct broker_options *opt)
     log_event(LOG_INFO, "broker.start",
               "pid=%d epoch=%llu socket=\"%s\" data=\"%s\" max_conns=%u "
               "max_data_size=%llu",
-              (int)getpid(), (unsigned long long)b->epoch, b->opt.socket_path,
+              (int)getpid(), (unsigned long long)ids_epoch(), b->opt.socket_path,
               b->opt.data_dir, b->opt.max_conns, (unsigned long long)b->opt.max_data_size);
     write_ready(b->opt.ready_fd);
 

@@ -33,6 +33,7 @@ struct broker_options {
     size_t max_outbuf;             /* bytes queued to one client */
     unsigned handshake_ms;
     uint64_t max_data_size;        /* LMDB map cap, bytes */
+    char leader_ledger[32];        /* --ledger: "local" (LMDB) */
 };
 
 /* Counters reported by `stats`.  Keep names in sync with stats.c. */
@@ -88,7 +89,7 @@ struct conn {
     size_t partial_counted;      /* reader bytes counted in broker.partial_bytes */
     struct list pending;         /* struct pending, oldest first */
     unsigned npending;
-    unsigned refs;               /* holders that outlive close (ledger jobs) */
+    unsigned refs;               /* 1 for the handle, +1 per conn_job */
     struct list locks;           /* struct lock_req held by this client */
     struct list flights;         /* flights this client owns */
     struct list leads;           /* workstreams this client leads */
@@ -151,7 +152,6 @@ struct broker {
     unsigned nconns;
     uint64_t next_conn_id;
     uint64_t started_ms;
-    uint64_t epoch;
     bool shutting_down;
 
     struct ledger *ledger;
@@ -198,6 +198,29 @@ static inline bool conn_alive(const struct conn *c)
 static inline bool conn_muted(const struct conn *c)
 {
     return (c->flags & (CONN_CLOSING | CONN_CUT)) != 0;
+}
+
+/* Work that answers its connection later (a ledger job, a load): it holds
+ * a reference, so the conn outlives a close, and answers only a
+ * connection still alive. */
+struct conn_job {
+    struct conn *conn;
+    uint64_t rid;
+};
+static inline void conn_job_start(struct conn_job *j, struct conn *c, uint64_t rid)
+{
+    j->conn = c;
+    j->rid = rid;
+    c->refs++;
+}
+/* The connection to answer, or NULL when it went meanwhile. */
+static inline struct conn *conn_job_conn(const struct conn_job *j)
+{
+    return conn_alive(j->conn) ? j->conn : NULL;
+}
+static inline void conn_job_end(struct conn_job *j)
+{
+    conn_unref(j->conn);
 }
 
 /* pending.c */

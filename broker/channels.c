@@ -12,13 +12,13 @@
 #include "hashmap.h"
 #include "coord-limits.h"
 #include "ops.h"
+#include "skey.h"
 
 #define MAX_DATA (64u * 1024)
 
 struct channel {
     struct hentry h;
-    uint8_t *skey;
-    uint32_t scope_len;
+    uint8_t *skey;                 /* the scoped name (skey.h), owned */
     struct list subs;
     unsigned nsubs;
     int system;                    /* index into system_names, or -1 */
@@ -76,22 +76,22 @@ static int system_index(const uint8_t *name, size_t len)
 static struct channel *channel_find(const uint8_t *scope, uint32_t scope_len,
                                     const uint8_t *name, size_t len, bool create)
 {
-    uint8_t *skey;
-    size_t sklen = scoped_key(&skey, scope, scope_len, name, len);
-    if (!sklen)
+    /* looked up on the stack: a publish allocates nothing */
+    uint8_t key[SKEY_HEADER + LIMIT_SCOPE + LIMIT_NAME];
+    if (skey_size(scope_len, len) > sizeof key)
         return NULL;
-    struct hentry *h = hashmap_get(&C.channels, skey, sklen);
-    if (h || !create) {
-        free(skey);
+    size_t sklen = skey_write(key, scope, scope_len, name, len);
+    struct hentry *h = hashmap_get(&C.channels, key, sklen);
+    if (h || !create)
         return (struct channel *)h;
-    }
     struct channel *ch = calloc(1, sizeof *ch);
-    if (!ch) {
-        free(skey);
+    uint8_t *skey = ch ? malloc(sklen) : NULL;
+    if (!skey) {
+        free(ch);
         return NULL;
     }
+    memcpy(skey, key, sklen);
     ch->skey = skey;
-    ch->scope_len = scope_len;
     ch->h.key = skey;
     ch->h.keylen = sklen;
     ch->system = system_index(name, len);

@@ -37,10 +37,8 @@ static void on_handle_closed(uv_handle_t *h)
 
 void conn_unref(struct conn *c)
 {
-    if (c->refs > 0) {
-        c->refs--;
+    if (--c->refs > 0)
         return;
-    }
     coord_frame_reader_free(&c->reader);
     coord_buf_free(&c->out);
     coord_buf_free(&c->inflight);
@@ -379,6 +377,7 @@ void conn_hello_done(struct conn *c)
 void conn_accepted(struct broker *b, struct conn *c)
 {
     c->b = b;
+    c->refs = 1;                 /* the handle's, dropped once it is closed */
     c->id = ++b->next_conn_id;
     c->accepted_ms = broker_now_ms(b);
     c->pipe.data = c;

@@ -38,6 +38,13 @@
 #define LIMIT_WAIT_MS (24ull * 3600 * 1000)
 #define LIMIT_KEEP_MS (366ull * 24 * 3600 * 1000)
 
+/* Leadership: scope and workstream together, a committed key and an op id
+ * (bytes).  They make LMDB keys (at most 511 bytes): u16 + scoped
+ * workstream + key or op id. */
+#define LIMIT_WORKSTREAM 200u
+#define LIMIT_LEADER_KEY 256u
+#define LIMIT_OP_ID 256u
+
 /* A flight's failure: error code and message from the owner (bytes). */
 #define LIMIT_ERROR_CODE 256u
 #define LIMIT_ERROR_MESSAGE 4096u

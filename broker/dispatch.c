@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "broker.h"
+#include "ids.h"
 #include "coord-version.h"
 #include "errors.h"
 #include "coord-limits.h"
@@ -238,7 +239,7 @@ static void op_hello(struct conn *c, uint64_t rid, coord_fields *f)
     coord_enc_kv_uint(&e, "proto", COORD_PROTO_VERSION);
     coord_enc_kv_cstr(&e, "broker", "coord " COORD_VERSION);
     coord_enc_kv_uint(&e, "conn", c->id);
-    coord_enc_kv_uint(&e, "epoch", b->epoch);
+    coord_enc_kv_uint(&e, "epoch", ids_epoch());
     coord_enc_kv_uint(&e, "max_frame", b->opt.max_frame);
     conn_enc_finish(c, &e);
     log_event(LOG_DEBUG, "conn.hello", "conn=%llu client=\"%s\" pid=%llu",

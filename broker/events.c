@@ -6,14 +6,27 @@
 #include "events.h"
 #include "locks.h"
 #include "records.h"
+#include "skey.h"
 
-void events_lock(struct broker *b, const char *what, const struct lock_req *r,
-                 const char *reason)
+static void add_reason(coord_enc *e, enum reason reason)
+{
+    if (reason != REASON_NONE)
+        coord_enc_kv_cstr(e, "reason", reason_name(reason));
+}
+
+static void finish(enum system_channel which, coord_enc *e, const uint8_t *skey)
+{
+    coord_enc_kv_uint(e, "at_ms", wall_ms());
+    channels_event_end(which, e, skey_scope(skey), skey_scope_len(skey));
+}
+
+void events_lock(const char *what, const struct lock_req *r, enum reason reason)
 {
     if (!channels_watched(CH_LOCKS))
         return;
-    uint32_t nlen;
-    const uint8_t *name = lock_req_name(r, &nlen);
+    size_t klen, nlen;
+    const uint8_t *skey = lock_req_skey(r, &klen);
+    const uint8_t *name = skey_name(skey, klen, &nlen);
     coord_enc e;
     channels_event_begin(CH_LOCKS, &e, what);
     coord_enc_kv_name(&e, "name", name, nlen);
@@ -23,45 +36,37 @@ void events_lock(struct broker *b, const char *what, const struct lock_req *r,
         coord_enc_kv_uint(&e, "token", r->token);
     coord_enc_kv_uint(&e, "conn", r->conn->id);
     coord_enc_kv_uint(&e, "pid", r->conn->pid);
-    if (reason)
-        coord_enc_kv_cstr(&e, "reason", reason);
-    coord_enc_kv_uint(&e, "at_ms", wall_ms());
-    (void)b;
-    channels_event_end(CH_LOCKS, &e, r->conn->scope, r->conn->scope_len);
+    add_reason(&e, reason);
+    finish(CH_LOCKS, &e, skey);
 }
 
-void events_flight(struct broker *b, const char *what, uint64_t flight, uint64_t fence,
-                   const uint8_t *skey, size_t sklen, uint32_t scope_len,
-                   const char *reason)
+void events_flight(const char *what, uint64_t flight, uint64_t fence,
+                   const uint8_t *skey, size_t sklen, enum reason reason)
 {
     if (!channels_watched(CH_FLIGHTS))
         return;
-    const uint8_t *scope = skey + 4;     /* scoped key: length, scope, name */
+    size_t nlen;
+    const uint8_t *key = skey_name(skey, sklen, &nlen);
     coord_enc e;
     channels_event_begin(CH_FLIGHTS, &e, what);
-    coord_enc_kv_name(&e, "key", skey + 4 + scope_len, sklen - 4 - scope_len);
+    coord_enc_kv_name(&e, "key", key, nlen);
     coord_enc_kv_uint(&e, "flight", flight);
     coord_enc_kv_uint(&e, "fence", fence);
-    if (reason)
-        coord_enc_kv_cstr(&e, "reason", reason);
-    coord_enc_kv_uint(&e, "at_ms", wall_ms());
-    (void)b;
-    channels_event_end(CH_FLIGHTS, &e, scope, scope_len);
+    add_reason(&e, reason);
+    finish(CH_FLIGHTS, &e, skey);
 }
 
-void events_leader(struct broker *b, const char *what, const uint8_t *skey, size_t sklen,
-                   uint32_t scope_len, uint64_t generation, const char *reason)
+void events_leader(const char *what, const uint8_t *skey, size_t sklen,
+                   uint64_t generation, enum reason reason)
 {
     if (!channels_watched(CH_LEADERS))
         return;
-    const uint8_t *scope = skey + 4;     /* scoped key: length, scope, name */
+    size_t nlen;
+    const uint8_t *name = skey_name(skey, sklen, &nlen);
     coord_enc e;
     channels_event_begin(CH_LEADERS, &e, what);
-    coord_enc_kv_name(&e, "workstream", skey + 4 + scope_len, sklen - 4 - scope_len);
+    coord_enc_kv_name(&e, "workstream", name, nlen);
     coord_enc_kv_uint(&e, "generation", generation);
-    if (reason)
-        coord_enc_kv_cstr(&e, "reason", reason);
-    coord_enc_kv_uint(&e, "at_ms", wall_ms());
-    (void)b;
-    channels_event_end(CH_LEADERS, &e, scope, scope_len);
+    add_reason(&e, reason);
+    finish(CH_LEADERS, &e, skey);
 }

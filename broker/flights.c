@@ -7,8 +7,9 @@
  * longest-waiting follower is promoted, so a late result from the old
  * owner carries a stale fence and is refused (FENCED).
  *
- * Flight ids and fences are epoch<<32 | counter: unique across restarts,
- * so a result for a flight of an earlier broker life is FENCED too. */
+ * Flight ids and fences come from the broker's one allocator (ids.h): they
+ * only grow, across restarts too, so a result for a flight of an earlier
+ * broker life is FENCED rather than NOT_FOUND. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +18,11 @@
 #include "events.h"
 #include "flights.h"
 #include "hashmap.h"
+#include "ids.h"
 #include "coord-limits.h"
 #include "ops.h"
 #include "records.h"
+#include "skey.h"
 
 struct flight;
 
@@ -37,8 +40,7 @@ struct member {
 struct flight {
     struct hentry by_key;
     struct hentry by_id;
-    uint8_t *skey;
-    uint32_t scope_len;
+    uint8_t *skey;                 /* the scoped key (skey.h), owned */
     uint64_t id;
     uint64_t fence;
     struct member *owner;          /* NULL while completing */
@@ -56,7 +58,6 @@ static struct {
     struct broker *b;
     struct hashmap by_key, by_id;
     struct list all;
-    uint64_t counter;              /* ids and fences */
     uint64_t started, joined, completed, failed, promoted, fenced, from_record;
 } F;
 
@@ -68,10 +69,6 @@ void flights_init(struct broker *b)
     list_init(&F.all);
 }
 
-static uint64_t next_number(void)
-{
-    return (F.b->epoch << 32) | ++F.counter;
-}
 
 void flights_stats(coord_enc *e)
 {
@@ -88,10 +85,9 @@ void flights_stats(coord_enc *e)
                       F.started ? F.joined * 100 / F.started : 0);
 }
 
-static const uint8_t *flight_key(const struct flight *f, uint32_t *len)
+static const uint8_t *flight_key(const struct flight *f, size_t *len)
 {
-    *len = (uint32_t)(f->by_key.keylen - 4 - f->scope_len);
-    return f->skey + 4 + f->scope_len;
+    return skey_name(f->skey, f->by_key.keylen, len);
 }
 
 /* The owner's connection no longer owns f (lost, done, or f goes). */
@@ -115,12 +111,12 @@ static void flight_free(struct flight *f)
     free(f);
 }
 
-static void send_abort_event(struct conn *c, const struct flight *f, const char *reason)
+static void send_abort_event(struct conn *c, const struct flight *f, enum reason why)
 {
     coord_enc e;
     conn_enc_begin_event(c, &e, "flight.abort");
     coord_enc_kv_uint(&e, "flight", f->id);
-    coord_enc_kv_cstr(&e, "reason", reason);
+    coord_enc_kv_cstr(&e, "reason", reason_name(why));
     coord_enc_kv_uint(&e, "fence", f->fence);
     conn_enc_finish(c, &e);
 }
@@ -147,18 +143,17 @@ static void make_owner(struct flight *f, struct member *m)
 
 /* The owner is gone (disconnect, deadline): advance the fence and promote
  * the longest-waiting follower, or drop the flight when nobody waits. */
-static void owner_lost(struct flight *f, const char *reason)
+static void owner_lost(struct flight *f, enum reason why)
 {
     struct member *old = f->owner;
     owner_unlink(f);
     f->owner = NULL;
     deadline_cancel(&f->deadline);
-    f->fence = next_number();
-    if (old && strcmp(reason, "deadline") == 0)
-        send_abort_event(old->conn, f, "deadline");
+    f->fence = ids_next();
+    if (old && why == REASON_DEADLINE)
+        send_abort_event(old->conn, f, REASON_DEADLINE);
     free(old);
-    events_flight(F.b, "owner_lost", f->id, f->fence, f->skey, f->by_key.keylen,
-                  f->scope_len, reason);
+    events_flight("owner_lost", f->id, f->fence, f->skey, f->by_key.keylen, why);
     if (list_empty(&f->followers)) {
         flight_free(f);
         return;
@@ -170,15 +165,14 @@ static void owner_lost(struct flight *f, const char *reason)
     pending_finish(&m->p);
     F.promoted++;
     make_owner(f, m);
-    events_flight(F.b, "promoted", f->id, f->fence, f->skey, f->by_key.keylen,
-                  f->scope_len, NULL);
+    events_flight("promoted", f->id, f->fence, f->skey, f->by_key.keylen, REASON_NONE);
     reply_owner(m->conn, m->p.rid, f);
 }
 
 static void on_owner_deadline(struct deadline *d)
 {
     struct flight *f = list_entry(d, struct flight, deadline);
-    owner_lost(f, "deadline");
+    owner_lost(f, REASON_DEADLINE);
 }
 
 /* A follower leaves (cancel, timeout, disconnect): only it. */
@@ -190,7 +184,7 @@ static void follower_leave(struct member *m)
     deadline_cancel(&m->wait);
     pending_finish(&m->p);
     if (f->nfollowers == 0 && f->owner && f->owner->abort_when_orphaned)
-        send_abort_event(f->owner->conn, f, "orphaned");
+        send_abort_event(f->owner->conn, f, REASON_ORPHANED);
     free(m);
 }
 
@@ -222,7 +216,7 @@ void flights_conn_closed(struct conn *c)
 {
     while (!list_empty(&c->flights)) {
         struct flight *f = list_entry(c->flights.next, struct flight, owner_link);
-        owner_lost(f, "disconnect");
+        owner_lost(f, REASON_DISCONNECT);
     }
 }
 
@@ -273,8 +267,8 @@ static uint64_t deliver(struct flight *f, const struct outcome *o)
         free(m);
         n++;
     }
-    events_flight(F.b, o->failed ? "failed" : "completed", f->id, f->fence, f->skey,
-                  f->by_key.keylen, f->scope_len, NULL);
+    events_flight(o->failed ? "failed" : "completed", f->id, f->fence, f->skey,
+                  f->by_key.keylen, REASON_NONE);
     flight_free(f);
     return n;
 }
@@ -322,8 +316,7 @@ static struct flight *owned_flight(struct conn *c, uint64_t rid, uint64_t id, ui
     struct hentry *h = hashmap_get(&F.by_id, &id, sizeof id);
     struct flight *f = h ? list_entry(h, struct flight, by_id) : NULL;
     if (!f) {
-        uint64_t epoch = id >> 32, n = id & 0xffffffffu;
-        bool issued = id && (epoch < F.b->epoch || (epoch == F.b->epoch && n <= F.counter));
+        bool issued = id && id <= ids_last();
         if (issued) {
             F.fenced++;
             conn_reply_error(c, rid, COORD_EFENCED, "flight is over; this result is stale");
@@ -334,8 +327,7 @@ static struct flight *owned_flight(struct conn *c, uint64_t rid, uint64_t id, ui
     }
     if (f->completing || !f->owner || f->owner->conn != c || f->fence != fence) {
         F.fenced++;
-        events_flight(F.b, "fenced", f->id, fence, f->skey, f->by_key.keylen,
-                      f->scope_len, NULL);
+        events_flight("fenced", f->id, fence, f->skey, f->by_key.keylen, REASON_NONE);
         conn_reply_error(c, rid, COORD_EFENCED, "stale fence: another owner took over");
         return NULL;
     }
@@ -524,7 +516,7 @@ void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
     if (pending_check(c, rid) < 0)
         return;
     uint8_t *skey;
-    size_t sklen = scoped_key(&skey, c->scope, c->scope_len, key.ptr, key.len);
+    size_t sklen = skey_make(&skey, c->scope, c->scope_len, key.ptr, key.len);
     if (!sklen) {
         conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
         return;
@@ -563,8 +555,7 @@ void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
         F.joined++;
         if (wait_ms)
             deadline_set(&m->wait, m->joined_ms + wait_ms, on_follower_wait);
-        events_flight(F.b, "joined", fl->id, fl->fence, fl->skey, fl->by_key.keylen,
-                      fl->scope_len, NULL);
+        events_flight("joined", fl->id, fl->fence, fl->skey, fl->by_key.keylen, REASON_NONE);
         return;
     }
     if (c->nflights_owned >= LIMIT_CONN_FLIGHTS) {
@@ -581,11 +572,10 @@ void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
         return;
     }
     fl->skey = skey;
-    fl->scope_len = c->scope_len;
     fl->by_key.key = skey;
     fl->by_key.keylen = sklen;
-    fl->id = next_number();
-    fl->fence = next_number();
+    fl->id = ids_next();
+    fl->fence = ids_next();
     fl->by_id.key = (const uint8_t *)&fl->id;
     fl->by_id.keylen = sizeof fl->id;
     fl->started_ms = m->joined_ms;
@@ -603,8 +593,7 @@ void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
     m->f = fl;
     F.started++;
     make_owner(fl, m);
-    events_flight(F.b, "started", fl->id, fl->fence, fl->skey, fl->by_key.keylen,
-                  fl->scope_len, NULL);
+    events_flight("started", fl->id, fl->fence, fl->skey, fl->by_key.keylen, REASON_NONE);
     reply_owner(c, rid, fl);
 }
 
@@ -620,9 +609,9 @@ void op_flight_list(struct conn *c, uint64_t rid, coord_fields *f)
     struct list *pos, *tmp;
     list_for_each_safe(pos, tmp, &F.all) {
         struct flight *fl = list_entry(pos, struct flight, order);
-        if (fl->scope_len != c->scope_len || memcmp(fl->skey + 4, c->scope, c->scope_len))
+        if (!skey_in_scope(fl->skey, c->scope, c->scope_len))
             continue;
-        uint32_t klen;
+        size_t klen;
         const uint8_t *key = flight_key(fl, &klen);
         coord_enc_mark m = coord_enc_mark_here(&e);
         coord_enc_map_begin(&e);

@@ -84,20 +84,3 @@ void hashmap_del(struct hashmap *m, struct hentry *e)
     }
     e->next = NULL;
 }
-
-size_t scoped_key(uint8_t **out, const uint8_t *scope, uint32_t scope_len,
-                  const uint8_t *name, size_t name_len)
-{
-    size_t n = 4 + (size_t)scope_len + name_len;
-    uint8_t *k = malloc(n);
-    if (!k)
-        return 0;
-    k[0] = (uint8_t)(scope_len >> 24); k[1] = (uint8_t)(scope_len >> 16);
-    k[2] = (uint8_t)(scope_len >> 8);  k[3] = (uint8_t)scope_len;
-    if (scope_len)
-        memcpy(k + 4, scope, scope_len);
-    if (name_len)
-        memcpy(k + 4 + scope_len, name, name_len);
-    *out = k;
-    return n;
-}

@@ -1,6 +1,7 @@
 /* hashmap.h - an intrusive hash table keyed by byte strings.  Objects embed
  * a struct hentry and own their key bytes; the table only links them.  Used
- * for lock names, flight keys, workstreams, channels and ids. */
+ * for lock names, flight keys, workstreams, channels and ids (the keys of
+ * names are scoped keys, skey.h). */
 #ifndef COORD_HASHMAP_H
 #define COORD_HASHMAP_H
 
@@ -27,10 +28,5 @@ struct hentry *hashmap_get(const struct hashmap *m, const void *key, size_t n);
 /* Links e (its key fields set by the caller).  Returns 0 or -1 (memory). */
 int hashmap_put(struct hashmap *m, struct hentry *e);
 void hashmap_del(struct hashmap *m, struct hentry *e);
-
-/* Scoped keys: scope length (4 bytes BE), scope, then the name.  Written to
- * out (malloc'd); returns its length or 0 on memory failure. */
-size_t scoped_key(uint8_t **out, const uint8_t *scope, uint32_t scope_len,
-                  const uint8_t *name, size_t name_len);
 
 #endif

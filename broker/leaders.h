@@ -1,10 +1,14 @@
-/* leaders.h - leadership and the fence ledger (leader.* ops). */
+/* leaders.h - leadership over the fence ledger (leader.* ops; the ledger
+ * itself is leader-ledger.h). */
 #ifndef COORD_LEADERS_H
 #define COORD_LEADERS_H
 
 #include "broker.h"
 
-void leaders_init(struct broker *b);
+/* Opens the leader ledger named by --ledger.  0, or -1 with err. */
+int leaders_init(struct broker *b, char *err, size_t errsize);
+/* Shutdown: answers what waits on the leader ledger, then closes it. */
+void leaders_stop(void);
 /* The connection closed: whatever it led is lost (reason disconnected). */
 void leaders_conn_closed(struct conn *c);
 void leaders_stats(coord_enc *e);

@@ -530,43 +530,57 @@ int ledger_open(struct ledger **out, const char *dir, uint64_t max_size,
     return 0;
 }
 
-uint64_t ledger_next_epoch(struct ledger *l)
+/* META "epoch": the epoch of ids.c; "idfmt": 2 once epochs are of the
+ * epoch * 2^21 format.  An epoch stored without it is of the earlier
+ * epoch << 32 format: the next one is raised above that range. */
+int ledger_put_epoch(struct ledger *l, MDB_txn *txn, uint64_t floor, uint64_t *stored)
 {
-    char err[256];
-    uint64_t e = ledger_next_epoch_err(l, err, sizeof err);
-    if (!e)
-        log_event(LOG_ERROR, "ledger.epoch_failed", "error=\"%s\"", err);
-    return e;
+    MDB_val k = { 5, "epoch" }, f = { 5, "idfmt" }, v;
+    uint64_t epoch = 0, next = floor;
+    int rc = mdb_get(txn, l->dbi[DB_META], &k, &v);
+    if (rc == 0 && v.mv_size == 8)
+        epoch = get_be64(v.mv_data);
+    else if (rc != MDB_NOTFOUND)
+        return rc ? rc : MDB_CORRUPTED;
+    if (epoch + 1 > next)
+        next = epoch + 1;
+    rc = mdb_get(txn, l->dbi[DB_META], &f, &v);
+    if (rc == MDB_NOTFOUND && epoch && ((epoch + 1) << 11) > next)
+        next = (epoch + 1) << 11;            /* above (epoch << 32 | counter) */
+    else if (rc && rc != MDB_NOTFOUND)
+        return rc;
+    uint8_t buf[8];
+    put_be64(buf, next);
+    v.mv_size = 8;
+    v.mv_data = buf;
+    if ((rc = mdb_put(txn, l->dbi[DB_META], &k, &v, 0)))
+        return rc;
+    uint8_t fmt = 2;
+    v.mv_size = 1;
+    v.mv_data = &fmt;
+    if ((rc = mdb_put(txn, l->dbi[DB_META], &f, &v, 0)))
+        return rc;
+    *stored = next;
+    return 0;
 }
 
-uint64_t ledger_next_epoch_err(struct ledger *l, char *err, size_t errsize)
+uint64_t ledger_store_epoch(struct ledger *l, uint64_t floor, char *err, size_t errsize)
 {
     MDB_txn *txn;
     uint64_t epoch = 0;
+    /* a write transaction on the calling thread: only at start, or when
+     * the writer could not store the next epoch in time; LMDB serializes
+     * it with the writer's, the resize lock with a growing map */
+    pthread_rwlock_rdlock(&l->resize);
     int rc = mdb_txn_begin(l->env, NULL, 0, &txn);
-    if (rc)
-        goto fail;
-    MDB_val k = { 5, "epoch" }, v;
-    rc = mdb_get(txn, l->dbi[DB_META], &k, &v);
-    if (rc == 0 && v.mv_size == 8)
-        epoch = get_be64(v.mv_data);
-    else if (rc != MDB_NOTFOUND) {
+    if (rc == 0 && (rc = ledger_put_epoch(l, txn, floor, &epoch)) != 0)
         mdb_txn_abort(txn);
-        goto fail;
-    }
-    epoch++;
-    uint8_t buf[8];
-    put_be64(buf, epoch);
-    v.mv_size = 8;
-    v.mv_data = buf;
-    if ((rc = mdb_put(txn, l->dbi[DB_META], &k, &v, 0))) {
-        mdb_txn_abort(txn);
-        goto fail;
-    }
     /* a plain commit syncs: the epoch is on disk before anyone sees it */
-    if ((rc = mdb_txn_commit(txn)) == 0)
+    else if (rc == 0)
+        rc = mdb_txn_commit(txn);
+    pthread_rwlock_unlock(&l->resize);
+    if (rc == 0)
         return epoch;
-fail:
     snprintf(err, errsize, "cannot store the epoch in %s: %s", l->dir,
              rc == MDB_MAP_FULL ? l->limit_msg : storage_strerror(l->dir, rc));
     return 0;

@@ -17,7 +17,7 @@
 struct ledger;
 
 enum ledger_db {
-    DB_META,            /* "epoch" -> u64 big-endian */
+    DB_META,            /* "epoch" -> u64 big-endian, "idfmt" -> 2 (ids.h) */
     DB_RECORDS,         /* scoped key -> record (records.c) */
     DB_EXPIRY,          /* expires_ms BE + scoped key -> "" (sweeps) */
     DB_LEADERS,         /* scoped workstream -> generation u64, disabled u8 */
@@ -67,11 +67,13 @@ static inline const char *ledger_job_message(const struct ledger_job *job,
  * Returns 0, or -1 with err. */
 int ledger_open(struct ledger **out, const char *dir, uint64_t max_size,
                 uv_loop_t *loop, char *err, size_t errsize);
-/* Synchronously increments and syncs the broker epoch; returns it, 0 on
- * failure.  Called once at start, before the first client is accepted.
- * ledger_next_epoch_err says why in err. */
-uint64_t ledger_next_epoch(struct ledger *l);
-uint64_t ledger_next_epoch_err(struct ledger *l, char *err, size_t errsize);
+/* The epoch of ids.h: stores max(stored + 1, floor) (raised above ids of
+ * the earlier format) and syncs it.  ledger_store_epoch runs its own
+ * transaction on the calling thread (at start, before clients are
+ * accepted); ledger_put_epoch is the same step inside a job's transaction.
+ * Return the stored epoch, 0 with err / an MDB error. */
+uint64_t ledger_store_epoch(struct ledger *l, uint64_t floor, char *err, size_t errsize);
+int ledger_put_epoch(struct ledger *l, MDB_txn *txn, uint64_t floor, uint64_t *stored);
 void ledger_submit(struct ledger *l, struct ledger_job *job);
 /* Finishes every queued job (done callbacks included), stops the writer
  * and closes the environment. */

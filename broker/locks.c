@@ -5,25 +5,27 @@
  * barges past a waiting request; consecutive shared requests at the head
  * are granted together.  Every operation touches only its own queue: the
  * cost of a grant does not depend on other names or their waiters.  The
- * global lists exist only for lock.query's ordering. */
+ * global lists exist only for lock.query's ordering.
+ *
+ * Requests belong to their users (lockops.c, leaders.c): the table links
+ * them, grants them and tells their owner, and never frees one. */
 #include <stdlib.h>
 #include <string.h>
+#include "coord-limits.h"
 #include "errors.h"
-#include "ledger.h"
+#include "events.h"
+#include "ids.h"
 #include "locks.h"
 #include "ops.h"
-#include "events.h"
-#include "coord-limits.h"
+#include "skey.h"
 
 struct lock_queue {
-    struct hentry h;
-    uint8_t *key;                  /* scoped_key(scope, name) */
-    uint32_t scope_len;
+    struct hentry h;               /* keyed by the scoped name (skey.h) */
     struct list held;
     struct list waiting;
     unsigned nheld;
     bool held_exclusive;
-    uint8_t keybuf[];               /* the key, in the same allocation */
+    uint8_t keybuf[];              /* the key, in the same allocation */
 };
 
 static struct {
@@ -33,7 +35,6 @@ static struct {
     struct list held_order;        /* lock.query: grant order */
     struct list pending_order;     /* lock.query: request order */
     uint64_t next_id;
-    uint64_t token_counter;
     uint64_t nheld, npending;
 } L;
 
@@ -53,24 +54,21 @@ void locks_counts(uint64_t *held, uint64_t *pending, uint64_t *names)
     *names = L.queues.count;
 }
 
-const uint8_t *lock_req_name(const struct lock_req *r, uint32_t *len)
+const uint8_t *lock_req_name(const struct lock_req *r, size_t *len)
 {
-    const struct lock_queue *q = r->q;
-    *len = (uint32_t)(q->h.keylen - 4 - q->scope_len);
-    return q->key + 4 + q->scope_len;
+    return skey_name(r->q->h.key, r->q->h.keylen, len);
 }
 
-/* Strictly increasing for every name across every grant and restart: the
- * durable epoch in the high half, a counter in the low half. */
-static uint64_t next_token(void)
+const uint8_t *lock_req_skey(const struct lock_req *r, size_t *len)
 {
-    if (++L.token_counter >= (1ull << 32)) {
-        uint64_t e = ledger_next_epoch(L.b->ledger);
-        if (e)
-            L.b->epoch = e;
-        L.token_counter = 1;
-    }
-    return (L.b->epoch << 32) | L.token_counter;
+    *len = r->q->h.keylen;
+    return r->q->h.key;
+}
+
+struct lock_req *locks_find(uint64_t id)
+{
+    struct hentry *e = hashmap_get(&L.by_id, &id, sizeof id);
+    return e ? list_entry(e, struct lock_req, by_id) : NULL;
 }
 
 /* The lookup key is built on the stack: a lock cycle allocates only what
@@ -78,26 +76,18 @@ static uint64_t next_token(void)
 static struct lock_queue *queue_get(struct conn *c, const uint8_t *name,
                                     uint32_t len, bool create)
 {
-    uint8_t stack[4 + LIMIT_SCOPE + LIMIT_NAME];
-    size_t klen = 4 + (size_t)c->scope_len + len;
-    uint8_t *key = klen <= sizeof stack ? stack : NULL;
-    if (!key)
+    uint8_t key[SKEY_HEADER + LIMIT_SCOPE + LIMIT_NAME];
+    if (skey_size(c->scope_len, len) > sizeof key)
         return NULL;
-    coord_put_be32(key, c->scope_len);
-    if (c->scope_len)
-        memcpy(key + 4, c->scope, c->scope_len);
-    if (len)
-        memcpy(key + 4 + c->scope_len, name, len);
+    size_t klen = skey_write(key, c->scope, c->scope_len, name, len);
     struct hentry *e = hashmap_get(&L.queues, key, klen);
     if (e || !create)
         return e ? (struct lock_queue *)e : NULL;
     struct lock_queue *q = calloc(1, sizeof *q + klen);
     if (!q)
         return NULL;
-    q->key = q->keybuf;
-    memcpy(q->key, key, klen);
-    q->scope_len = c->scope_len;
-    q->h.key = q->key;
+    memcpy(q->keybuf, key, klen);
+    q->h.key = q->keybuf;
     q->h.keylen = klen;
     list_init(&q->held);
     list_init(&q->waiting);
@@ -123,10 +113,12 @@ static bool compatible(const struct lock_queue *q, uint8_t mode)
 
 static void on_lease_expired(struct deadline *d);
 
+/* Makes r a holder.  The owner hears of it only when r had waited. */
 static void grant(struct lock_req *r)
 {
     struct lock_queue *q = r->q;
-    if (list_linked(&r->qlink)) {          /* it was waiting */
+    bool waited = list_linked(&r->qlink);
+    if (waited) {
         list_del(&r->qlink);
         list_del(&r->order_link);
         L.npending--;
@@ -134,7 +126,7 @@ static void grant(struct lock_req *r)
     deadline_cancel(&r->timer);
     r->granted = true;
     r->conn->nlocks_held++;
-    r->token = next_token();
+    r->token = ids_next();     /* increasing for every name, across restarts */
     r->since_ms = broker_now_ms(L.b);
     list_append(&q->held, &r->qlink);
     q->nheld++;
@@ -146,8 +138,9 @@ static void grant(struct lock_req *r)
     hashmap_put(&L.by_id, &r->by_id);
     if (r->lease_ms)
         deadline_set(&r->timer, r->since_ms + r->lease_ms, on_lease_expired);
-    events_lock(L.b, "granted", r, NULL);
-    r->owner->granted(r);
+    events_lock("granted", r, REASON_NONE);
+    if (waited)
+        r->owner->granted(r);
 }
 
 /* Grant from the head while compatible, then drop an empty queue. */
@@ -162,15 +155,13 @@ static void queue_process(struct lock_queue *q)
     queue_maybe_free(q);
 }
 
-/* Unlink r from everything; the caller frees it and processes the queue. */
+/* Unlink r from everything; the caller processes the queue. */
 static void unlink_req(struct lock_req *r)
 {
     struct lock_queue *q = r->q;
     deadline_cancel(&r->timer);
     list_del(&r->qlink);
     list_del(&r->order_link);
-    if (list_linked(&r->conn_link))
-        list_del(&r->conn_link);
     if (r->granted) {
         r->conn->nlocks_held--;
         q->nheld--;
@@ -186,28 +177,25 @@ static void unlink_req(struct lock_req *r)
 void locks_release(struct lock_req *r)
 {
     struct lock_queue *q = r->q;
-    bool was_granted = r->granted;
     unlink_req(r);
-    if (was_granted)
-        events_lock(L.b, "released", r, NULL);
-    free(r);
+    if (r->granted)
+        events_lock("released", r, REASON_NONE);
     queue_process(q);
 }
 
-/* A holder loses its lock (stolen, expired): tell the owner, then free. */
-static void lose(struct lock_req *r, const char *reason)
+/* A holder loses its lock (stolen, expired): tell the owner. */
+static void lose(struct lock_req *r, enum reason why)
 {
     unlink_req(r);
-    events_lock(L.b, "lost", r, reason);
-    r->owner->lost(r, reason);
-    free(r);
+    events_lock("lost", r, why);
+    r->owner->lost(r, why);
 }
 
 static void on_lease_expired(struct deadline *d)
 {
     struct lock_req *r = list_entry(d, struct lock_req, timer);
     struct lock_queue *q = r->q;
-    lose(r, "expired");
+    lose(r, REASON_EXPIRED);
     queue_process(q);
 }
 
@@ -218,7 +206,6 @@ static void on_wait_timeout(struct deadline *d)
     L.b->stats.timeouts++;
     unlink_req(r);
     r->owner->failed(r, COORD_ETIMEOUT);
-    free(r);
     queue_process(q);      /* a blocked head leaving may unblock shared */
 }
 
@@ -231,142 +218,56 @@ void locks_renew(struct lock_req *r, uint64_t lease_ms)
         deadline_cancel(&r->timer);
 }
 
-struct lock_req *locks_request(struct conn *c, uint64_t rid,
-                               const struct lock_request_args *a,
-                               const struct lock_owner *owner, void *owner_data,
-                               int *refused)
+enum lock_outcome locks_request(struct lock_req *r, struct conn *c,
+                                const struct lock_request_args *a,
+                                const struct lock_owner *owner)
 {
-    *refused = 0;
-    if (c->nlocks_held >= LIMIT_CONN_LOCKS) {
-        *refused = -2;
-        return NULL;
-    }
+    if (c->nlocks_held >= LIMIT_CONN_LOCKS)
+        return LOCK_CONN_LIMIT;
     struct lock_queue *q = queue_get(c, a->name, a->name_len, true);
-    if (!q) {
-        *refused = -1;
-        return NULL;
-    }
+    if (!q)
+        return LOCK_NO_MEMORY;
     if (a->if_available && (!list_empty(&q->waiting) || !compatible(q, a->mode))) {
-        *refused = 1;
         queue_maybe_free(q);
-        return NULL;
-    }
-    struct lock_req *r = calloc(1, sizeof *r);
-    if (!r) {
-        *refused = -1;
-        queue_maybe_free(q);
-        return NULL;
+        return LOCK_NOT_AVAILABLE;
     }
     r->id = ++L.next_id;
-    r->p.rid = rid;
-    r->p.conn = c;
     r->q = q;
     r->conn = c;
     r->owner = owner;
-    r->owner_data = owner_data;
     r->mode = a->mode;
+    r->granted = false;
     r->lease_ms = a->lease_ms;
     r->since_ms = broker_now_ms(L.b);
     list_init(&r->qlink);
-    list_init(&r->conn_link);
     list_init(&r->order_link);
-    list_init(&r->p.link);
 
     if (a->steal) {
         /* break every holder, then go first; waiters stay queued */
         while (!list_empty(&q->held))
-            lose(list_entry(q->held.next, struct lock_req, qlink), "stolen");
+            lose(list_entry(q->held.next, struct lock_req, qlink), REASON_STOLEN);
         grant(r);
-        return r;
+        return LOCK_GRANTED;
     }
     if (list_empty(&q->waiting) && compatible(q, a->mode)) {
         grant(r);
-        return r;
+        return LOCK_GRANTED;
     }
     list_append(&q->waiting, &r->qlink);
     list_append(&L.pending_order, &r->order_link);
     L.npending++;
     if (a->timeout_ms)
         deadline_set(&r->timer, r->since_ms + a->timeout_ms, on_wait_timeout);
-    return r;
+    return LOCK_QUEUED;
 }
 
-void locks_conn_closed(struct conn *c)
+void locks_reply_refused(struct conn *c, uint64_t rid, enum lock_outcome o)
 {
-    while (!list_empty(&c->locks)) {
-        struct lock_req *r = list_entry(c->locks.next, struct lock_req, conn_link);
-        locks_release(r);
-    }
-}
-
-/* ---- the client side: lock.* ops ---- */
-
-static void client_granted(struct lock_req *r)
-{
-    struct conn *c = r->conn;
-    pending_finish(&r->p);
-    list_append(&c->locks, &r->conn_link);
-    coord_enc e;
-    conn_enc_begin_reply(c, &e, r->p.rid);
-    coord_enc_kv_bool(&e, "granted", true);
-    coord_enc_kv_uint(&e, "lock", r->id);
-    coord_enc_kv_uint(&e, "token", r->token);
-    conn_enc_finish(c, &e);
-}
-
-static void client_lost(struct lock_req *r, const char *reason)
-{
-    uint32_t nlen;
-    const uint8_t *name = lock_req_name(r, &nlen);
-    coord_enc e;
-    conn_enc_begin_event(r->conn, &e, "lock.lost");
-    coord_enc_kv_uint(&e, "lock", r->id);
-    coord_enc_kv_name(&e, "name", name, nlen);
-    coord_enc_kv_cstr(&e, "reason", reason);
-    coord_enc_kv_uint(&e, "token", r->token);
-    conn_enc_finish(r->conn, &e);
-}
-
-static void client_failed(struct lock_req *r, int code)
-{
-    pending_finish(&r->p);
-    conn_reply_error(r->conn, r->p.rid, code,
-                     code == COORD_ETIMEOUT ? "lock not granted within timeout_ms" : NULL);
-}
-
-static const struct lock_owner client_owner = {
-    client_granted, client_lost, client_failed,
-};
-
-/* cancel (ABORTED) or shutdown (SHUTTING_DOWN) of a waiting acquire */
-static void client_abort(struct pending *p, int code)
-{
-    struct lock_req *r = list_entry(p, struct lock_req, p);
-    struct lock_queue *q = r->q;
-    unlink_req(r);
-    client_failed(r, code);
-    free(r);
-    queue_process(q);
-}
-
-/* the connection is gone: its waiting acquire just leaves the queue */
-static void client_drop(struct pending *p)
-{
-    struct lock_req *r = list_entry(p, struct lock_req, p);
-    pending_finish(p);
-    struct lock_queue *q = r->q;
-    unlink_req(r);
-    free(r);
-    queue_process(q);
-}
-
-void locks_reply_refused(struct conn *c, uint64_t rid, int refused)
-{
-    if (refused == -2) {
+    if (o == LOCK_CONN_LIMIT) {
         reply_conn_limit(c, rid, "locks held", LIMIT_CONN_LOCKS);
         return;
     }
-    if (refused != 1) {
+    if (o != LOCK_NOT_AVAILABLE) {
         conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
         return;
     }
@@ -376,166 +277,14 @@ void locks_reply_refused(struct conn *c, uint64_t rid, int refused)
     conn_enc_finish(c, &e);
 }
 
-/* Reads and checks lock.acquire's options; replies and returns false when
- * they are refused. */
-static bool read_acquire_args(struct conn *c, uint64_t rid, coord_fields *f,
-                              struct lock_request_args *a)
-{
-    coord_bytes name = { NULL, 0 }, mode = { NULL, 0 };
-    memset(a, 0, sizeof *a);
-    coord_field_str(f, "name", true, &name);
-    bool have_mode = coord_field_str(f, "mode", false, &mode);
-    coord_field_bool(f, "if_available", false, &a->if_available);
-    coord_field_bool(f, "steal", false, &a->steal);
-    bool have_timeout = coord_field_uint(f, "timeout_ms", false, &a->timeout_ms);
-    coord_field_uint(f, "lease_ms", false, &a->lease_ms);
-    if (!fields_ok(c, rid, f) || !name_size_ok(c, rid, "name", name.len) ||
-        !duration_ok(c, rid, "timeout_ms", a->timeout_ms, LIMIT_WAIT_MS) ||
-        !duration_ok(c, rid, "lease_ms", a->lease_ms, LIMIT_WAIT_MS))
-        return false;
-    const char *bad = NULL;
-    if (have_mode && coord_bytes_eq(mode, "shared"))
-        a->mode = LOCK_SHARED;
-    else if (have_mode && !coord_bytes_eq(mode, "exclusive"))
-        bad = "mode must be \"exclusive\" or \"shared\"";
-    if (!bad && a->steal && a->if_available)
-        bad = "steal and if_available cannot be combined";
-    else if (!bad && a->steal && a->mode == LOCK_SHARED)
-        bad = "steal needs mode exclusive";
-    else if (!bad && have_timeout && (a->steal || a->if_available))
-        bad = "timeout_ms cannot be combined with steal or if_available";
-    if (bad) {
-        conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, bad);
-        return false;
-    }
-    if (name.len > 0 && name.ptr[0] == '-') {
-        conn_reply_error(c, rid, COORD_ENAME_RESERVED,
-                         "lock names starting with '-' are the broker's");
-        return false;
-    }
-    a->name = name.ptr;
-    a->name_len = name.len;
-    return true;
-}
-
-void op_lock_acquire(struct conn *c, uint64_t rid, coord_fields *f)
-{
-    struct lock_request_args a;
-    if (!read_acquire_args(c, rid, f, &a))
-        return;
-    /* the waiting slot is checked first, so a refusal queues nothing */
-    if (pending_check(c, rid) < 0)
-        return;
-    int refused;
-    struct lock_req *r = locks_request(c, rid, &a, &client_owner, NULL, &refused);
-    if (!r) {
-        locks_reply_refused(c, rid, refused);
-        return;
-    }
-    if (r->granted)
-        return;                 /* replied by client_granted */
-    r->p.abort = client_abort;
-    r->p.drop = client_drop;
-    if (pending_start(c, &r->p, rid, "lock.acquire") < 0) {   /* memory: replied */
-        struct lock_queue *q = r->q;
-        unlink_req(r);
-        free(r);
-        queue_process(q);
-    }
-}
-
-/* Finds a lock held by c, or replies UNKNOWN_LOCK. */
-static struct lock_req *held_by(struct conn *c, uint64_t rid, uint64_t id)
-{
-    struct hentry *e = hashmap_get(&L.by_id, &id, sizeof id);
-    struct lock_req *r = e ? list_entry(e, struct lock_req, by_id) : NULL;
-    if (!r || r->conn != c || r->owner != &client_owner) {
-        conn_reply_error(c, rid, COORD_EUNKNOWN_LOCK,
-                         "no such lock held by this connection");
-        return NULL;
-    }
-    return r;
-}
-
-void op_lock_release(struct conn *c, uint64_t rid, coord_fields *f)
-{
-    uint64_t id = 0;
-    coord_field_uint(f, "lock", true, &id);
-    if (!fields_ok(c, rid, f))
-        return;
-    struct lock_req *r = held_by(c, rid, id);
-    if (!r)
-        return;
-    locks_release(r);
-    conn_reply_ok(c, rid);
-}
-
-void op_lock_renew(struct conn *c, uint64_t rid, coord_fields *f)
-{
-    uint64_t id = 0, lease_ms = 0;
-    coord_field_uint(f, "lock", true, &id);
-    coord_field_uint(f, "lease_ms", true, &lease_ms);
-    if (!fields_ok(c, rid, f) || !duration_ok(c, rid, "lease_ms", lease_ms, LIMIT_WAIT_MS))
-        return;
-    struct lock_req *r = held_by(c, rid, id);
-    if (!r)
-        return;
-    locks_renew(r, lease_ms);
-    conn_reply_ok(c, rid);
-}
-
-static bool same_scope(const struct lock_queue *q, const struct conn *c)
-{
-    return q->scope_len == c->scope_len &&
-           memcmp(q->key + 4, c->scope, c->scope_len) == 0;
-}
-
-/* Entries stop before the reply outgrows the frame limit ("truncated"). */
-static bool query_list(struct conn *c, coord_enc *e, struct list *order,
-                       bool held, uint64_t now)
+bool locks_walk(struct conn *c, bool held,
+                bool (*each)(struct lock_req *r, void *ud), void *ud)
 {
     struct list *pos, *tmp;
-    list_for_each_safe(pos, tmp, order) {
+    list_for_each_safe(pos, tmp, held ? &L.held_order : &L.pending_order) {
         struct lock_req *r = list_entry(pos, struct lock_req, order_link);
-        if (!same_scope(r->q, c))
-            continue;
-        uint32_t nlen;
-        const uint8_t *name = lock_req_name(r, &nlen);
-        coord_enc_mark m = coord_enc_mark_here(e);
-        coord_enc_map_begin(e);
-        coord_enc_kv_name(e, "name", name, nlen);
-        coord_enc_kv_cstr(e, "mode", r->mode == LOCK_SHARED ? "shared" : "exclusive");
-        coord_enc_kv_uint(e, "conn", r->conn->id);
-        coord_enc_kv_cstr(e, "client", r->conn->client ? r->conn->client : "");
-        coord_enc_kv_uint(e, "pid", r->conn->pid);
-        if (held) {
-            coord_enc_kv_uint(e, "token", r->token);
-            coord_enc_kv_uint(e, "lock", r->id);
-        }
-        coord_enc_kv_uint(e, "age_ms", now - r->since_ms);
-        coord_enc_map_end(e);
-        if (list_entry_overflows(c, e, &m))
+        if (skey_in_scope(r->q->h.key, c->scope, c->scope_len) && each(r, ud))
             return true;
     }
     return false;
-}
-
-void op_lock_query(struct conn *c, uint64_t rid, coord_fields *f)
-{
-    (void)f;
-    uint64_t now = broker_now_ms(c->b);
-    coord_enc e;
-    conn_enc_begin_reply(c, &e, rid);
-    coord_enc_key(&e, "held");
-    coord_enc_array_begin(&e);
-    bool cut = query_list(c, &e, &L.held_order, true, now);
-    coord_enc_array_end(&e);
-    coord_enc_key(&e, "pending");
-    coord_enc_array_begin(&e);
-    if (!cut)
-        cut = query_list(c, &e, &L.pending_order, false, now);
-    coord_enc_array_end(&e);
-    if (cut)
-        coord_enc_kv_bool(&e, "truncated", true);
-    conn_enc_finish(c, &e);
 }

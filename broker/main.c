@@ -31,6 +31,8 @@ static void usage(FILE *f)
 "  --handshake-timeout MS  time allowed for hello (default 5000)\n"
 "  --max-data-size BYTES   cap of the LMDB ledger (default 4294967296, at least\n"
 "                          1048576); past it writes fail with STORAGE\n"
+"  --ledger NAME           where leadership's generations and commits live:\n"
+"                          local (LMDB in the data dir, the default)\n"
 "  --version, --help\n");
 }
 
@@ -82,11 +84,12 @@ int main(int argc, char **argv)
     opt.max_pending = 1024;
     opt.max_outbuf = 16u << 20;
     opt.handshake_ms = 5000;
+    strcpy(opt.leader_ledger, "local");
     opt.max_data_size = LEDGER_DEFAULT_DATA_SIZE;
     const char *socket_arg = NULL, *data_arg = NULL;
 
     enum { O_FG = 1, O_SOCK, O_DATA, O_IDLE, O_READY, O_LOG, O_FRAME, O_CONNS,
-           O_PENDING, O_OUTBUF, O_HANDSHAKE, O_DATASIZE, O_VERSION, O_HELP };
+           O_PENDING, O_OUTBUF, O_HANDSHAKE, O_DATASIZE, O_LEDGER, O_VERSION, O_HELP };
     static const struct option longopts[] = {
         { "foreground", no_argument, NULL, O_FG },
         { "socket", required_argument, NULL, O_SOCK },
@@ -100,6 +103,7 @@ int main(int argc, char **argv)
         { "max-outbuf", required_argument, NULL, O_OUTBUF },
         { "handshake-timeout", required_argument, NULL, O_HANDSHAKE },
         { "max-data-size", required_argument, NULL, O_DATASIZE },
+        { "ledger", required_argument, NULL, O_LEDGER },
         { "version", no_argument, NULL, O_VERSION },
         { "help", no_argument, NULL, O_HELP },
         { NULL, 0, NULL, 0 },
@@ -126,6 +130,11 @@ int main(int argc, char **argv)
         case O_DATASIZE:
             bad = parse_num(optarg, LEDGER_MIN_DATA_SIZE, LEDGER_MAX_DATA_SIZE, &v);
             opt.max_data_size = v;
+            break;
+        case O_LEDGER:
+            bad = strlen(optarg) >= sizeof opt.leader_ledger;
+            if (!bad)
+                strcpy(opt.leader_ledger, optarg);
             break;
         case O_VERSION: printf("coordd %s\n", COORD_VERSION); return 0;
         case O_HELP: usage(stdout); return 0;

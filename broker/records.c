@@ -12,6 +12,7 @@
 #include "hashmap.h"
 #include "ops.h"
 #include "records.h"
+#include "skey.h"
 
 #define HEADER 26
 #define SWEEP_BATCH 1000
@@ -274,7 +275,7 @@ static size_t record_key(struct conn *c, uint64_t rid, coord_bytes key, uint8_t 
                          "scope and key together exceed 480 bytes for a record");
         return 0;
     }
-    size_t n = scoped_key(out, c->scope, c->scope_len, key.ptr, key.len);
+    size_t n = skey_make(out, c->scope, c->scope_len, key.ptr, key.len);
     if (!n)
         conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
     return n;
@@ -349,7 +350,6 @@ void op_record_list(struct conn *c, uint64_t rid, coord_fields *f)
         return;
     }
     uint64_t now = wall_ms();
-    size_t scope_part = 4 + c->scope_len;
     coord_enc e;
     conn_enc_begin_reply(c, &e, rid);
     coord_enc_key(&e, "records");
@@ -371,7 +371,9 @@ void op_record_list(struct conn *c, uint64_t rid, coord_fields *f)
         }
         coord_enc_mark m = coord_enc_mark_here(&e);
         coord_enc_map_begin(&e);
-        coord_enc_kv_name(&e, "key", (uint8_t *)k.mv_data + scope_part, k.mv_size - scope_part);
+        size_t nlen;
+        const uint8_t *name = skey_name(k.mv_data, k.mv_size, &nlen);
+        coord_enc_kv_name(&e, "key", name, nlen);
         coord_enc_kv_cstr(&e, "status", r.status == RECORD_COMPLETED ? "completed" : "failed");
         coord_enc_kv_uint(&e, "fence", r.fence);
         coord_enc_kv_uint(&e, "size", r.status == RECORD_COMPLETED ? r.result_len : r.message_len);

@@ -1,6 +1,7 @@
 /* stats.c - the `stats` op: counters of the broker and of each table. */
 #include <unistd.h>
 #include "broker.h"
+#include "ids.h"
 #include "channels.h"
 #include "coord-version.h"
 #include "deadline.h"
@@ -20,7 +21,7 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_cstr(&e, "version", "coord " COORD_VERSION);
     coord_enc_kv_uint(&e, "pid", (uint64_t)getpid());
     coord_enc_kv_uint(&e, "uptime_ms", broker_now_ms(b) - b->started_ms);
-    coord_enc_kv_uint(&e, "epoch", b->epoch);
+    coord_enc_kv_uint(&e, "epoch", ids_epoch());
     coord_enc_kv_uint(&e, "connections", b->nconns);
     coord_enc_kv_uint(&e, "conns_accepted", s->conns_accepted);
     coord_enc_kv_uint(&e, "rejected_peers", s->conns_rejected_peer);

@@ -8,12 +8,13 @@
 #include "records.h"
 #include "tables.h"
 
-int tables_init(struct broker *b)
+int tables_init(struct broker *b, char *err, size_t errsize)
 {
     deadlines_init(b->loop);
     locks_init(b);
     flights_init(b);
-    leaders_init(b);
+    if (leaders_init(b, err, errsize) < 0)
+        return -1;
     channels_init(b);
     records_init(b);
     return 0;
@@ -26,7 +27,7 @@ void tables_conn_opened(struct conn *c)
 
 void tables_conn_closed(struct conn *c)
 {
-    locks_conn_closed(c);
+    lockops_conn_closed(c);
     flights_conn_closed(c);
     leaders_conn_closed(c);
     channels_conn_closed(c);
@@ -36,4 +37,5 @@ void tables_shutdown(struct broker *b)
 {
     (void)b;
     records_stop();
+    leaders_stop();
 }

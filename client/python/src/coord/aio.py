@@ -721,6 +721,10 @@ class Subscription:
         await self.close()
 
 
+class _HelloDropped(ConnectError):
+    """The connection closed before hello was answered."""
+
+
 async def _open_socket(path: str, *, autostart_ok: bool, broker: Optional[str], idle_exit: int,
                        timeout: float) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     check_socket_path(path)
@@ -786,6 +790,19 @@ class Client:
         return self
 
     async def _open(self) -> _AConn:
+        # A broker that dies with us in its backlog resets the connection
+        # before hello is answered (a restart racing a reconnect): try again
+        # within connect_timeout, as the first connect does.
+        deadline = time.monotonic() + self.connect_timeout
+        while True:
+            try:
+                return await self._open_once()
+            except _HelloDropped:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.01)
+
+    async def _open_once(self) -> _AConn:
         reader, writer = await _open_socket(self.socket_path, autostart_ok=self.autostart,
                                             broker=self.broker_path, idle_exit=self.idle_exit,
                                             timeout=self.connect_timeout)
@@ -802,6 +819,8 @@ class Client:
             raise ConnectError("the broker did not answer hello in time") from None
         except CoordError as e:
             await conn.shutdown()
+            if isinstance(e, ConnectionLost):
+                raise _HelloDropped(f"hello: {e}") from None
             raise ConnectError(f"hello: {e}") from None
         if not r.ok:
             await conn.shutdown()

@@ -92,6 +92,10 @@ class _Call:
         return self.reply
 
 
+class _HelloDropped(ConnectError):
+    """The connection closed before hello was answered."""
+
+
 class _Conn:
     """One connection: socket, core, reader thread."""
 
@@ -864,6 +868,19 @@ class Client:
     # ---- connection ----
 
     def _open(self) -> _Conn:
+        # A broker that dies with us in its backlog resets the connection
+        # before hello is answered (a restart racing a reconnect): try again
+        # within connect_timeout, as the first connect does.
+        deadline = time.monotonic() + self.connect_timeout
+        while True:
+            try:
+                return self._open_once()
+            except _HelloDropped:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.01)
+
+    def _open_once(self) -> _Conn:
         sock = open_socket(self.socket_path, autostart_ok=self.autostart,
                            broker=self.broker_path, idle_exit=self.idle_exit,
                            timeout=self.connect_timeout)
@@ -884,6 +901,8 @@ class Client:
             r = call.wait()
         except CoordError as e:
             conn.shutdown()
+            if isinstance(e, ConnectionLost):
+                raise _HelloDropped(f"hello: {e}") from None
             raise ConnectError(f"hello: {e}") from None
         if not r.ok:
             conn.shutdown()

@@ -1,0 +1,35 @@
+/* reasons.h - why something ended (a lock lost, a flight's owner replaced, a
+ * leadership over): one enum for the code, one table of the names the wire
+ * carries in `reason` fields.  Code never compares reason strings. */
+#ifndef COORD_REASONS_H
+#define COORD_REASONS_H
+
+#define COORD_REASONS(X) \
+    X(REASON_NONE, NULL) \
+    X(REASON_STOLEN, "stolen")             /* lock, leadership */ \
+    X(REASON_EXPIRED, "expired")           /* lease not renewed */ \
+    X(REASON_DISCONNECTED, "disconnected") /* a leader's connection closed */ \
+    X(REASON_DISABLED, "disabled")         /* leader.disable */ \
+    X(REASON_RESIGNED, "resigned")         /* leader.resign */ \
+    X(REASON_DEADLINE, "deadline")         /* a flight owner past owner_ttl_ms */ \
+    X(REASON_ORPHANED, "orphaned")         /* a flight's last follower left */ \
+    X(REASON_DISCONNECT, "disconnect")     /* a flight owner's connection closed */
+
+enum reason {
+#define REASON_ENUM(id, name) id,
+    COORD_REASONS(REASON_ENUM)
+#undef REASON_ENUM
+};
+
+/* The wire name, NULL for REASON_NONE. */
+static inline const char *reason_name(enum reason r)
+{
+    static const char *const names[] = {
+#define REASON_NAME(id, name) name,
+        COORD_REASONS(REASON_NAME)
+#undef REASON_NAME
+    };
+    return (unsigned)r < sizeof names / sizeof names[0] ? names[r] : NULL;
+}
+
+#endif
