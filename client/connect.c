@@ -27,6 +27,9 @@
  * may take a while to answer, a frozen one never does. */
 #define MIN_HELLO_TIMEOUT_MS 5000
 #define MAX_BACKOFF_MS 50
+/* Brokers one connect may start: one that exits at once (the lock beside
+ * the socket still held by a broker that is dying) is started again. */
+#define MAX_SPAWNS 8
 
 /* ---- the last connect failure, per thread ---- */
 
@@ -314,6 +317,7 @@ static int open_socket(const char *path, const coord_options *o)
     int64_t deadline = coord__now_ms() + timeout;
     int backoff = 1;
     bool spawned = false;
+    unsigned spawns = 0;
     int rfd = -1;
     char broker[PATH_MAX];
     int fd = -1;
@@ -327,7 +331,7 @@ static int open_socket(const char *path, const coord_options *o)
                 cerr("no broker at %s: %s", path, strerror(err));
                 goto fail;
             }
-            if (!spawned) {
+            if (!spawned && spawns < MAX_SPAWNS) {
                 char dir[PATH_MAX], why[256];
                 const char *name = o->broker_path;
                 if (!name || !*name)
@@ -345,6 +349,7 @@ static int open_socket(const char *path, const coord_options *o)
                     goto fail;
                 }
                 spawned = true;
+                spawns++;
                 rfd = spawn_broker(broker, path, o->idle_exit_s ? o->idle_exit_s
                                                                 : DEFAULT_IDLE_EXIT_S);
                 if (rfd < 0)
@@ -363,8 +368,11 @@ static int open_socket(const char *path, const coord_options *o)
                 }
                 if (r == READY_OK)
                     continue;                 /* connect again at once */
-                /* EOF: another broker won the race (or this one failed);
-                 * keep trying until the deadline */
+                /* EOF: another broker won the race, or the lock beside the
+                 * socket was still held by one that is dying: keep trying
+                 * until the deadline, starting one again if nobody listens */
+                if (r == READY_EOF)
+                    spawned = false;
             }
         } else if (err != EAGAIN && err != EINTR) {
             cerr("cannot connect to %s: %s", path, strerror(err));

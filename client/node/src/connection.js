@@ -30,6 +30,9 @@ export const DEFAULT_CONNECT_TIMEOUT_MS = 2000;
 const MIN_HELLO_TIMEOUT_MS = 5000;
 const DEFAULT_IDLE_EXIT_S = 60;
 const MAX_BACKOFF_MS = 50;
+// Brokers one connect may start: one that exits at once (the lock beside the
+// socket still held by a broker that is dying) is started again.
+const MAX_SPAWNS = 8;
 // sun_path is 108 bytes with its NUL.
 const SOCKET_PATH_MAX = 107;
 
@@ -140,6 +143,7 @@ export async function openSocket(o) {
   const deadline = Date.now() + timeout;
   const dir = path.dirname(sockPath);
   let spawned = false;
+  let spawns = 0;
   let backoff = 1;
   for (;;) {
     o.signal?.throwIfAborted();
@@ -149,8 +153,9 @@ export async function openSocket(o) {
     if (err.code === 'ENOENT' || err.code === 'ECONNREFUSED') {
       if (o.autostart === false)
         throw new ConnectError(`no broker at ${sockPath}: ${err.code}`);
-      if (!spawned) {
+      if (!spawned && spawns < MAX_SPAWNS) {
         spawned = true;
+        spawns++;
         prepareDir(dir);
         const name = o.broker || envNonEmpty('COORD_BROKER') || 'coordd';
         const broker = resolveBroker(name);
@@ -158,7 +163,10 @@ export async function openSocket(o) {
           throw new ConnectError(`cannot start the broker: ${name} not found${name.includes('/') ? '' : ' in PATH'}`);
         const r = await spawnBroker(broker, sockPath, o.idleExit || DEFAULT_IDLE_EXIT_S, deadline);
         if (r === 'ready') continue;          // connect again at once
-        // eof: another broker won the race (or this one failed): retry
+        // eof: another broker won the race, or the lock beside the socket was
+        // still held by one that is dying: retry, starting one again if
+        // nobody listens
+        if (r === 'eof') spawned = false;
       }
     } else if (err.code !== 'EAGAIN' && err.code !== 'EINTR') {
       throw new ConnectError(`cannot connect to ${sockPath}: ${err.message}`);

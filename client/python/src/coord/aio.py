@@ -22,7 +22,7 @@ from .errors import (Aborted, ConnectError, ConnectionLost, CoordError, Fenced, 
                      LeadershipLost, LockLost, NotFound, ProtocolError, Timeout)
 from .handles import State, owner_failure
 from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MAX_BACKOFF, MIN_HELLO_TIMEOUT,
-                    autostart, check_peer, check_socket_path, default_socket_path,
+                    MAX_SPAWNS, autostart, check_peer, check_socket_path, default_socket_path,
                     instance_id, program_name)
 
 GiveBack = Callable[[Reply], Optional["_ACall"]]
@@ -732,6 +732,7 @@ async def _open_socket(path: str, *, autostart_ok: bool, broker: Optional[str], 
     deadline = time.monotonic() + timeout
     backoff = 0.001
     spawned = False
+    spawns = 0
     while True:
         try:
             reader, writer = await asyncio.open_unix_connection(path, limit=1 << 22)
@@ -741,11 +742,13 @@ async def _open_socket(path: str, *, autostart_ok: bool, broker: Optional[str], 
             if err in (errno.ENOENT, errno.ECONNREFUSED):
                 if not autostart_ok:
                     raise ConnectError(f"no broker at {path}: {e.strerror}") from None
-                if not spawned:
+                if not spawned and spawns < MAX_SPAWNS:
                     spawned = True
-                    await loop.run_in_executor(None, autostart, path, broker, idle_exit,
-                                               deadline)
-                    continue
+                    spawns += 1
+                    if await loop.run_in_executor(None, autostart, path, broker, idle_exit,
+                                                  deadline):
+                        continue
+                    spawned = False      # it exited: nobody listens yet, try again
             elif err not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
                 raise ConnectError(f"cannot connect to {path}: {e.strerror}") from None
             left = deadline - time.monotonic()

@@ -151,13 +151,18 @@ def check_peer(sock: socket.socket, path: str) -> None:
                            f"not as uid {os.getuid()}: refusing it")
 
 
-def autostart(path: str, broker: Optional[str], idle_exit: int, deadline: float) -> None:
+# Brokers one connect may start: one that exits at once (the lock beside the
+# socket still held by a broker that is dying) is started again.
+MAX_SPAWNS = 8
+
+
+def autostart(path: str, broker: Optional[str], idle_exit: int, deadline: float) -> bool:
     """Prepares the socket directory, starts the broker, waits for ready
-    (or EOF: someone else's broker may be coming up)."""
+    (or EOF: someone else's broker may be coming up).  True once ready."""
     prepare_private_dir(os.path.dirname(path) or ".")
     exe = resolve_broker(broker)
     rfd = spawn_broker(exe, path, idle_exit)
-    await_ready(rfd, deadline)
+    return await_ready(rfd, deadline)
 
 
 def open_socket(path: str, *, autostart_ok: bool, broker: Optional[str],
@@ -167,6 +172,7 @@ def open_socket(path: str, *, autostart_ok: bool, broker: Optional[str],
     deadline = time.monotonic() + timeout
     backoff = 0.001
     spawned = False
+    spawns = 0
     while True:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         s.setblocking(False)
@@ -179,10 +185,12 @@ def open_socket(path: str, *, autostart_ok: bool, broker: Optional[str],
             if err in (errno.ENOENT, errno.ECONNREFUSED):
                 if not autostart_ok:
                     raise ConnectError(f"no broker at {path}: {e.strerror}") from None
-                if not spawned:
+                if not spawned and spawns < MAX_SPAWNS:
                     spawned = True
-                    autostart(path, broker, idle_exit, deadline)
-                    continue
+                    spawns += 1
+                    if autostart(path, broker, idle_exit, deadline):
+                        continue
+                    spawned = False      # it exited: nobody listens yet, try again
             elif err not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
                 raise ConnectError(f"cannot connect to {path}: {e.strerror}") from None
             left = deadline - time.monotonic()
