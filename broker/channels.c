@@ -14,7 +14,6 @@
 #include "ops.h"
 #include "skey.h"
 
-#define MAX_DATA (64u * 1024)
 
 struct channel {
     struct hentry h;
@@ -240,7 +239,7 @@ void op_sub_publish(struct conn *c, uint64_t rid, coord_fields *f)
                          "channels starting with '-' are the broker's");
         return;
     }
-    if (data.len > MAX_DATA) {
+    if (data.len > LIMIT_MESSAGE) {
         conn_reply_error(c, rid, COORD_ETOO_LARGE, "data larger than 64 KiB");
         return;
     }

@@ -45,6 +45,14 @@
 #define LIMIT_LEADER_KEY 256u
 #define LIMIT_OP_ID 256u
 
+/* A completion record's scope and key together (bytes): LMDB keys are at
+ * most 511 bytes, and the expiry index adds 8 before and after. */
+#define LIMIT_RECORD_KEY 480u
+
+/* A channel message (bytes): one publish is copied to every subscriber's
+ * output, so a large one multiplies; 64 KiB is plenty for notifications. */
+#define LIMIT_MESSAGE (64u * 1024)
+
 /* A flight's failure: error code and message from the owner (bytes). */
 #define LIMIT_ERROR_CODE 256u
 #define LIMIT_ERROR_MESSAGE 4096u

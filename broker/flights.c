@@ -286,8 +286,7 @@ static void reply_delivered(struct conn *c, uint64_t rid, uint64_t n)
 struct completion {
     struct record_write w;
     struct flight *f;
-    struct conn *owner;
-    uint64_t rid;
+    struct conn_job owner;         /* answered once the record is stored */
     struct outcome o;
     uint8_t *copy;                 /* result or code+message bytes */
 };
@@ -296,14 +295,13 @@ static void completion_done(struct ledger_job *job, int status)
 {
     struct completion *cp = (struct completion *)job;
     uint64_t n = deliver(cp->f, &cp->o);
-    if (conn_alive(cp->owner)) {
-        if (status)
-            conn_reply_error(cp->owner, cp->rid, COORD_ESTORAGE,
-                             ledger_job_message(job, "result delivered but the record was not stored"));
-        else
-            reply_delivered(cp->owner, cp->rid, n);
-    }
-    conn_unref(cp->owner);
+    struct conn *c = conn_job_conn(&cp->owner);
+    if (c && status)
+        conn_reply_error(c, cp->owner.rid, COORD_ESTORAGE,
+                         ledger_job_message(job, "result delivered but the record was not stored"));
+    else if (c)
+        reply_delivered(c, cp->owner.rid, n);
+    conn_job_end(&cp->owner);
     record_write_free(&cp->w);
     free(cp->copy);
     free(cp);
@@ -338,9 +336,8 @@ static struct flight *owned_flight(struct conn *c, uint64_t rid, uint64_t id, ui
 static void finish(struct conn *c, uint64_t rid, struct flight *f, struct outcome *o,
                    uint64_t keep_ms)
 {
-    if (keep_ms && f->by_key.keylen - 4 > RECORD_MAX_KEY) {
-        conn_reply_error(c, rid, COORD_ETOO_LARGE,
-                         "scope and key together exceed 480 bytes for a record");
+    if (keep_ms && f->by_key.keylen - SKEY_HEADER > LIMIT_RECORD_KEY) {
+        reply_record_key_too_large(c, rid);
         return;
     }
     if (o->failed) F.failed++; else F.completed++;
@@ -384,9 +381,7 @@ static void finish(struct conn *c, uint64_t rid, struct flight *f, struct outcom
     }
     cp->copy = copy;
     cp->f = f;
-    cp->owner = c;
-    cp->rid = rid;
-    c->refs++;
+    conn_job_start(&cp->owner, c, rid);
     /* the owner's work is done: no deadline, no promotion from now on */
     f->completing = true;
     deadline_cancel(&f->deadline);
@@ -468,7 +463,7 @@ void op_flight_fail(struct conn *c, uint64_t rid, coord_fields *f)
 static bool join_from_record(struct conn *c, uint64_t rid, const uint8_t *skey,
                              size_t sklen, uint64_t max_age_ms)
 {
-    if (sklen - 4 > RECORD_MAX_KEY)
+    if (sklen - SKEY_HEADER > LIMIT_RECORD_KEY)
         return false;
     MDB_txn *txn;
     struct record r;

@@ -5,6 +5,7 @@
  * code_len u16, code, message_len u32, message (failed).  Every record has
  * an entry in the expiry database (expires_ms first), so the sweep deletes
  * the oldest first in bounded batches on the writer thread. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -128,7 +129,7 @@ static int delete_record(struct ledger *l, MDB_txn *txn, const uint8_t *skey, si
     if (rc)
         return rc;
     if (v.mv_size >= HEADER) {
-        uint8_t ek[8 + RECORD_MAX_KEY + 8];
+        uint8_t ek[8 + LIMIT_RECORD_KEY + 8];
         MDB_val e = { expiry_key(ek, get_be64((uint8_t *)v.mv_data + 18), skey, sklen), ek };
         rc = mdb_del(txn, ledger_dbi(l, DB_EXPIRY), &e, NULL);
         if (rc && rc != MDB_NOTFOUND)
@@ -147,7 +148,7 @@ static int apply_write(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
     MDB_val k = { w->sklen, w->skey }, v = { w->vlen, w->value };
     if ((rc = mdb_put(txn, ledger_dbi(l, DB_RECORDS), &k, &v, 0)))
         return rc;
-    uint8_t ek[8 + RECORD_MAX_KEY + 8];
+    uint8_t ek[8 + LIMIT_RECORD_KEY + 8];
     MDB_val e = { expiry_key(ek, w->expires_ms, w->skey, w->sklen), ek }, empty = { 0, "" };
     return mdb_put(txn, ledger_dbi(l, DB_EXPIRY), &e, &empty, 0);
 }
@@ -267,12 +268,19 @@ void records_stop(void)
 
 /* ---- ops ---- */
 
+void reply_record_key_too_large(struct conn *c, uint64_t rid)
+{
+    char msg[96];
+    snprintf(msg, sizeof msg, "scope and key together exceed %u bytes for a record",
+             LIMIT_RECORD_KEY);
+    conn_reply_error(c, rid, COORD_ETOO_LARGE, msg);
+}
+
 /* The caller's scoped key, refusing keys that cannot be stored. */
 static size_t record_key(struct conn *c, uint64_t rid, coord_bytes key, uint8_t **out)
 {
-    if ((size_t)c->scope_len + key.len > RECORD_MAX_KEY) {
-        conn_reply_error(c, rid, COORD_ETOO_LARGE,
-                         "scope and key together exceed 480 bytes for a record");
+    if ((size_t)c->scope_len + key.len > LIMIT_RECORD_KEY) {
+        reply_record_key_too_large(c, rid);
         return 0;
     }
     size_t n = skey_make(out, c->scope, c->scope_len, key.ptr, key.len);
@@ -398,8 +406,7 @@ void op_record_list(struct conn *c, uint64_t rid, coord_fields *f)
 
 struct purge_job {
     struct ledger_job job;
-    struct conn *conn;
-    uint64_t rid;
+    struct conn_job client;
     uint8_t *prefix;
     size_t plen;
     uint64_t deleted;
@@ -420,7 +427,7 @@ static int apply_purge(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
         if (k.mv_size < p->plen || memcmp(k.mv_data, p->prefix, p->plen) != 0)
             break;
         if (v.mv_size >= HEADER) {
-            uint8_t ek[8 + RECORD_MAX_KEY + 8];
+            uint8_t ek[8 + LIMIT_RECORD_KEY + 8];
             MDB_val e = { expiry_key(ek, get_be64((uint8_t *)v.mv_data + 18),
                                      k.mv_data, k.mv_size), ek };
             int drc = mdb_del(txn, ledger_dbi(l, DB_EXPIRY), &e, NULL);
@@ -440,17 +447,16 @@ static int apply_purge(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
 static void purge_done(struct ledger_job *job, int status)
 {
     struct purge_job *p = (struct purge_job *)job;
-    if (conn_alive(p->conn)) {
-        if (status) {
-            conn_reply_error(p->conn, p->rid, status, ledger_job_message(job, "purge failed"));
-        } else {
-            coord_enc e;
-            conn_enc_begin_reply(p->conn, &e, p->rid);
-            coord_enc_kv_uint(&e, "deleted", p->deleted);
-            conn_enc_finish(p->conn, &e);
-        }
+    struct conn *c = conn_job_conn(&p->client);
+    if (c && status) {
+        conn_reply_error(c, p->client.rid, status, ledger_job_message(job, "purge failed"));
+    } else if (c) {
+        coord_enc e;
+        conn_enc_begin_reply(c, &e, p->client.rid);
+        coord_enc_kv_uint(&e, "deleted", p->deleted);
+        conn_enc_finish(c, &e);
     }
-    conn_unref(p->conn);
+    conn_job_end(&p->client);
     free(p->prefix);
     free(p);
 }
@@ -471,9 +477,7 @@ void op_record_purge(struct conn *c, uint64_t rid, coord_fields *f)
         free(p);
         return;
     }
-    p->conn = c;
-    p->rid = rid;
-    c->refs++;
+    conn_job_start(&p->client, c, rid);
     p->job.apply = apply_purge;
     p->job.done = purge_done;
     ledger_submit(c->b->ledger, &p->job);

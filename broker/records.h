@@ -10,9 +10,7 @@
 #include "broker.h"
 #include "ledger.h"
 
-/* LMDB keys are at most 511 bytes: scope and key together must fit. */
-#define RECORD_MAX_KEY 480
-#define RECORD_MAX_KEEP_MS (366ull * 24 * 3600 * 1000)
+#include "coord-limits.h"
 
 enum record_status { RECORD_COMPLETED = 1, RECORD_FAILED = 2 };
 
@@ -55,5 +53,7 @@ void records_submit_write(struct record_write *w);
  * r points into txn, which the caller ends with ledger_read_end. */
 int records_lookup(MDB_txn **txn, const uint8_t *skey, size_t sklen, struct record *r);
 uint64_t records_count(void);
+/* TOO_LARGE: scope and key do not fit LIMIT_RECORD_KEY. */
+void reply_record_key_too_large(struct conn *c, uint64_t rid);
 
 #endif
