@@ -18,6 +18,7 @@
 #include "events.h"
 #include "flights.h"
 #include "hashmap.h"
+#include "histo.h"
 #include "ids.h"
 #include "coord-limits.h"
 #include "ops.h"
@@ -35,6 +36,7 @@ struct member {
     uint64_t owner_ttl_ms;         /* used if promoted */
     bool abort_when_orphaned;
     uint64_t joined_ms;
+    uint64_t joined_us;            /* latency stats */
 };
 
 struct flight {
@@ -51,6 +53,7 @@ struct flight {
     bool completing;               /* record being written */
     bool had_followers;
     uint64_t started_ms;
+    uint64_t owner_since_us;       /* the current owner's start (latency stats) */
     struct list order;             /* flight.list */
 };
 
@@ -136,6 +139,7 @@ static void on_owner_deadline(struct deadline *d);
 static void make_owner(struct flight *f, struct member *m)
 {
     f->owner = m;
+    f->owner_since_us = now_us();
     list_append(&m->conn->flights, &f->owner_link);
     m->conn->nflights_owned++;
     deadline_set(&f->deadline, broker_now_ms(F.b) + m->owner_ttl_ms, on_owner_deadline);
@@ -163,6 +167,7 @@ static void owner_lost(struct flight *f, enum reason why)
     f->nfollowers--;
     deadline_cancel(&m->wait);
     pending_finish(&m->p);
+    latency_add(LAT_FOLLOWER_WAIT, now_us() - m->joined_us);
     F.promoted++;
     make_owner(f, m);
     events_flight("promoted", f->id, f->fence, f->skey, f->by_key.keylen, REASON_NONE);
@@ -208,6 +213,7 @@ static void on_follower_wait(struct deadline *d)
     struct conn *c = m->conn;
     uint64_t rid = m->p.rid;
     F.b->stats.timeouts++;
+    latency_add(LAT_FOLLOWER_WAIT, now_us() - m->joined_us);
     follower_leave(m);
     conn_reply_error(c, rid, COORD_ETIMEOUT, "no result within wait_ms");
 }
@@ -253,9 +259,10 @@ static void encode_outcome(coord_enc *e, const struct outcome *o, uint64_t fence
 /* Answers every follower and frees the flight; returns how many. */
 static uint64_t deliver(struct flight *f, const struct outcome *o)
 {
-    uint64_t n = 0;
+    uint64_t n = 0, now = now_us();
     while (!list_empty(&f->followers)) {
         struct member *m = list_entry(f->followers.next, struct member, link);
+        latency_add(LAT_FOLLOWER_WAIT, now - m->joined_us);
         list_del(&m->link);
         f->nfollowers--;
         deadline_cancel(&m->wait);
@@ -341,6 +348,7 @@ static void finish(struct conn *c, uint64_t rid, struct flight *f, struct outcom
         return;
     }
     if (o->failed) F.failed++; else F.completed++;
+    latency_add(LAT_FLIGHT_RUN, now_us() - f->owner_since_us);
     if (keep_ms == 0) {
         reply_delivered(c, rid, deliver(f, o));
         return;
@@ -481,6 +489,7 @@ static bool join_from_record(struct conn *c, uint64_t rid, const uint8_t *skey,
         conn_enc_begin_reply(c, &e, rid);
         encode_outcome(&e, &o, r.fence, age, "record");
         conn_enc_finish(c, &e);
+        latency_add(LAT_FOLLOWER_WAIT, 0);
         F.from_record++;
     }
     ledger_read_end(c->b->ledger, txn);
@@ -533,6 +542,7 @@ void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
     m->owner_ttl_ms = ttl;
     m->abort_when_orphaned = orphan_abort;
     m->joined_ms = broker_now_ms(F.b);
+    m->joined_us = now_us();
     list_init(&m->link);
     list_init(&m->p.link);
     if (fl) {

@@ -22,6 +22,7 @@
 #include "errors.h"
 #include "events.h"
 #include "hashmap.h"
+#include "histo.h"
 #include "leader-ledger.h"
 #include "leaders.h"
 #include "locks.h"
@@ -46,6 +47,7 @@ struct workstream {
     struct deadline lease;
     uint64_t lease_ms;
     uint64_t elected_ms;
+    uint64_t ended_us;             /* the last term's end (latency stats) */
     unsigned refs;                 /* campaigns, requests and jobs using it */
 };
 
@@ -172,6 +174,7 @@ static void leader_end(struct workstream *ws, enum reason why, bool tell, bool l
     uint64_t gen = ws->live_generation;
     ws->live_generation = 0;
     ws->term = NULL;
+    ws->ended_us = now_us();
     deadline_cancel(&ws->lease);
     if (tell)
         send_lost(ws, cp->conn, gen, why);
@@ -248,6 +251,8 @@ static void bump_done(struct ll_req *req)
     list_append(&cp->conn->leads, &cp->lead_link);
     deadline_set(&ws->lease, ws->elected_ms + ws->lease_ms, on_lease_expired);
     W.elected++;
+    if (ws->ended_us)
+        latency_add(LAT_LEADER_TRANSITION, now_us() - ws->ended_us);
     emit("elected", ws, ws->live_generation, REASON_NONE);
     coord_enc e;
     conn_enc_begin_reply(cp->conn, &e, cp->p.rid);

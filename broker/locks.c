@@ -14,6 +14,7 @@
 #include "coord-limits.h"
 #include "errors.h"
 #include "events.h"
+#include "histo.h"
 #include "ids.h"
 #include "locks.h"
 #include "ops.h"
@@ -127,6 +128,9 @@ static void grant(struct lock_req *r)
     r->granted = true;
     r->conn->nlocks_held++;
     r->token = ids_next();     /* increasing for every name, across restarts */
+    uint64_t us = now_us();
+    latency_add(LAT_LOCK_WAIT, waited ? us - r->since_us : 0);
+    r->since_us = us;
     r->since_ms = broker_now_ms(L.b);
     list_append(&q->held, &r->qlink);
     q->nheld++;
@@ -163,6 +167,7 @@ static void unlink_req(struct lock_req *r)
     list_del(&r->qlink);
     list_del(&r->order_link);
     if (r->granted) {
+        latency_add(LAT_LOCK_HOLD, now_us() - r->since_us);
         r->conn->nlocks_held--;
         q->nheld--;
         if (q->nheld == 0)
@@ -239,6 +244,7 @@ enum lock_outcome locks_request(struct lock_req *r, struct conn *c,
     r->granted = false;
     r->lease_ms = a->lease_ms;
     r->since_ms = broker_now_ms(L.b);
+    r->since_us = now_us();
     list_init(&r->qlink);
     list_init(&r->order_link);
 

@@ -50,6 +50,7 @@ struct lock_req {
     struct deadline timer;         /* wait timeout, then lease */
     uint64_t lease_ms;
     uint64_t since_ms;             /* requested, then granted */
+    uint64_t since_us;             /* the same, for the latency stats */
 };
 
 struct lock_request_args {

@@ -6,6 +6,7 @@
 #include "coord-version.h"
 #include "deadline.h"
 #include "flights.h"
+#include "histo.h"
 #include "leaders.h"
 #include "ledger.h"
 #include "locks.h"
@@ -62,9 +63,14 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_uint(&e, "handshake_ms", b->opt.handshake_ms);
     coord_enc_kv_uint(&e, "max_data_size", b->opt.max_data_size);
     coord_enc_map_end(&e);
-    /* the per-op counts go last: with a small max_frame they are the part
-     * left out (truncated: true) */
+    /* latencies and the per-op counts go last: with a small max_frame
+     * they are the parts left out (truncated: true) */
+    bool cut = false;
     coord_enc_mark before = coord_enc_mark_here(&e);
+    latency_encode(&e);
+    if (list_entry_overflows(c, &e, &before))
+        cut = true;
+    before = coord_enc_mark_here(&e);
     coord_enc_key(&e, "requests");
     coord_enc_map_begin(&e);
     for (int i = 0; dispatch_op_name(i); i++) {
@@ -73,6 +79,8 @@ void stats_reply(struct conn *c, uint64_t rid)
     }
     coord_enc_map_end(&e);
     if (list_entry_overflows(c, &e, &before))
+        cut = true;
+    if (cut)
         coord_enc_kv_bool(&e, "truncated", true);
     conn_enc_finish(c, &e);
 }

@@ -303,6 +303,20 @@ void coord_enc_bool(coord_enc *e, bool v)
     write_typed(e, v ? 0xc3 : 0xc2, 0, 0);
 }
 
+void coord_enc_double(coord_enc *e, double v)
+{
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    count_value(e);
+    write_typed(e, 0xcb, bits, 8);
+}
+
+void coord_enc_kv_double(coord_enc *e, const char *key, double v)
+{
+    coord_enc_key(e, key);
+    coord_enc_double(e, v);
+}
+
 void coord_enc_nil(coord_enc *e)
 {
     count_value(e);

@@ -77,6 +77,8 @@ void coord_enc_bin(coord_enc *e, const void *p, size_t len);
 void coord_enc_uint(coord_enc *e, uint64_t v);
 void coord_enc_int(coord_enc *e, int64_t v);
 void coord_enc_bool(coord_enc *e, bool v);
+/* A float64 (MessagePack 0xcb). */
+void coord_enc_double(coord_enc *e, double v);
 void coord_enc_nil(coord_enc *e);
 void coord_enc_map_begin(coord_enc *e);
 void coord_enc_map_end(coord_enc *e);
@@ -86,6 +88,7 @@ void coord_enc_array_end(coord_enc *e);
 /* Shorthands for key + value pairs. */
 void coord_enc_kv_uint(coord_enc *e, const char *key, uint64_t v);
 void coord_enc_kv_bool(coord_enc *e, const char *key, bool v);
+void coord_enc_kv_double(coord_enc *e, const char *key, double v);
 void coord_enc_kv_str(coord_enc *e, const char *key, const void *s, size_t n);
 void coord_enc_kv_cstr(coord_enc *e, const char *key, const char *s);
 void coord_enc_kv_bin(coord_enc *e, const char *key, const void *p, size_t n);

@@ -77,7 +77,6 @@ static void check_gens(coord_t *c, const char *when)
 
 static void check_keys(coord_t *c, const char *when)
 {
-    uint64_t ncrec = atomic_load(&S->ncrec);
     for (unsigned ws = 0; ws < CFG->nws; ws++) {
         for (unsigned key = 0; key < NKEYS; key++) {
             uint64_t m = atomic_load(&S->ws[ws].key_applied_seq[key]);
@@ -97,6 +96,9 @@ static void check_keys(coord_t *c, const char *when)
                      key_name(key), coord_strerror(rc));
                 continue;
             }
+            /* clients go on meanwhile: an attempt's index is taken before it
+             * is sent, so one read here is below the count read after it */
+            uint64_t ncrec = atomic_load(&S->ncrec);
             uint64_t idx = 0, g = 0, op = 0;
             if (sscanf(val, "c%" SCNu64 " g%" SCNu64 " o%" SCNu64, &idx, &g, &op) != 3 ||
                 idx >= ncrec || idx >= CREC_CAP) {
