@@ -594,3 +594,15 @@ int rcl_sync(struct rcl *c)
     coord_msg_destroy(&m);
     return rc;
 }
+
+uint64_t rcl_stat_at(const char *file, int line, struct rcl *c, const char *key)
+{
+    static uint64_t rid = 1ull << 30;
+    coord_msg m;
+    coord_msg_init(&m);
+    uint64_t v = UINT64_MAX;
+    if (rcl_request(c, "stats", ++rid) == 0 && rcl_reply(c, rid, 10000, &m) == 0)
+        v = field_uint(file, line, m.map, key);
+    coord_msg_destroy(&m);
+    return v;
+}

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/types.h>
 #include "check.h"
 #include "enc.h"
@@ -120,5 +121,12 @@ int rcl_acquire(struct rcl *c, uint64_t rid, const void *name, size_t nlen,
                 const char *opts, uint64_t timeout_ms, uint64_t lease_ms);
 /* Round trip a ping: everything sent before on c has been processed. */
 int rcl_sync(struct rcl *c);
+/* One counter of a stats reply (a missing one fails the check);
+ * UINT64_MAX when the request fails. */
+#define rcl_stat(c, key) rcl_stat_at(__FILE__, __LINE__, (c), (key))
+uint64_t rcl_stat_at(const char *file, int line, struct rcl *c, const char *key);
+
+/* A C string as pointer and length, for the (ptr, len) arguments. */
+#define S(s) s, strlen(s)
 
 #endif

@@ -53,7 +53,6 @@ static coord_t *lib(const char *client)
     return c;
 }
 
-#define S(s) s, strlen(s)
 
 /* ---- processes (proc.h) ---- */
 

@@ -23,15 +23,6 @@ static const char *const cap_args[] = { "--max-outbuf", "4096", NULL };
 static struct broker_proc bp;
 static coord_msg m;
 
-static uint64_t stat_of(struct rcl *c, const char *key)
-{
-    static uint64_t rid = 1ull << 30;
-    rcl_begin(c, "stats", ++rid);
-    if (rcl_send(c) || rcl_reply(c, rid, T, &m))
-        return UINT64_MAX;
-    return msg_uint(&m, key);
-}
-
 static int subscribe(struct rcl *c, uint64_t rid, const char *ch)
 {
     coord_enc *e = rcl_begin(c, "sub.subscribe", rid);
@@ -113,9 +104,9 @@ static void test_grant_while_processing_queue(void)
     REQUIRE(rcl_send(h) == 0);
     REQUIRE(rcl_reply(h, 2, T, &m) == 0);
     CHECK(msg_ok(&m));
-    CHECK_EQ_U(stat_of(h, "outbuf_disconnects"), 1);
-    CHECK_EQ_U(stat_of(h, "locks_held"), 0);
-    CHECK_EQ_U(stat_of(h, "lock_names"), 0);
+    CHECK_EQ_U(rcl_stat(h, "outbuf_disconnects"), 1);
+    CHECK_EQ_U(rcl_stat(h, "locks_held"), 0);
+    CHECK_EQ_U(rcl_stat(h, "lock_names"), 0);
     /* the name is free again for everyone */
     REQUIRE(rcl_acquire(other, 3, "L", 1, "if_available", 0, 0) == 0);
     REQUIRE(rcl_reply(other, 3, T, &m) == 0);
@@ -158,8 +149,8 @@ static void test_owner_following_itself(void)
     CHECK(msg_str_is(&m, "role", "result", 6));
     CHECK(msg_str_is(&m, "result", "the result", 10));
     CHECK_EQ_U(msg_uint(&m, "fence"), fence);
-    CHECK_EQ_U(stat_of(f2, "outbuf_disconnects"), 1);
-    CHECK_EQ_U(stat_of(f2, "flights"), 0);
+    CHECK_EQ_U(rcl_stat(f2, "outbuf_disconnects"), 1);
+    CHECK_EQ_U(rcl_stat(f2, "flights"), 0);
     rcl_close(o);
     rcl_close(f2);
     rcl_close(feeder);
@@ -196,8 +187,8 @@ static void test_steal_from_double_holder(void)
     CHECK_EQ_U(lost, 2);
     CHECK_EQ_U(granted_x, 1);
     CHECK_EQ_U(released, 0);
-    CHECK_EQ_U(stat_of(x, "outbuf_disconnects"), 1);
-    CHECK_EQ_U(stat_of(x, "locks_held"), 1);
+    CHECK_EQ_U(rcl_stat(x, "outbuf_disconnects"), 1);
+    CHECK_EQ_U(rcl_stat(x, "locks_held"), 1);
     rcl_close(s);
     rcl_close(x);
     rcl_close(w);
@@ -230,7 +221,7 @@ static void test_pipelined_grants(void)
     /* the broker cuts p off; everything p held is released */
     bool done = false;
     for (uint64_t t0 = now_ms(); !done && now_ms() - t0 < 10000;)
-        done = stat_of(good, "outbuf_disconnects") == 1 && stat_of(good, "locks_held") == 0;
+        done = rcl_stat(good, "outbuf_disconnects") == 1 && rcl_stat(good, "locks_held") == 0;
     CHECK(done);
     CHECK(wait_pid_timeout(writer, 10000) != -1);
     REQUIRE(rcl_acquire(good, 1, "p1", 2, NULL, 0, 0) == 0);

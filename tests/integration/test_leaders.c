@@ -15,7 +15,6 @@
 #include "harness.h"
 
 #define T 5000                  /* ms to wait for what must happen */
-#define S(s) s, strlen(s)       /* a C string as pointer and length */
 
 static struct broker_proc bp;
 static coord_msg m;

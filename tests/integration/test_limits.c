@@ -15,15 +15,6 @@
 static struct broker_proc bp;
 static coord_msg m;
 
-static uint64_t stat_of(struct rcl *c, const char *key)
-{
-    static uint64_t rid = 1ull << 30;
-    rcl_begin(c, "stats", ++rid);
-    if (rcl_send(c) || rcl_reply(c, rid, T, &m))
-        return UINT64_MAX;
-    return msg_uint(&m, key);
-}
-
 /* Pipelines n frames built by make(i) and reads n replies, counting the
  * ones that are ok:false with code. */
 typedef void (*make_fn)(coord_enc *e, uint64_t i);
@@ -103,8 +94,8 @@ static void test_per_connection_caps(void)
     CHECK_EQ_U(at, 65537);
     CHECK_EQ_U(pipeline(c, 65537, make_flight, "LIMIT", &at), 1);
     CHECK_EQ_U(at, 65537);
-    CHECK_EQ_U(stat_of(other, "locks_held"), 65536);
-    CHECK_EQ_U(stat_of(other, "flights"), 65536);
+    CHECK_EQ_U(rcl_stat(other, "locks_held"), 65536);
+    CHECK_EQ_U(rcl_stat(other, "flights"), 65536);
     REQUIRE(rcl_acquire(other, 1, "l1", 2, "if_available", 0, 0) == 0);
     REQUIRE(rcl_reply(other, 1, T, &m) == 0);
     CHECK(msg_ok(&m) && !msg_bool(&m, "granted"));
@@ -112,8 +103,8 @@ static void test_per_connection_caps(void)
     /* all of it goes with the connection */
     bool gone = false;
     for (uint64_t t0 = now_ms(); !gone && now_ms() - t0 < T;)
-        gone = stat_of(other, "locks_held") == 0 && stat_of(other, "flights") == 0 &&
-               stat_of(other, "channels") == 0;
+        gone = rcl_stat(other, "locks_held") == 0 && rcl_stat(other, "flights") == 0 &&
+               rcl_stat(other, "channels") == 0;
     CHECK(gone);
     rcl_close(other);
     stop_and_clean(&bp);
@@ -126,20 +117,20 @@ static void test_idle_workstreams_forgotten(void)
     struct rcl *c = connect_or_exit(&bp, NULL);
     uint64_t at;
     CHECK_EQ_U(pipeline(c, 20000, make_info, "STORAGE", &at), 0);
-    CHECK_EQ_U(stat_of(c, "workstreams"), 0);
+    CHECK_EQ_U(rcl_stat(c, "workstreams"), 0);
     /* a led one stays, and is forgotten once its leader resigns */
     coord_enc *e = rcl_begin(c, "leader.campaign", 1);
     coord_enc_kv_cstr(e, "workstream", "w1");
     REQUIRE(rcl_send(c) == 0);
     REQUIRE(rcl_reply(c, 1, T, &m) == 0 && msg_bool(&m, "granted"));
     uint64_t gen = msg_uint(&m, "generation");
-    CHECK_EQ_U(stat_of(c, "workstreams"), 1);
+    CHECK_EQ_U(rcl_stat(c, "workstreams"), 1);
     e = rcl_begin(c, "leader.resign", 2);
     coord_enc_kv_cstr(e, "workstream", "w1");
     coord_enc_kv_uint(e, "generation", gen);
     REQUIRE(rcl_send(c) == 0);
     REQUIRE(rcl_reply(c, 2, T, &m) == 0 && msg_ok(&m));
-    CHECK_EQ_U(stat_of(c, "workstreams"), 0);
+    CHECK_EQ_U(rcl_stat(c, "workstreams"), 0);
     e = rcl_begin(c, "leader.info", 3);
     coord_enc_kv_cstr(e, "workstream", "w1");
     REQUIRE(rcl_send(c) == 0);
@@ -175,7 +166,7 @@ static void test_durations_at_max(void)
     REQUIRE(rcl_acquire(c, 4, "d", 1, NULL, 86400000, 0) == 0);
     REQUIRE(rcl_sync(c) == 0);
     CHECK_EQ_U(rcl_queued(c), 0);
-    CHECK_EQ_U(stat_of(h, "locks_pending"), 1);
+    CHECK_EQ_U(rcl_stat(h, "locks_pending"), 1);
     const char *leader_fields[] = { "lease_ms", "timeout_ms" };
     for (int i = 0; i < 2; i++) {
         e = rcl_begin(c, "leader.campaign", 10 + (uint64_t)i);
@@ -211,7 +202,7 @@ static void test_durations_at_max(void)
     REQUIRE(rcl_acquire(h, 32, "d", 1, "if_available", 0, 0) == 0);
     REQUIRE(rcl_reply(h, 32, T, &m) == 0);
     CHECK(msg_ok(&m) && !msg_bool(&m, "granted"));
-    CHECK_EQ_U(stat_of(h, "locks_held"), 1);
+    CHECK_EQ_U(rcl_stat(h, "locks_held"), 1);
     rcl_close(c);
     rcl_close(h);
     stop_and_clean(&bp);
@@ -436,7 +427,7 @@ static void test_parked_partial_frames(void)
     }
     REQUIRE(rcl_sync(probe) == 0);
     long rss1 = rss_kb(bp.pid);
-    CHECK_EQ_U(stat_of(probe, "connections"), N + 1);
+    CHECK_EQ_U(rcl_stat(probe, "connections"), N + 1);
     fprintf(stderr, "200 parked 1 MiB frames, 1 byte each: RSS +%ld KiB\n", rss1 - rss0);
     CHECK(rss1 - rss0 < 16 * 1024);
     uint8_t *body = calloc(1, len - 2);
@@ -450,12 +441,12 @@ static void test_parked_partial_frames(void)
     free(body);
     REQUIRE(rcl_sync(probe) == 0);
     long rss2 = rss_kb(bp.pid);
-    uint64_t cuts = stat_of(probe, "partial_limit_cuts");
+    uint64_t cuts = rcl_stat(probe, "partial_limit_cuts");
     fprintf(stderr, "200 parked 1 MiB frames, all but 1 byte: RSS +%ld KiB, %llu cut\n",
             rss2 - rss0, (unsigned long long)cuts);
     CHECK(cuts >= N - 70);
     CHECK(rss2 - rss0 < 150 * 1024);
-    CHECK(stat_of(probe, "connections") <= 70);
+    CHECK(rcl_stat(probe, "connections") <= 70);
     for (int i = 0; i < N; i++)
         rcl_close(fds[i]);
     rcl_close(probe);

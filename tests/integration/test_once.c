@@ -57,7 +57,6 @@ static coord_t *lib_in(const char *scope)
 
 static coord_t *lib(void) { return lib_in(NULL); }
 
-#define S(s) s, strlen(s)
 
 /* Followers of the running flight on key (-1: no such flight). */
 static long followers_of(coord_t *c, const char *key)
