@@ -1,4 +1,5 @@
 /* proc.c - see proc.h. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -69,6 +70,57 @@ int child_status(pid_t pid, int timeout_ms)
     if (WIFSIGNALED(st))
         return 128 + WTERMSIG(st);
     return -1;
+}
+
+/* ---- /proc ---- */
+
+ssize_t proc_read(pid_t pid, const char *name, char *buf, size_t size)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, size - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    return n;
+}
+
+bool proc_stat(pid_t pid, char *state, pid_t *ppid)
+{
+    char buf[512];
+    if (proc_read(pid, "stat", buf, sizeof buf) <= 0)
+        return false;
+    const char *p = strrchr(buf, ')');     /* comm may hold anything */
+    int pp;
+    if (!p || sscanf(p + 1, " %c %d", state, &pp) != 2)
+        return false;
+    *ppid = (pid_t)pp;
+    return true;
+}
+
+bool proc_alive(pid_t pid)
+{
+    char state;
+    pid_t ppid;
+    return proc_stat(pid, &state, &ppid) && state != 'Z' && state != 'X';
+}
+
+int proc_each(void (*fn)(pid_t pid, void *ud), void *ud)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        return -1;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char *end;
+        long pid = strtol(de->d_name, &end, 10);
+        if (!*end && pid > 0)
+            fn((pid_t)pid, ud);
+    }
+    closedir(d);
+    return 0;
 }
 
 /* ---- text ---- */

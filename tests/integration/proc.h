@@ -25,6 +25,19 @@ int wait_pid_timeout(pid_t pid, int timeout_ms);
  * end within timeout_ms (it is then killed with its process group). */
 int child_status(pid_t pid, int timeout_ms);
 
+/* ---- /proc ---- */
+
+/* /proc/PID/NAME into buf (NUL-terminated): its length, -1 when the
+ * process or the file is gone. */
+ssize_t proc_read(pid_t pid, const char *name, char *buf, size_t size);
+/* State letter and parent from /proc/PID/stat; false when pid is gone. */
+bool proc_stat(pid_t pid, char *state, pid_t *ppid);
+/* True when pid runs (exists and is no zombie). */
+bool proc_alive(pid_t pid);
+/* Calls fn(pid, ud) for every process in /proc; -1 when /proc is not
+ * readable, else 0. */
+int proc_each(void (*fn)(pid_t pid, void *ud), void *ud);
+
 /* ---- text ---- */
 
 /* A growing NUL-terminated buffer; owner frees p. */

@@ -51,19 +51,12 @@ static void ctl_start(struct run *r, const char *const *args)
     ctl_start_on(r, NULL, args);
 }
 
-/* Reaps r within timeout_ms: its status, -1 when hung (then killed with
- * its session's group). */
-static int ctl_finish(struct run *r, int timeout_ms)
-{
-    return run_finish(r, timeout_ms);
-}
-
 /* Runs coordctl to its end: its status. */
 static int ctl_run(const char *const *args)
 {
     struct run r;
     ctl_start(&r, args);
-    int st = ctl_finish(&r, T);
+    int st = run_finish(&r, T);
     run_free(&r);
     return st;
 }
@@ -107,23 +100,6 @@ static bool gone_within(pid_t pid, int timeout_ms)
     }
 }
 
-/* True when pid still runs (not a zombie). */
-static bool alive(pid_t pid)
-{
-    char path[64], buf[256];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return false;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')');
-    return p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
-}
-
 
 /* CMD: a grandchild that keeps stdout open, its pid on descriptor 5. */
 static const char *const bg_wait = "sleep 30 & echo $! >&5; wait";
@@ -146,7 +122,7 @@ static void stopped_promptly(struct run *r, const char *const *args,
         return;
     uint64_t t0 = now_ms();
     stop(r);
-    int st = ctl_finish(r, T);
+    int st = run_finish(r, T);
     uint64_t took = now_ms() - t0;
     CHECK_EQ_U(st, want);
     CHECK(took < PROMPT_MS);
@@ -245,12 +221,12 @@ static void test_once(void)
                        "sleep 30 & echo $! >&5; echo hi"));
     pid_t g = grandchild(&r);
     uint64_t t0 = now_ms();
-    CHECK_EQ_U(ctl_finish(&r, T), 0);
+    CHECK_EQ_U(run_finish(&r, T), 0);
     CHECK(now_ms() - t0 < PROMPT_MS);
     CHECK(file_is(r.out, "hi\n"));
     CHECK(file_has(r.err, "coordctl: once: K2: the command ended but its stdout "
                           "stays open (a background process?): not waiting for the rest\n"));
-    CHECK(g && alive(g));
+    CHECK(g && proc_alive(g));
     if (g) {
         kill(g, SIGKILL);
         CHECK(gone_within(g, T));
@@ -258,7 +234,7 @@ static void test_once(void)
     run_free(&r);
     /* and it was shared: the kept result */
     ctl_start(&r, ARGS("once", "--keep", "60", "K2", "--", "false"));
-    CHECK_EQ_U(ctl_finish(&r, T), 0);
+    CHECK_EQ_U(run_finish(&r, T), 0);
     CHECK(file_is(r.out, "hi\n"));
     run_free(&r);
     stop_and_clean(&bp);
@@ -279,10 +255,10 @@ static void test_terminal_foreground(void)
     const char *l = report_line(&r, T);
     CHECK(l && !strcmp(l, "ready"));
     if (!l)
-        fprintf(stderr, "coordctl on %s: status %d\n", slave, ctl_finish(&r, T));
+        fprintf(stderr, "coordctl on %s: status %d\n", slave, run_finish(&r, T));
     CHECK(write(m, "hello\n", 6) == 6);
     CHECK(pty_expect(m, "got hello", PROMPT_MS));
-    CHECK_EQ_U(ctl_finish(&r, T), 0);
+    CHECK_EQ_U(run_finish(&r, T), 0);
     run_free(&r);
     close(m);
 
@@ -293,7 +269,7 @@ static void test_terminal_foreground(void)
     REQUIRE(g);
     uint64_t t0 = now_ms();
     CHECK(write(m, "\003", 1) == 1);
-    CHECK_EQ_U(ctl_finish(&r, T), 130);
+    CHECK_EQ_U(run_finish(&r, T), 130);
     CHECK(now_ms() - t0 < PROMPT_MS);
     CHECK(gone_within(g, PROMPT_MS));
     run_free(&r);

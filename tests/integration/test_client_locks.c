@@ -122,77 +122,53 @@ static int query_count(coord_t *c, const char *list, const char *name,
 
 /* ==== 50 clients autostarting at once leave exactly one broker ==== */
 
+struct pid_list {
+    pid_t *out;
+    int max, n;
+    const char *arg;
+};
+
+static void add_pid(struct pid_list *l, pid_t pid)
+{
+    if (l->n < l->max)
+        l->out[l->n] = pid;
+    l->n++;
+}
+
+static void with_arg(pid_t pid, void *ud)
+{
+    struct pid_list *l = ud;
+    char buf[4096];
+    ssize_t len = proc_read(pid, "cmdline", buf, sizeof buf);
+    if (len <= 0)
+        return;                     /* zombies and kernel threads */
+    for (ssize_t i = 0; i < len; i += (ssize_t)strlen(buf + i) + 1)
+        if (strcmp(buf + i, l->arg) == 0) {
+            add_pid(l, pid);
+            return;
+        }
+}
+
 /* pids of live processes whose command line holds the argument arg */
 static int procs_with_arg(const char *arg, pid_t *out, int max)
 {
-    DIR *d = opendir("/proc");
-    if (!d)
-        return -1;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        char *end;
-        long pid = strtol(de->d_name, &end, 10);
-        if (*end || pid <= 0)
-            continue;
-        char path[64], buf[4096];
-        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            continue;
-        ssize_t len = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (len <= 0)
-            continue;               /* zombies and kernel threads */
-        buf[len] = '\0';
-        for (ssize_t i = 0; i < len; i += (ssize_t)strlen(buf + i) + 1) {
-            if (strcmp(buf + i, arg) == 0) {
-                if (n < max)
-                    out[n] = (pid_t)pid;
-                n++;
-                break;
-            }
-        }
-    }
-    closedir(d);
-    return n;
+    struct pid_list l = { out, max, 0, arg };
+    return proc_each(with_arg, &l) < 0 ? -1 : l.n;
+}
+
+static void child_of_mine(pid_t pid, void *ud)
+{
+    char state;
+    pid_t ppid;
+    if (proc_stat(pid, &state, &ppid) && ppid == getpid())
+        add_pid(ud, pid);
 }
 
 /* Children of this process that are still there (zombies included). */
 static int my_children(pid_t *out, int max)
 {
-    DIR *d = opendir("/proc");
-    if (!d)
-        return -1;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        char *end;
-        long pid = strtol(de->d_name, &end, 10);
-        if (*end || pid <= 0)
-            continue;
-        char path[64], buf[512];
-        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            continue;
-        ssize_t len = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (len <= 0)
-            continue;
-        buf[len] = '\0';
-        const char *rp = strrchr(buf, ')');     /* comm may hold anything */
-        int ppid;
-        char state;
-        if (rp && sscanf(rp + 1, " %c %d", &state, &ppid) == 2 &&
-            ppid == (int)getpid()) {
-            if (n < max)
-                out[n] = (pid_t)pid;
-            n++;
-        }
-    }
-    closedir(d);
-    return n;
+    struct pid_list l = { out, max, 0, NULL };
+    return proc_each(child_of_mine, &l) < 0 ? -1 : l.n;
 }
 
 #define NCLIENTS 50
