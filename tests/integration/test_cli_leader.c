@@ -1049,7 +1049,6 @@ static void test_publish_subscribe(void)
 
 int main(int argc, char **argv)
 {
-    signal(SIGPIPE, SIG_IGN);
     static const struct test_case tests[] = {
         { "lib_leader", test_lib_leader },
         { "lib_channels", test_lib_channels },

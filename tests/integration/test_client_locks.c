@@ -868,7 +868,6 @@ static void test_ctl_locks_table(void)
 
 int main(int argc, char **argv)
 {
-    signal(SIGPIPE, SIG_IGN);
     static const struct test_case tests[] = {
         { "autostart_race", test_autostart_race },
         { "lib_acquire", test_lib_acquire },

@@ -283,7 +283,8 @@ static void test_small_max_frame(void)
 {
     const char *args[] = { "--max-frame", "1024", NULL };
     start_or_exit(&bp, args);
-    struct rcl *fd = connect_or_exit(&bp, NULL);
+    struct rcl *fd = rcl_connect(bp.sock);
+    REQUIRE(fd && rcl_hello(fd, NULL) == 0);
     coord_buf b;
     coord_enc e;
     coord_buf_init(&b);
@@ -380,7 +381,8 @@ static void test_small_max_frame(void)
     CHECK(msg_ok(&m));
     REQUIRE(recv_sized(fd, &len) == 0);
     CHECK(msg_code_is(&m, "INVALID_OPTIONS"));
-    struct rcl *other = connect_or_exit(&bp, NULL);
+    struct rcl *other = rcl_connect(bp.sock);
+    REQUIRE(other && rcl_hello(other, NULL) == 0);
     b.len = 0;
     coord_enc_begin(&e, &b);
     coord_enc_kv_cstr(&e, "op", "sub.publish");
@@ -422,8 +424,9 @@ static void test_parked_partial_frames(void)
     uint8_t hdr[5] = { (uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
                        (uint8_t)len, 0x80 };
     for (int i = 0; i < N; i++) {
-        fds[i] = rcl_open(bp.sock, NULL);
-        REQUIRE(fds[i] && rcl_write(fds[i], hdr, sizeof hdr) == 0);
+        fds[i] = rcl_connect(bp.sock);
+        REQUIRE(fds[i] && rcl_hello(fds[i], NULL) == 0);
+        REQUIRE(rcl_write(fds[i], hdr, sizeof hdr) == 0);
     }
     REQUIRE(rcl_sync(probe) == 0);
     long rss1 = rss_kb(bp.pid);

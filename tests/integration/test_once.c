@@ -847,7 +847,6 @@ static void test_fanout_1000(void)
 
 int main(int argc, char **argv)
 {
-    signal(SIGPIPE, SIG_IGN);
     static const struct test_case tests[] = {
         { "storm_50", test_storm_50 },
         { "storm_50_exit3", test_storm_50_exit3 },

@@ -649,7 +649,6 @@ static void test_commit_linger_ignores_wall_clock(void)
 
 int main(int argc, char **argv)
 {
-    signal(SIGPIPE, SIG_IGN);
     coord_msg_init(&m);
     static const struct test_case tests[] = {
         { "truncated_meta", test_truncated_to_meta_pages },
