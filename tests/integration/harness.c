@@ -1,4 +1,4 @@
-/* harness.c - see harness.h. */
+/* harness.c - see harness.h: the case runner, brokers, and rcl. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -10,13 +10,13 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/ioctl.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include "harness.h"
 
-int harness_failures;
 
 uint64_t now_ms(void)
 {
@@ -39,11 +39,11 @@ int run_tests(int argc, char **argv, const struct test_case *tests)
     for (const struct test_case *t = tests; t->name; t++) {
         if (argc > 1 && strcmp(argv[1], t->name) != 0)
             continue;
-        int before = harness_failures;
+        int before = check_failures;
         uint64_t t0 = now_ms();
         t->fn();
         kill_tracked();
-        int bad = harness_failures != before;
+        int bad = check_failures != before;
         fprintf(stderr, "%s %s (%llu ms)\n", bad ? "FAIL" : "ok  ", t->name,
                 (unsigned long long)(now_ms() - t0));
         ran++;
@@ -98,7 +98,8 @@ static void kill_tracked(void)
     }
 }
 
-int broker_start(struct broker_proc *bp, const char *const *extra)
+pid_t broker_spawn(struct broker_proc *bp, const char *const *extra, bool foreground,
+                   long nofile, int *ready_fd)
 {
     if (!bp->dir[0])
         broker_paths(bp);
@@ -106,13 +107,16 @@ int broker_start(struct broker_proc *bp, const char *const *extra)
     if (pipe(pfd) < 0)
         return -1;
     pid_t pid = fork();
-    if (pid < 0)
+    if (pid < 0) {
+        close(pfd[0]);
+        close(pfd[1]);
         return -1;
+    }
     if (pid == 0) {
         const char *args[64];
         int n = 0;
         char vglog[400];
-        if (getenv("COORD_VALGRIND")) {
+        if (foreground && getenv("COORD_VALGRIND")) {
             /* the broker under memcheck: errors make it exit 99 */
             snprintf(vglog, sizeof vglog, "--log-file=%s/valgrind.%%p.log", bp->dir);
             args[n++] = "valgrind";
@@ -122,7 +126,8 @@ int broker_start(struct broker_proc *bp, const char *const *extra)
             args[n++] = vglog;
         }
         args[n++] = broker_binary();
-        args[n++] = "--foreground";
+        if (foreground)
+            args[n++] = "--foreground";
         args[n++] = "--socket";
         args[n++] = bp->sock;
         args[n++] = "--data-dir";
@@ -144,24 +149,46 @@ int broker_start(struct broker_proc *bp, const char *const *extra)
             dup2(log, 2);
             close(log);
         }
+        if (nofile > 0) {
+            struct rlimit rl = { (rlim_t)nofile, (rlim_t)nofile };
+            setrlimit(RLIMIT_NOFILE, &rl);
+        }
         execvp(args[0], (char *const *)args);
         perror("exec coordd");
         _exit(127);
     }
     close(pfd[1]);
+    *ready_fd = pfd[0];
+    return pid;
+}
+
+bool broker_await_ready(int ready_fd, int timeout_ms)
+{
+    char line[16] = { 0 };
+    struct pollfd p = { ready_fd, POLLIN, 0 };
+    ssize_t n = -1;
+    int pr;
+    while ((pr = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR)
+        ;
+    if (pr == 1)
+        n = read(ready_fd, line, sizeof line - 1);
+    close(ready_fd);
+    return n > 0 && strncmp(line, "ready", 5) == 0;
+}
+
+int broker_start(struct broker_proc *bp, const char *const *extra)
+{
+    int ready;
+    pid_t pid = broker_spawn(bp, extra, true, 0, &ready);
+    if (pid < 0)
+        return -1;
     bp->pid = pid;
     track(bp);
-    char line[16] = { 0 };
-    struct pollfd p = { pfd[0], POLLIN, 0 };
     uint64_t t0 = now_ms();
-    int pr = poll(&p, 1, 30000);
-    ssize_t n = pr == 1 ? read(pfd[0], line, sizeof line - 1) : -1;
-    int ok = n > 0 && strncmp(line, "ready", 5) == 0;
-    close(pfd[0]);
-    if (!ok) {
+    if (!broker_await_ready(ready, 30000)) {
         /* say why: the broker's own log is the best witness */
-        fprintf(stderr, "broker did not get ready after %llu ms (poll %d, read %zd); log %s:\n",
-                (unsigned long long)(now_ms() - t0), pr, n, bp->log);
+        fprintf(stderr, "broker did not get ready after %llu ms; log %s:\n",
+                (unsigned long long)(now_ms() - t0), bp->log);
         FILE *f = fopen(bp->log, "r");
         char buf[512];
         while (f && fgets(buf, sizeof buf, f))
@@ -171,22 +198,6 @@ int broker_start(struct broker_proc *bp, const char *const *extra)
         return -1;
     }
     return 0;
-}
-
-int wait_pid_timeout(pid_t pid, int timeout_ms)
-{
-    uint64_t end = now_ms() + (uint64_t)timeout_ms;
-    int st;
-    for (;;) {
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid)
-            return st;
-        if (r < 0 || now_ms() > end)
-            return -1;
-        /* a child's exit has no fd to poll; a short nap is the event */
-        struct timespec ts = { 0, 2 * 1000 * 1000 };
-        nanosleep(&ts, NULL);
-    }
 }
 
 int broker_kill(struct broker_proc *bp, int sig)
@@ -219,155 +230,6 @@ void broker_cleanup(struct broker_proc *bp)
     bp->dir[0] = '\0';
 }
 
-int raw_connect(const char *sock)
-{
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_un sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sun_family = AF_UNIX;
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-int raw_send(int fd, const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    while (n > 0) {
-        ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        b += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-int raw_request(int fd, const char *op, uint64_t rid)
-{
-    coord_buf b;
-    coord_enc e;
-    coord_buf_init(&b);
-    coord_enc_begin(&e, &b);
-    coord_enc_kv_cstr(&e, "op", op);
-    coord_enc_kv_uint(&e, "rid", rid);
-    coord_enc_end(&e);
-    int rc = raw_send(fd, b.data, b.len);
-    coord_buf_free(&b);
-    return rc;
-}
-
-int raw_hello(int fd, const char *scope)
-{
-    coord_buf b;
-    coord_enc e;
-    coord_buf_init(&b);
-    coord_enc_begin(&e, &b);
-    coord_enc_kv_cstr(&e, "op", "hello");
-    coord_enc_kv_uint(&e, "rid", 1);
-    coord_enc_kv_uint(&e, "proto", 1);
-    coord_enc_kv_cstr(&e, "client", "harness");
-    coord_enc_kv_uint(&e, "pid", (uint64_t)getpid());
-    if (scope)
-        coord_enc_kv_cstr(&e, "scope", scope);
-    coord_enc_end(&e);
-    int rc = raw_send(fd, b.data, b.len);
-    coord_buf_free(&b);
-    if (rc < 0)
-        return -1;
-    coord_msg m;
-    uint8_t *store = NULL;
-    coord_msg_init(&m);
-    rc = raw_recv(fd, 5000, &m, &store);
-    if (rc == 0 && !msg_ok(&m))
-        rc = -1;
-    coord_msg_destroy(&m);
-    free(store);
-    return rc;
-}
-
-static int read_full(int fd, uint8_t *p, size_t n, uint64_t deadline)
-{
-    while (n > 0) {
-        int left = (int)(deadline > now_ms() ? deadline - now_ms() : 0);
-        struct pollfd pf = { fd, POLLIN, 0 };
-        int pr = poll(&pf, 1, left);
-        if (pr == 0)
-            return -2;
-        if (pr < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        ssize_t r = read(fd, p, n);
-        if (r <= 0) {
-            if (r < 0 && errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
-int raw_recv(int fd, int timeout_ms, coord_msg *m, uint8_t **store)
-{
-    uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
-    uint8_t hdr[4];
-    int rc = read_full(fd, hdr, 4, deadline);
-    if (rc)
-        return rc;
-    uint32_t n = coord_be32(hdr);
-    free(*store);
-    *store = malloc(n ? n : 1);
-    rc = read_full(fd, *store, n, deadline);
-    if (rc)
-        return rc;
-    return coord_msg_parse(m, *store, n) == COORD_FRAME_OK ? 0 : -1;
-}
-
-bool raw_wait_eof(int fd, int timeout_ms)
-{
-    uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
-    uint8_t buf[4096];
-    for (;;) {
-        int left = (int)(deadline > now_ms() ? deadline - now_ms() : 0);
-        struct pollfd pf = { fd, POLLIN, 0 };
-        if (poll(&pf, 1, left) <= 0)
-            return false;
-        ssize_t r = read(fd, buf, sizeof buf);
-        if (r == 0 || (r < 0 && errno == ECONNRESET))
-            return true;
-        if (r < 0 && errno != EINTR)
-            return false;
-    }
-}
-
-bool msg_ok(coord_msg *m)
-{
-    const msgpack_object *v = coord_map_find(m->map, "ok");
-    return v && v->type == MSGPACK_OBJECT_BOOLEAN && v->via.boolean;
-}
-
-bool msg_code_is(coord_msg *m, const char *code)
-{
-    const msgpack_object *v = coord_map_find(m->map, "code");
-    return v && v->type == MSGPACK_OBJECT_STR && v->via.str.size == strlen(code) &&
-           memcmp(v->via.str.ptr, code, v->via.str.size) == 0;
-}
-
-uint64_t msg_uint(coord_msg *m, const char *key)
-{
-    const msgpack_object *v = coord_map_find(m->map, key);
-    return v && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? v->via.u64 : UINT64_MAX;
-}
 
 long rss_kb(pid_t pid)
 {
@@ -382,205 +244,6 @@ long rss_kb(pid_t pid)
             break;
     fclose(f);
     return kb;
-}
-
-/* ---- rcl ---- */
-
-struct frame_node {
-    struct frame_node *next;
-    uint32_t len;
-    uint8_t body[];
-};
-
-struct rcl {
-    int fd;
-    coord_buf out;
-    coord_enc enc;
-    struct frame_node *head, *tail;
-    uint8_t *taken;          /* body of the frame last handed out */
-};
-
-struct rcl *rcl_open(const char *sock, const char *scope)
-{
-    int fd = raw_connect(sock);
-    if (fd < 0)
-        return NULL;
-    if (raw_hello(fd, scope) != 0) {
-        close(fd);
-        return NULL;
-    }
-    struct rcl *c = calloc(1, sizeof *c);
-    c->fd = fd;
-    coord_buf_init(&c->out);
-    return c;
-}
-
-void rcl_close(struct rcl *c)
-{
-    if (!c)
-        return;
-    close(c->fd);
-    while (c->head) {
-        struct frame_node *n = c->head->next;
-        free(c->head);
-        c->head = n;
-    }
-    free(c->taken);
-    coord_buf_free(&c->out);
-    free(c);
-}
-
-int rcl_fd(const struct rcl *c) { return c->fd; }
-
-coord_enc *rcl_begin(struct rcl *c, const char *op, uint64_t rid)
-{
-    c->out.len = 0;
-    coord_enc_begin(&c->enc, &c->out);
-    coord_enc_kv_cstr(&c->enc, "op", op);
-    coord_enc_kv_uint(&c->enc, "rid", rid);
-    return &c->enc;
-}
-
-int rcl_send(struct rcl *c)
-{
-    if (coord_enc_end(&c->enc) == 0)
-        return -1;
-    return raw_send(c->fd, c->out.data, c->out.len);
-}
-
-/* Reads one frame into the queue; 0, -1 closed, -2 timeout. */
-static int read_one(struct rcl *c, int timeout_ms)
-{
-    uint64_t deadline = now_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
-    uint8_t hdr[4];
-    int rc = read_full(c->fd, hdr, 4, deadline);
-    if (rc)
-        return rc;
-    uint32_t n = coord_be32(hdr);
-    struct frame_node *f = malloc(sizeof *f + n);
-    f->next = NULL;
-    f->len = n;
-    rc = read_full(c->fd, f->body, n, deadline + 5000);
-    if (rc) {
-        free(f);
-        return -1;
-    }
-    if (c->tail)
-        c->tail->next = f;
-    else
-        c->head = f;
-    c->tail = f;
-    return 0;
-}
-
-typedef bool (*frame_pred)(coord_msg *m, const void *arg);
-
-static int take_matching(struct rcl *c, frame_pred pred, const void *arg,
-                         int timeout_ms, coord_msg *m)
-{
-    uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
-    struct frame_node **pp = &c->head, *prev = NULL;
-    for (;;) {
-        while (*pp) {
-            struct frame_node *f = *pp;
-            if (coord_msg_parse(m, f->body, f->len) == COORD_FRAME_OK && pred(m, arg)) {
-                *pp = f->next;
-                if (c->tail == f)
-                    c->tail = prev;
-                free(c->taken);
-                /* keep the body alive for m: move it into 'taken' */
-                c->taken = malloc(f->len ? f->len : 1);
-                memcpy(c->taken, f->body, f->len);
-                coord_msg_parse(m, c->taken, f->len);
-                free(f);
-                return 0;
-            }
-            prev = f;
-            pp = &f->next;
-        }
-        int left = (int)(deadline > now_ms() ? deadline - now_ms() : 0);
-        int rc = read_one(c, left);
-        if (rc)
-            return rc;
-    }
-}
-
-static bool is_rid(coord_msg *m, const void *arg)
-{
-    return coord_map_find(m->map, "ev") == NULL &&
-           msg_uint(m, "rid") == *(const uint64_t *)arg;
-}
-
-static bool is_event(coord_msg *m, const void *arg)
-{
-    const msgpack_object *v = coord_map_find(m->map, "ev");
-    const char *name = arg;
-    return v && v->type == MSGPACK_OBJECT_STR && v->via.str.size == strlen(name) &&
-           memcmp(v->via.str.ptr, name, v->via.str.size) == 0;
-}
-
-int rcl_reply(struct rcl *c, uint64_t rid, int timeout_ms, coord_msg *m)
-{
-    return take_matching(c, is_rid, &rid, timeout_ms, m);
-}
-
-int rcl_event(struct rcl *c, const char *ev, int timeout_ms, coord_msg *m)
-{
-    return take_matching(c, is_event, ev, timeout_ms, m);
-}
-
-size_t rcl_queued(struct rcl *c)
-{
-    while (read_one(c, 0) == 0)
-        ;
-    size_t n = 0;
-    for (struct frame_node *f = c->head; f; f = f->next)
-        n++;
-    return n;
-}
-
-int rcl_acquire(struct rcl *c, uint64_t rid, const void *name, size_t nlen,
-                const char *opts, uint64_t timeout_ms, uint64_t lease_ms)
-{
-    coord_enc *e = rcl_begin(c, "lock.acquire", rid);
-    coord_enc_kv_str(e, "name", name, nlen);
-    if (opts && strstr(opts, "shared"))
-        coord_enc_kv_cstr(e, "mode", "shared");
-    if (opts && strstr(opts, "if_available"))
-        coord_enc_kv_bool(e, "if_available", true);
-    if (opts && strstr(opts, "steal"))
-        coord_enc_kv_bool(e, "steal", true);
-    if (timeout_ms)
-        coord_enc_kv_uint(e, "timeout_ms", timeout_ms);
-    if (lease_ms)
-        coord_enc_kv_uint(e, "lease_ms", lease_ms);
-    return rcl_send(c);
-}
-
-bool msg_bool(coord_msg *m, const char *key)
-{
-    const msgpack_object *v = coord_map_find(m->map, key);
-    return v && v->type == MSGPACK_OBJECT_BOOLEAN && v->via.boolean;
-}
-
-bool msg_str_is(coord_msg *m, const char *key, const void *s, size_t n)
-{
-    const msgpack_object *v = coord_map_find(m->map, key);
-    return v && (v->type == MSGPACK_OBJECT_STR || v->type == MSGPACK_OBJECT_BIN) &&
-           v->via.str.size == n && (n == 0 || memcmp(v->via.str.ptr, s, n) == 0);
-}
-
-int rcl_sync(struct rcl *c)
-{
-    static uint64_t rid = 1ull << 40;
-    coord_msg m;
-    coord_msg_init(&m);
-    rcl_begin(c, "ping", ++rid);
-    int rc = rcl_send(c);
-    if (rc == 0)
-        rc = rcl_reply(c, rid, 10000, &m);
-    coord_msg_destroy(&m);
-    return rc;
 }
 
 void start_or_exit(struct broker_proc *bp, const char *const *args)
@@ -604,4 +267,342 @@ struct rcl *connect_or_exit(const struct broker_proc *bp, const char *scope)
         exit(2);
     }
     return c;
+}
+
+/* ---- rcl ---- */
+
+/* One received frame, queued. */
+struct frame_node {
+    struct frame_node *next;
+    uint32_t len;
+    uint8_t body[];
+};
+
+struct rcl {
+    int fd;
+    bool closed;                /* EOF or error seen on fd */
+    coord_buf out;              /* the request being encoded */
+    coord_enc enc;
+    coord_buf in;               /* bytes read, not yet a whole frame */
+    struct frame_node *head, *tail;
+    struct frame_node *taken;   /* the frame last handed out (m points in) */
+};
+
+struct rcl *rcl_connect(const char *sock)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return NULL;
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        close(fd);
+        return NULL;
+    }
+    struct rcl *c = calloc(1, sizeof *c);
+    if (!c)
+        exit(2);
+    c->fd = fd;
+    coord_buf_init(&c->out);
+    coord_buf_init(&c->in);
+    return c;
+}
+
+int rcl_hello(struct rcl *c, const char *scope)
+{
+    const uint64_t rid = 1;
+    if (!c)
+        return -1;
+    coord_enc *e = rcl_begin(c, "hello", rid);
+    coord_enc_kv_uint(e, "proto", 1);
+    coord_enc_kv_cstr(e, "client", "harness");
+    coord_enc_kv_uint(e, "pid", (uint64_t)getpid());
+    if (scope)
+        coord_enc_kv_cstr(e, "scope", scope);
+    if (rcl_send(c) != 0)
+        return -1;
+    coord_msg m;
+    coord_msg_init(&m);
+    int rc = rcl_reply(c, rid, 5000, &m);
+    if (rc == 0 && !msg_ok(&m))
+        rc = -1;
+    coord_msg_destroy(&m);
+    return rc;
+}
+
+struct rcl *rcl_open(const char *sock, const char *scope)
+{
+    struct rcl *c = rcl_connect(sock);
+    if (c && rcl_hello(c, scope) != 0) {
+        rcl_close(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void drop_queue(struct rcl *c)
+{
+    while (c->head) {
+        struct frame_node *n = c->head->next;
+        free(c->head);
+        c->head = n;
+    }
+    c->tail = NULL;
+}
+
+void rcl_close(struct rcl *c)
+{
+    if (!c)
+        return;
+    close(c->fd);
+    drop_queue(c);
+    free(c->taken);
+    coord_buf_free(&c->out);
+    coord_buf_free(&c->in);
+    free(c);
+}
+
+int rcl_fd(const struct rcl *c) { return c->fd; }
+
+coord_enc *rcl_begin(struct rcl *c, const char *op, uint64_t rid)
+{
+    c->out.len = 0;
+    coord_enc_begin(&c->enc, &c->out);
+    coord_enc_kv_cstr(&c->enc, "op", op);
+    coord_enc_kv_uint(&c->enc, "rid", rid);
+    return &c->enc;
+}
+
+int rcl_send(struct rcl *c)
+{
+    if (coord_enc_end(&c->enc) == 0)
+        return -1;
+    return rcl_write(c, c->out.data, c->out.len);
+}
+
+int rcl_request(struct rcl *c, const char *op, uint64_t rid)
+{
+    rcl_begin(c, op, rid);
+    return rcl_send(c);
+}
+
+int rcl_write(struct rcl *c, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    while (n > 0) {
+        ssize_t w = send(c->fd, b, n, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        b += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Moves the whole frames of c->in to the queue. */
+static void split_frames(struct rcl *c)
+{
+    size_t off = 0;
+    while (c->in.len - off >= 4) {
+        uint32_t n = coord_be32(c->in.data + off);
+        if (c->in.len - off - 4 < n)
+            break;
+        struct frame_node *f = malloc(sizeof *f + n);
+        if (!f)
+            exit(2);
+        f->next = NULL;
+        f->len = n;
+        memcpy(f->body, c->in.data + off + 4, n);
+        if (c->tail)
+            c->tail->next = f;
+        else
+            c->head = f;
+        c->tail = f;
+        off += 4 + (size_t)n;
+    }
+    coord_buf_consume(&c->in, off);
+}
+
+static int count_queued(const struct rcl *c)
+{
+    int n = 0;
+    for (const struct frame_node *f = c->head; f; f = f->next)
+        n++;
+    return n;
+}
+
+int rcl_pump(struct rcl *c, int timeout_ms)
+{
+    uint64_t deadline = now_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
+    while (!c->closed) {
+        uint64_t now = now_ms();
+        struct pollfd pf = { c->fd, POLLIN, 0 };
+        int pr = poll(&pf, 1, now < deadline ? (int)(deadline - now) : 0);
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr <= 0)
+            break;
+        if (coord_buf_reserve(&c->in, 65536) != 0)
+            exit(2);
+        ssize_t r = read(c->fd, c->in.data + c->in.len, 65536);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            c->closed = true;
+            break;
+        }
+        c->in.len += (size_t)r;
+        split_frames(c);
+        deadline = 0;          /* then only what is there already */
+    }
+    return c->closed ? -1 : count_queued(c);
+}
+
+typedef bool (*frame_pred)(coord_msg *m, const void *arg);
+
+/* Hands out the first queued frame that parses and matches (any frame
+ * when pred is NULL), waiting up to timeout_ms for it. */
+static int take(struct rcl *c, frame_pred pred, const void *arg, int timeout_ms,
+                coord_msg *m)
+{
+    uint64_t deadline = now_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
+    bool last_look = false;
+    for (;;) {
+        struct frame_node **pp = &c->head, *prev = NULL;
+        while (*pp) {
+            struct frame_node *f = *pp;
+            bool parsed = coord_msg_parse(m, f->body, f->len) == COORD_FRAME_OK;
+            if (!pred || (parsed && pred(m, arg))) {
+                *pp = f->next;
+                if (c->tail == f)
+                    c->tail = prev;
+                free(c->taken);
+                c->taken = f;           /* m points into f->body */
+                return parsed ? 0 : -3;
+            }
+            prev = f;
+            pp = &f->next;
+        }
+        if (c->closed)
+            return -1;
+        uint64_t now = now_ms();
+        if (now >= deadline) {
+            if (last_look)
+                return -2;
+            last_look = true;       /* what arrived by the deadline counts */
+            rcl_pump(c, 0);
+            continue;
+        }
+        rcl_pump(c, (int)(deadline - now));
+    }
+}
+
+static bool is_rid(coord_msg *m, const void *arg)
+{
+    const msgpack_object *v = coord_map_find(m->map, "rid");
+    return coord_map_find(m->map, "ev") == NULL && v &&
+           v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && v->via.u64 == *(const uint64_t *)arg;
+}
+
+static bool is_event(coord_msg *m, const void *arg)
+{
+    const msgpack_object *v = coord_map_find(m->map, "ev");
+    const char *name = arg;
+    return v && v->type == MSGPACK_OBJECT_STR && v->via.str.size == strlen(name) &&
+           memcmp(v->via.str.ptr, name, v->via.str.size) == 0;
+}
+
+int rcl_next(struct rcl *c, int timeout_ms, coord_msg *m)
+{
+    return take(c, NULL, NULL, timeout_ms, m);
+}
+
+int rcl_reply(struct rcl *c, uint64_t rid, int timeout_ms, coord_msg *m)
+{
+    return take(c, is_rid, &rid, timeout_ms, m);
+}
+
+int rcl_event(struct rcl *c, const char *ev, int timeout_ms, coord_msg *m)
+{
+    return take(c, is_event, ev, timeout_ms, m);
+}
+
+size_t rcl_last_len(const struct rcl *c)
+{
+    return c->taken ? c->taken->len : 0;
+}
+
+size_t rcl_queued(struct rcl *c)
+{
+    rcl_pump(c, 0);
+    return (size_t)count_queued(c);
+}
+
+size_t rcl_unread(const struct rcl *c)
+{
+    int n = 0;
+    if (ioctl(c->fd, FIONREAD, &n) < 0)
+        return 0;
+    return (size_t)n;
+}
+
+bool rcl_wait_eof(struct rcl *c, int timeout_ms)
+{
+    uint64_t deadline = now_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
+    for (;;) {
+        drop_queue(c);
+        if (c->closed)
+            return true;
+        uint64_t now = now_ms();
+        if (now >= deadline)
+            return false;
+        rcl_pump(c, (int)(deadline - now));
+    }
+}
+
+int rcl_acquire(struct rcl *c, uint64_t rid, const void *name, size_t nlen,
+                const char *opts, uint64_t timeout_ms, uint64_t lease_ms)
+{
+    coord_enc *e = rcl_begin(c, "lock.acquire", rid);
+    coord_enc_kv_str(e, "name", name, nlen);
+    if (opts && strstr(opts, "shared"))
+        coord_enc_kv_cstr(e, "mode", "shared");
+    if (opts && strstr(opts, "if_available"))
+        coord_enc_kv_bool(e, "if_available", true);
+    if (opts && strstr(opts, "steal"))
+        coord_enc_kv_bool(e, "steal", true);
+    if (timeout_ms)
+        coord_enc_kv_uint(e, "timeout_ms", timeout_ms);
+    if (lease_ms)
+        coord_enc_kv_uint(e, "lease_ms", lease_ms);
+    return rcl_send(c);
+}
+
+int rcl_sync(struct rcl *c)
+{
+    static uint64_t rid = 1ull << 40;
+    coord_msg m;
+    coord_msg_init(&m);
+    int rc = rcl_request(c, "ping", ++rid);
+    if (rc == 0)
+        rc = rcl_reply(c, rid, 10000, &m);
+    coord_msg_destroy(&m);
+    return rc;
+}
+
+uint64_t rcl_stat_at(const char *file, int line, struct rcl *c, const char *key)
+{
+    static uint64_t rid = 1ull << 30;
+    coord_msg m;
+    coord_msg_init(&m);
+    uint64_t v = UINT64_MAX;
+    if (rcl_request(c, "stats", ++rid) == 0 && rcl_reply(c, rid, 10000, &m) == 0)
+        v = field_uint(file, line, m.map, key);
+    coord_msg_destroy(&m);
+    return v;
 }

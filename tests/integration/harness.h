@@ -1,28 +1,25 @@
 /* harness.h - integration test support: real coordd processes in temp
- * dirs, raw protocol connections, and assertion macros. */
+ * dirs, one raw protocol client (rcl_*), the case runner, and the
+ * assertion vocabulary shared with the unit tests (../common/check.h,
+ * ../common/fields.h).  Child processes (coordctl runs, exits awaited
+ * through pidfds, their output) are in proc.h. */
 #ifndef COORD_TEST_HARNESS_H
 #define COORD_TEST_HARNESS_H
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/types.h>
+#include "check.h"
 #include "enc.h"
+#include "fields.h"
 #include "msg.h"
-
-extern int harness_failures;
-
-#define CHECK(cond) do { if (!(cond)) { harness_failures++; \
-    fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); } } while (0)
-#define REQUIRE(cond) do { if (!(cond)) { harness_failures++; \
-    fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #cond); \
-    return; } } while (0)
-#define CHECK_EQ_U(a, b) do { unsigned long long a_ = (a), b_ = (b); if (a_ != b_) { \
-    harness_failures++; fprintf(stderr, "%s:%d: CHECK failed: %s == %s (%llu != %llu)\n", \
-    __FILE__, __LINE__, #a, #b, a_, b_); } } while (0)
+#include "proc.h"
 
 /* Runs test functions by name; returns the exit status for main.  argv[1]
- * (optional) picks one test. */
+ * (optional) picks one test.  A case fails when any check failed while it
+ * ran; the brokers it started are killed after it whatever happened. */
 typedef void (*test_fn)(void);
 struct test_case { const char *name; test_fn fn; };
 int run_tests(int argc, char **argv, const struct test_case *tests);
@@ -46,37 +43,46 @@ void broker_paths(struct broker_proc *bp);
  * empty) and waits for its ready line.  extra: NULL-terminated arguments.
  * Returns 0 or -1. */
 int broker_start(struct broker_proc *bp, const char *const *extra);
+/* The lower half of broker_start, for tests about starting itself: forks
+ * coordd on bp's paths (made if bp->dir is empty) with --ready-fd, stderr
+ * appended to bp->log; --foreground unless told otherwise; nofile > 0
+ * caps RLIMIT_NOFILE.  Returns the pid (not tracked: the caller reaps it)
+ * and in *ready_fd the read end of the ready pipe, or -1. */
+pid_t broker_spawn(struct broker_proc *bp, const char *const *extra, bool foreground,
+                   long nofile, int *ready_fd);
+/* True when "ready" came on ready_fd within timeout_ms; closes it. */
+bool broker_await_ready(int ready_fd, int timeout_ms);
 /* Sends sig and waits; returns the wait status. */
 int broker_kill(struct broker_proc *bp, int sig);
 /* Removes the temp dir. */
 void broker_cleanup(struct broker_proc *bp);
-/* Waits for a child without blocking forever: returns its status or -1. */
-int wait_pid_timeout(pid_t pid, int timeout_ms);
 
-/* Raw protocol access. */
-int raw_connect(const char *sock);
-int raw_send(int fd, const void *p, size_t n);
-/* Sends {op, rid} plus what fill adds. */
-int raw_request(int fd, const char *op, uint64_t rid);
-int raw_hello(int fd, const char *scope);
-/* Reads one frame into m (body copied into *store, free it).  Returns 0,
- * -1 on EOF/error, -2 on timeout. */
-int raw_recv(int fd, int timeout_ms, coord_msg *m, uint8_t **store);
-/* True when the peer closed (EOF) within timeout_ms, skipping frames. */
-bool raw_wait_eof(int fd, int timeout_ms);
-/* Fields of the last received message. */
-bool msg_ok(coord_msg *m);
-bool msg_code_is(coord_msg *m, const char *code);
-uint64_t msg_uint(coord_msg *m, const char *key);
+/* For tests with one broker: start it (memset + broker_start) or exit the
+ * test program, stop and clean it, connect a client or exit. */
+void start_or_exit(struct broker_proc *bp, const char *const *args);
+void stop_and_clean(struct broker_proc *bp);
+struct rcl *connect_or_exit(const struct broker_proc *bp, const char *scope);
 
 uint64_t now_ms(void);
 long rss_kb(pid_t pid);
 
-#endif
-
-/* A raw protocol client that keeps frames it was not asked for yet, so a
- * test can wait for one rid or one event while others arrive. */
+/* ---- rcl: the raw protocol client ----
+ *
+ * One connection: requests are encoded with coord_enc and sent whole;
+ * frames received are queued in arrival order, so a test can wait for one
+ * rid or one event while others arrive, or take them in order.  Reads
+ * happen only inside rcl_* calls (a test that wants a client to stop
+ * reading just stops calling).  A message handed out (m) points into the
+ * client's storage until the next call that receives on it.  Calls that
+ * wait return 0, -1 when the connection is closed (after every queued
+ * frame was taken), -2 on timeout.  Owner: the caller of rcl_open or
+ * rcl_connect, until rcl_close. */
 struct rcl;
+/* Connects without a hello: NULL when nothing accepts on sock. */
+struct rcl *rcl_connect(const char *sock);
+/* hello (proto 1, scope unless NULL) and its reply: 0 when it is ok. */
+int rcl_hello(struct rcl *c, const char *scope);
+/* rcl_connect + rcl_hello; NULL when either fails. */
 struct rcl *rcl_open(const char *sock, const char *scope);
 void rcl_close(struct rcl *c);
 int rcl_fd(const struct rcl *c);
@@ -84,25 +90,43 @@ int rcl_fd(const struct rcl *c);
  * then rcl_send. */
 coord_enc *rcl_begin(struct rcl *c, const char *op, uint64_t rid);
 int rcl_send(struct rcl *c);
-/* Wait for the reply to rid (or the event named ev); m points into the
- * client's storage until the next call.  0, -1 closed, -2 timeout. */
+/* {op, rid} and nothing else, sent. */
+int rcl_request(struct rcl *c, const char *op, uint64_t rid);
+/* Raw bytes, as they are: frames prepared in a buffer (pipelining),
+ * partial or malformed ones.  0, or -1 when the peer is gone. */
+int rcl_write(struct rcl *c, const void *p, size_t n);
+/* The oldest frame received, whatever it is; -3 when it does not decode
+ * (it is consumed all the same). */
+int rcl_next(struct rcl *c, int timeout_ms, coord_msg *m);
+/* Wait for the reply to rid (or the event named ev), leaving other frames
+ * queued. */
 int rcl_reply(struct rcl *c, uint64_t rid, int timeout_ms, coord_msg *m);
 int rcl_event(struct rcl *c, const char *ev, int timeout_ms, coord_msg *m);
-/* Number of frames already received and not yet taken, after reading what
- * the socket holds right now. */
+/* Body length of the frame last handed out (its 4-byte header excluded). */
+size_t rcl_last_len(const struct rcl *c);
+/* Reads what arrives within timeout_ms (0: what the socket holds now) and
+ * queues the whole frames: how many are queued, or -1 once closed. */
+int rcl_pump(struct rcl *c, int timeout_ms);
+/* Number of frames queued and not yet taken, after reading what the
+ * socket holds right now. */
 size_t rcl_queued(struct rcl *c);
+/* Bytes the kernel holds for c, not read yet (FIONREAD). */
+size_t rcl_unread(const struct rcl *c);
+/* True when the peer closed (EOF or reset) within timeout_ms; frames
+ * arriving meanwhile are dropped. */
+bool rcl_wait_eof(struct rcl *c, int timeout_ms);
 /* lock.acquire shorthand: opts like "shared", "if_available", "steal"
  * separated by commas; timeout/lease 0 = absent. */
 int rcl_acquire(struct rcl *c, uint64_t rid, const void *name, size_t nlen,
                 const char *opts, uint64_t timeout_ms, uint64_t lease_ms);
-/* Helpers on a message. */
-bool msg_bool(coord_msg *m, const char *key);
-bool msg_str_is(coord_msg *m, const char *key, const void *s, size_t n);
 /* Round trip a ping: everything sent before on c has been processed. */
 int rcl_sync(struct rcl *c);
+/* One counter of a stats reply (a missing one fails the check);
+ * UINT64_MAX when the request fails. */
+#define rcl_stat(c, key) rcl_stat_at(__FILE__, __LINE__, (c), (key))
+uint64_t rcl_stat_at(const char *file, int line, struct rcl *c, const char *key);
 
-/* For tests with one broker: start it (memset + broker_start) or exit the
- * test program, stop and clean it, connect a client or exit. */
-void start_or_exit(struct broker_proc *bp, const char *const *args);
-void stop_and_clean(struct broker_proc *bp);
-struct rcl *connect_or_exit(const struct broker_proc *bp, const char *scope);
+/* A C string as pointer and length, for the (ptr, len) arguments. */
+#define S(s) s, strlen(s)
+
+#endif

@@ -42,12 +42,14 @@ static void violation(const char *fmt, const char *detail, unsigned long long v)
         snprintf(sh->why, sizeof sh->why, fmt, detail, v);
 }
 
-/* ---- a small non-blocking client ---- */
+/* ---- a small non-blocking client, on the harness's rcl ----
+ *
+ * It never waits for a reply: what arrives is handed to the handler of
+ * whoever reads (chaos or checker) when it pumps, and a broker that cut
+ * it off makes it dead. */
 
 struct cl {
-    int fd;
-    coord_frame_reader rd;
-    coord_buf out;
+    struct rcl *r;
     coord_msg m;
     uint64_t rid;
     bool dead;
@@ -59,14 +61,9 @@ struct cl {
 static int cl_open(struct cl *c)
 {
     memset(c, 0, sizeof *c);
-    c->fd = raw_connect(bp.sock);
-    if (c->fd < 0 || raw_hello(c->fd, NULL) != 0) {
-        if (c->fd >= 0)
-            close(c->fd);
+    c->r = rcl_open(bp.sock, NULL);
+    if (!c->r)
         return -1;
-    }
-    coord_frame_reader_init(&c->rd, 1u << 20);
-    coord_buf_init(&c->out);
     coord_msg_init(&c->m);
     c->rid = 10;
     return 0;
@@ -74,74 +71,50 @@ static int cl_open(struct cl *c)
 
 static void cl_close(struct cl *c)
 {
-    close(c->fd);
-    coord_frame_reader_free(&c->rd);
-    coord_buf_free(&c->out);
+    rcl_close(c->r);
     coord_msg_destroy(&c->m);
 }
 
-static coord_enc enc;
+static coord_enc *enc;
 static uint64_t cl_begin(struct cl *c, const char *op)
 {
-    coord_enc_begin(&enc, &c->out);
-    coord_enc_kv_cstr(&enc, "op", op);
-    coord_enc_kv_uint(&enc, "rid", ++c->rid);
+    enc = rcl_begin(c->r, op, ++c->rid);
     return c->rid;
 }
 
-/* Sends what is queued; a broker that cut us off makes us dead. */
-static void cl_flush(struct cl *c)
+/* Sends raw frames; a broker that cut us off makes us dead. */
+static void cl_write(struct cl *c, const coord_buf *b)
 {
-    size_t off = 0;
-    while (off < c->out.len && !c->dead) {
-        ssize_t w = send(c->fd, c->out.data + off, c->out.len - off, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            c->dead = true;
-            break;
-        }
-        off += (size_t)w;
-    }
-    c->out.len = 0;
+    if (!c->dead && rcl_write(c->r, b->data, b->len) != 0)
+        c->dead = true;
 }
 
 static uint64_t cl_send(struct cl *c)
 {
-    coord_enc_end(&enc);
-    cl_flush(c);
+    if (!c->dead && rcl_send(c->r) != 0)
+        c->dead = true;
     return c->rid;
 }
 
-static int on_frame(void *ud, const uint8_t *body, size_t len)
-{
-    struct cl *c = ud;
-    if (coord_msg_parse(&c->m, body, len) != COORD_FRAME_OK) {
-        violation("%s frame from the broker%llu", "undecodable", 0);
-        return 1;
-    }
-    if (c->on_msg)
-        c->on_msg(c, &c->m, c->ud);
-    return 0;
-}
-
-/* Reads what arrives within timeout_ms (0: what is there now). */
+/* Reads what arrives within timeout_ms (0: what is there now) and hands
+ * each frame to on_msg. */
 static void cl_pump(struct cl *c, int timeout_ms)
 {
-    uint8_t buf[65536];
-    struct pollfd p = { c->fd, POLLIN, 0 };
-    while (!c->dead && poll(&p, 1, timeout_ms) > 0) {
-        ssize_t n = read(c->fd, buf, sizeof buf);
-        if (n <= 0) {
+    if (c->dead)
+        return;
+    bool closed = rcl_pump(c->r, timeout_ms) < 0;
+    int rc;
+    while ((rc = rcl_next(c->r, 0, &c->m)) == 0 || rc == -3) {
+        if (rc == -3) {
+            violation("%s frame from the broker%llu", "undecodable", 0);
             c->dead = true;
             return;
         }
-        if (coord_frame_feed(&c->rd, buf, (size_t)n, on_frame, c) != COORD_FRAME_OK) {
-            c->dead = true;
-            return;
-        }
-        timeout_ms = 0;
+        if (c->on_msg)
+            c->on_msg(c, &c->m, c->ud);
     }
+    if (closed)
+        c->dead = true;
 }
 
 static bool str_is(const msgpack_object *v, const char *s)
@@ -194,33 +167,33 @@ static void chaos_action(struct cl *c, struct chaos *ch, unsigned r)
         const char *name = names[rand() % 5];
         bool g = name[0] == 'g';
         cl_begin(c, "lock.acquire");
-        coord_enc_kv_cstr(&enc, "name", name);
+        coord_enc_kv_cstr(enc, "name", name);
         int kind = rand() % 4;
         if (kind == 0 && !g)
-            coord_enc_kv_bool(&enc, "steal", true);
+            coord_enc_kv_bool(enc, "steal", true);
         else if (kind == 1)
-            coord_enc_kv_bool(&enc, "if_available", true);
+            coord_enc_kv_bool(enc, "if_available", true);
         else if (kind == 2 && !g)
-            coord_enc_kv_cstr(&enc, "mode", "shared");
+            coord_enc_kv_cstr(enc, "mode", "shared");
         if (g || rand() % 2)
-            coord_enc_kv_uint(&enc, "lease_ms", 100 + (uint64_t)(rand() % 300));
+            coord_enc_kv_uint(enc, "lease_ms", 100 + (uint64_t)(rand() % 300));
         if (kind == 3)
-            coord_enc_kv_uint(&enc, "timeout_ms", 1 + (uint64_t)(rand() % 500));
+            coord_enc_kv_uint(enc, "timeout_ms", 1 + (uint64_t)(rand() % 500));
         cl_send(c);
         break;
     }
     case 2:
         if (ch->nlocks) {
             cl_begin(c, "lock.release");
-            coord_enc_kv_uint(&enc, "lock", ch->locks[--ch->nlocks]);
+            coord_enc_kv_uint(enc, "lock", ch->locks[--ch->nlocks]);
             cl_send(c);
         }
         break;
     case 3: {
         cl_begin(c, "flight.join");
-        coord_enc_kv_cstr(&enc, "key", rand() % 2 ? "gk" : "k1");
-        coord_enc_kv_uint(&enc, "owner_ttl_ms", 200 + (uint64_t)(rand() % 500));
-        coord_enc_kv_bool(&enc, "abort_when_orphaned", rand() % 2);
+        coord_enc_kv_cstr(enc, "key", rand() % 2 ? "gk" : "k1");
+        coord_enc_kv_uint(enc, "owner_ttl_ms", 200 + (uint64_t)(rand() % 500));
+        coord_enc_kv_bool(enc, "abort_when_orphaned", rand() % 2);
         cl_send(c);
         break;
     }
@@ -230,15 +203,15 @@ static void chaos_action(struct cl *c, struct chaos *ch, unsigned r)
             int n = snprintf(res, sizeof res, "ok:%llu", (unsigned long long)ch->fence);
             bool fail = rand() % 3 == 0;
             cl_begin(c, fail ? "flight.fail" : "flight.complete");
-            coord_enc_kv_uint(&enc, "flight", ch->flight);
-            coord_enc_kv_uint(&enc, "fence", ch->fence);
+            coord_enc_kv_uint(enc, "flight", ch->flight);
+            coord_enc_kv_uint(enc, "fence", ch->fence);
             if (fail) {
-                coord_enc_key(&enc, "error");
-                coord_enc_map_begin(&enc);
-                coord_enc_kv_cstr(&enc, "code", "E");
-                coord_enc_map_end(&enc);
+                coord_enc_key(enc, "error");
+                coord_enc_map_begin(enc);
+                coord_enc_kv_cstr(enc, "code", "E");
+                coord_enc_map_end(enc);
             } else {
-                coord_enc_kv_bin(&enc, "result", res, (size_t)n);
+                coord_enc_kv_bin(enc, "result", res, (size_t)n);
             }
             cl_send(c);
             ch->flight = 0;
@@ -247,10 +220,10 @@ static void chaos_action(struct cl *c, struct chaos *ch, unsigned r)
     case 5:
         snprintf(ch->ws, sizeof ch->ws, "w%d", rand() % 2);
         cl_begin(c, "leader.campaign");
-        coord_enc_kv_cstr(&enc, "workstream", ch->ws);
-        coord_enc_kv_uint(&enc, "lease_ms", 200);
+        coord_enc_kv_cstr(enc, "workstream", ch->ws);
+        coord_enc_kv_uint(enc, "lease_ms", 200);
         if (rand() % 3 == 0)
-            coord_enc_kv_bool(&enc, "steal", true);
+            coord_enc_kv_bool(enc, "steal", true);
         cl_send(c);
         break;
     case 6:
@@ -258,17 +231,17 @@ static void chaos_action(struct cl *c, struct chaos *ch, unsigned r)
             char op[32];
             snprintf(op, sizeof op, "op%d", rand() % 50);
             cl_begin(c, "leader.commit");
-            coord_enc_kv_cstr(&enc, "workstream", ch->ws);
-            coord_enc_kv_uint(&enc, "generation", ch->generation);
-            coord_enc_kv_cstr(&enc, "op_id", op);
-            coord_enc_kv_cstr(&enc, "key", "k");
-            coord_enc_kv_bin(&enc, "value", "v", 1);
+            coord_enc_kv_cstr(enc, "workstream", ch->ws);
+            coord_enc_kv_uint(enc, "generation", ch->generation);
+            coord_enc_kv_cstr(enc, "op_id", op);
+            coord_enc_kv_cstr(enc, "key", "k");
+            coord_enc_kv_bin(enc, "value", "v", 1);
             cl_send(c);
         }
         break;
     case 7:
         cl_begin(c, "sub.subscribe");
-        coord_enc_kv_cstr(&enc, "channel", channels[rand() % 5]);
+        coord_enc_kv_cstr(enc, "channel", channels[rand() % 5]);
         cl_send(c);
         break;
     case 8: {
@@ -278,33 +251,37 @@ static void chaos_action(struct cl *c, struct chaos *ch, unsigned r)
         data[0] = (char)(n >> 8);
         data[1] = (char)n;
         cl_begin(c, "sub.publish");
-        coord_enc_kv_cstr(&enc, "channel", big ? "ch1" : "ch0");
-        coord_enc_kv_bin(&enc, "data", data, n);
+        coord_enc_kv_cstr(enc, "channel", big ? "ch1" : "ch0");
+        coord_enc_kv_bin(enc, "data", data, n);
         cl_send(c);
         break;
     }
     case 9: {                                    /* a pipelined burst */
         bool locks = rand() % 2;
+        coord_buf burst;
+        coord_enc be;
+        coord_buf_init(&burst);
         for (int i = 0; i < 50; i++) {
-            coord_enc_begin(&enc, &c->out);
+            coord_enc_begin(&be, &burst);
             if (locks) {
                 char name[16];
                 snprintf(name, sizeof name, "p%d", rand() % 400);
-                coord_enc_kv_cstr(&enc, "op", "lock.acquire");
-                coord_enc_kv_cstr(&enc, "name", name);
-                coord_enc_kv_bool(&enc, "if_available", true);
+                coord_enc_kv_cstr(&be, "op", "lock.acquire");
+                coord_enc_kv_cstr(&be, "name", name);
+                coord_enc_kv_bool(&be, "if_available", true);
             } else {
-                coord_enc_kv_cstr(&enc, "op", i % 2 ? "ping" : "lock.query");
+                coord_enc_kv_cstr(&be, "op", i % 2 ? "ping" : "lock.query");
             }
-            coord_enc_kv_uint(&enc, "rid", ++c->rid);
-            coord_enc_end(&enc);
+            coord_enc_kv_uint(&be, "rid", ++c->rid);
+            coord_enc_end(&be);
         }
-        cl_flush(c);
+        cl_write(c, &burst);
+        coord_buf_free(&burst);
         break;
     }
     case 10:
         cl_begin(c, "cancel");
-        coord_enc_kv_uint(&enc, "target", c->rid - (uint64_t)(rand() % 4));
+        coord_enc_kv_uint(enc, "target", c->rid - (uint64_t)(rand() % 4));
         cl_send(c);
         break;
     case 11:                                     /* stop reading a while */
@@ -461,38 +438,38 @@ static void checker_main(int seed, uint64_t until)
     const char *subs[] = { "ch0", "-flights" };
     for (int i = 0; i < 2; i++) {
         cl_begin(&c, "sub.subscribe");
-        coord_enc_kv_cstr(&enc, "channel", subs[i]);
+        coord_enc_kv_cstr(enc, "channel", subs[i]);
         check_send(&c, &k, P_OTHER);
         check_wait(&c, &k);
     }
     while (now_ms() < until && !c.dead && c.rid < 65000) {
         cl_begin(&c, "lock.acquire");
-        coord_enc_kv_cstr(&enc, "name", "g");
-        coord_enc_kv_uint(&enc, "timeout_ms", 3000);
+        coord_enc_kv_cstr(enc, "name", "g");
+        coord_enc_kv_uint(enc, "timeout_ms", 3000);
         check_send(&c, &k, P_ACQUIRE);
         check_wait(&c, &k);
         if (k.lock) {
             cl_pump(&c, rand() % 3);
             atomic_fetch_sub(&sh->holders, 1);
             cl_begin(&c, "lock.release");
-            coord_enc_kv_uint(&enc, "lock", k.lock);
+            coord_enc_kv_uint(enc, "lock", k.lock);
             k.lock = 0;
             check_send(&c, &k, P_RELEASE);
             check_wait(&c, &k);
         }
         cl_begin(&c, "flight.join");
-        coord_enc_kv_cstr(&enc, "key", "gk");
-        coord_enc_kv_uint(&enc, "owner_ttl_ms", 2000);
-        coord_enc_kv_uint(&enc, "wait_ms", 9000);
+        coord_enc_kv_cstr(enc, "key", "gk");
+        coord_enc_kv_uint(enc, "owner_ttl_ms", 2000);
+        coord_enc_kv_uint(enc, "wait_ms", 9000);
         check_send(&c, &k, P_JOIN);
         check_wait(&c, &k);
         if (k.flight) {
             char res[32];
             int n = snprintf(res, sizeof res, "ok:%llu", (unsigned long long)k.fence);
             cl_begin(&c, "flight.complete");
-            coord_enc_kv_uint(&enc, "flight", k.flight);
-            coord_enc_kv_uint(&enc, "fence", k.fence);
-            coord_enc_kv_bin(&enc, "result", res, (size_t)n);
+            coord_enc_kv_uint(enc, "flight", k.flight);
+            coord_enc_kv_uint(enc, "fence", k.fence);
+            coord_enc_kv_bin(enc, "result", res, (size_t)n);
             k.flight = 0;
             check_send(&c, &k, P_COMPLETE);     /* FENCED is fine: it overran */
             check_wait(&c, &k);

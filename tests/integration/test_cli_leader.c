@@ -47,148 +47,17 @@ static coord_t *lib_client(void)
     return c;
 }
 
-/* ---- processes ---- */
+/* ---- processes (proc.h) ---- */
 
-static bool await_exit(pid_t pid, int timeout_ms)
-{
-    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
-    if (fd < 0)
-        return errno == ESRCH;
-    struct pollfd p = { .fd = fd, .events = POLLIN };
-    int n;
-    while ((n = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR)
-        ;
-    close(fd);
-    return n == 1;
-}
-
-/* Growing text buffer. */
-struct text {
-    char *p;
-    size_t n, cap;
-};
-
-static void text_add(struct text *t, const char *s, size_t n)
-{
-    if (t->n + n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 1024;
-        while (cap < t->n + n + 1)
-            cap *= 2;
-        t->p = realloc(t->p, cap);
-        if (!t->p)
-            exit(2);
-        t->cap = cap;
-    }
-    memcpy(t->p + t->n, s, n);
-    t->n += n;
-    t->p[t->n] = '\0';
-}
-
-/* A coordctl process with stdout and stderr on pipes. */
-struct run {
-    pid_t pid;
-    int fd[2];                  /* read ends: stdout, stderr */
-    struct text out[2];         /* everything read so far */
-    size_t pos[2];              /* lines taken by next_line */
-    int status;                 /* once reaped; -1: hung */
-};
-
-enum { OUT = 0, ERR = 1 };
-
-static const char *coordctl_bin(void)
-{
-    const char *p = getenv("COORDCTL");
-    return p ? p : "coordctl";
-}
-
-/* Starts `coordctl --socket bp.sock --no-autostart ARGS...` (NULL-ended);
- * pass_fd >= 0 is handed to the command as descriptor 5. */
+/* Starts `coordctl --socket bp.sock --no-autostart ARGS...` (NULL-ended)
+ * with stdout and stderr on pipes; pass_fd >= 0 is handed to the command
+ * as descriptor 5. */
 static void ctl_start(struct run *r, int pass_fd, const char *const *args)
 {
-    int o[2], e[2];
-    memset(r, 0, sizeof *r);
-    if (pipe2(o, O_CLOEXEC) < 0 || pipe2(e, O_CLOEXEC) < 0)
-        exit(2);
-    r->pid = fork();
-    if (r->pid < 0)
-        exit(2);
-    if (r->pid == 0) {
-        setpgid(0, 0);          /* a hung run is killed with its command */
-        const char *argv[64];
-        int n = 0;
-        argv[n++] = coordctl_bin();
-        argv[n++] = "--socket";
-        argv[n++] = bp.sock;
-        argv[n++] = "--no-autostart";
-        for (int i = 0; args[i] && n < 63; i++)
-            argv[n++] = args[i];
-        argv[n] = NULL;
-        dup2(o[1], 1);
-        dup2(e[1], 2);
-        if (pass_fd == 5)
-            fcntl(5, F_SETFD, 0);
-        else if (pass_fd >= 0)
-            dup2(pass_fd, 5);   /* clears close-on-exec */
-        execv(argv[0], (char *const *)argv);
-        perror("exec coordctl");
-        _exit(99);
-    }
-    close(o[1]);
-    close(e[1]);
-    r->fd[OUT] = o[0];
-    r->fd[ERR] = e[0];
-    fcntl(o[0], F_SETFL, O_NONBLOCK);
-    fcntl(e[0], F_SETFL, O_NONBLOCK);
-    r->status = -2;
-}
-
-/* Reads what the pipe holds now.  False at EOF. */
-static bool drain(struct run *r, int which)
-{
-    char buf[4096];
-    for (;;) {
-        if (r->fd[which] < 0)
-            return false;
-        ssize_t n = read(r->fd[which], buf, sizeof buf);
-        if (n > 0) {
-            text_add(&r->out[which], buf, (size_t)n);
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno == EAGAIN)
-            return true;
-        close(r->fd[which]);
-        r->fd[which] = -1;
-        return false;
-    }
-}
-
-/* Waits for the next whole line of stdout/stderr: a pointer into r (valid
- * until the next call on r, without its newline), or NULL on timeout/EOF. */
-static const char *next_line(struct run *r, int which, int timeout_ms)
-{
-    static char line[8192];
-    uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
-    for (;;) {
-        struct text *t = &r->out[which];
-        const char *s = t->p ? t->p + r->pos[which] : NULL;
-        const char *nl = s ? memchr(s, '\n', t->n - r->pos[which]) : NULL;
-        if (nl) {
-            size_t n = (size_t)(nl - s);
-            snprintf(line, sizeof line, "%.*s", (int)(n < sizeof line ? n : sizeof line - 1), s);
-            r->pos[which] += n + 1;
-            return line;
-        }
-        if (r->fd[which] < 0)
-            return NULL;
-        uint64_t now = now_ms();
-        if (now >= deadline)
-            return NULL;
-        struct pollfd p = { .fd = r->fd[which], .events = POLLIN };
-        poll(&p, 1, (int)(deadline - now));
-        drain(r, which);
-    }
+    struct pass_fd pass[] = { { pass_fd, 5 }, { -1, -1 } };
+    ctl_spawn(r, bp.sock, bp.dir,
+              &(struct ctl_opts){ .pipes = true, .pass = pass_fd >= 0 ? pass : NULL },
+              args);
 }
 
 /* Every substring of subs (NULL-ended) is in line. */
@@ -208,12 +77,12 @@ static bool expect_line(struct run *r, int which, int timeout_ms, const char *co
     uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
     for (;;) {
         uint64_t now = now_ms();
-        const char *l = now < deadline ? next_line(r, which, (int)(deadline - now)) : NULL;
+        const char *l = now < deadline ? run_line(r, which, (int)(deadline - now)) : NULL;
         if (!l) {
             fprintf(stderr, "no line with");
             for (const char *const *s = subs; *s; s++)
                 fprintf(stderr, " [%s]", *s);
-            fprintf(stderr, " among:\n%s\n", r->out[which].p ? r->out[which].p + from : "");
+            fprintf(stderr, " among:\n%s\n", r->text[which].p ? r->text[which].p + from : "");
             return false;
         }
         if (line_has_all(l, subs))
@@ -224,68 +93,19 @@ static bool expect_line(struct run *r, int which, int timeout_ms, const char *co
 #define EXPECT(r, which, ...) \
     expect_line((r), (which), T, (const char *const[]){ __VA_ARGS__, NULL })
 
-/* Reaps r: its exit status as a shell shows it (128+N for signal N), -1
- * when it did not end within timeout_ms (it is then killed with its
- * group).  The rest of its output is read. */
-static int ctl_finish(struct run *r, int timeout_ms)
-{
-    int st;
-    if (!await_exit(r->pid, timeout_ms)) {
-        fprintf(stderr, "coordctl %d did not end within %d ms: killing it\n",
-                (int)r->pid, timeout_ms);
-        kill(-r->pid, SIGKILL);
-        waitpid(r->pid, &st, 0);
-        r->status = -1;
-    } else if (waitpid(r->pid, &st, 0) != r->pid) {
-        r->status = -1;
-    } else {
-        r->status = WIFEXITED(st) ? WEXITSTATUS(st)
-                  : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
-    }
-    /* the command's own children may still hold the pipes: take what is
-     * there without waiting for EOF */
-    drain(r, OUT);
-    drain(r, ERR);
-    return r->status;
-}
-
-static void ctl_free(struct run *r)
-{
-    if (r->status == -2) {
-        kill(-r->pid, SIGKILL);
-        kill(r->pid, SIGKILL);
-        waitpid(r->pid, NULL, 0);
-    } else if (r->pid > 0) {
-        kill(-r->pid, SIGKILL);   /* leftovers of the command's group */
-    }
-    for (int i = 0; i < 2; i++) {
-        if (r->fd[i] >= 0)
-            close(r->fd[i]);
-        free(r->out[i].p);
-    }
-    memset(r, 0, sizeof *r);
-}
-
-static const char *text_of(const struct run *r, int which)
-{
-    return r->out[which].p ? r->out[which].p : "";
-}
-
 /* Runs coordctl to the end; returns its exit status.  Free r afterwards. */
 static int ctl_run(struct run *r, const char *const *args)
 {
     ctl_start(r, -1, args);
-    return ctl_finish(r, T);
+    return run_finish(r, T);
 }
-
-#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
 
 static bool has(const struct run *r, int which, const char *needle)
 {
-    if (strstr(text_of(r, which), needle))
+    if (strstr(run_text(r, which), needle))
         return true;
     fprintf(stderr, "coordctl's %s does not contain \"%s\"; it holds:\n%s\n",
-            which == OUT ? "stdout" : "stderr", needle, text_of(r, which));
+            which == OUT ? "stdout" : "stderr", needle, run_text(r, which));
     return false;
 }
 
@@ -293,7 +113,7 @@ static bool has(const struct run *r, int which, const char *needle)
 static bool has_row(const struct run *r, const char *name, const char *value)
 {
     size_t nl = strlen(name);
-    for (const char *p = text_of(r, OUT); *p; ) {
+    for (const char *p = run_text(r, OUT); *p; ) {
         const char *end = strchr(p, '\n');
         size_t len = end ? (size_t)(end - p) : strlen(p);
         if (len > nl && !strncmp(p, name, nl) && p[nl] == ' ') {
@@ -307,7 +127,7 @@ static bool has_row(const struct run *r, const char *name, const char *value)
             break;
         p = end + 1;
     }
-    fprintf(stderr, "no row \"%s  %s\" in:\n%s\n", name, value, text_of(r, OUT));
+    fprintf(stderr, "no row \"%s  %s\" in:\n%s\n", name, value, run_text(r, OUT));
     return false;
 }
 
@@ -333,7 +153,7 @@ static void report_open(struct report *p)
 
 static const char *report_line(struct report *p, int timeout_ms)
 {
-    return next_line(&p->reader, OUT, timeout_ms);
+    return run_line(&p->reader, OUT, timeout_ms);
 }
 
 static void report_close(struct report *p)
@@ -342,7 +162,7 @@ static void report_close(struct report *p)
         close(p->wr);
     if (p->reader.fd[OUT] >= 0)
         close(p->reader.fd[OUT]);
-    free(p->reader.out[OUT].p);
+    free(p->reader.text[OUT].p);
     memset(p, 0, sizeof *p);
 }
 
@@ -649,8 +469,8 @@ static void test_run_generation(void)
     CHECK_EQ_U(ctl_run(&r, ARGS("leader-run", "gw", "--",
                "sh", "-c", "echo $COORD_GENERATION $COORD_WORKSTREAM > \"$OUT_FILE\"; exit 7")),
                7);
-    CHECK_EQ_U(r.out[ERR].n, 0);
-    ctl_free(&r);
+    CHECK_EQ_U(r.text[ERR].n, 0);
+    run_free(&r);
 
     FILE *f = fopen(file, "r");
     REQUIRE(f);
@@ -663,11 +483,11 @@ static void test_run_generation(void)
 
     CHECK_EQ_U(ctl_run(&r, ARGS("--json", "leader", "gw")), 0);
     uint64_t g = 0;
-    CHECK(json_object_line(text_of(&r, OUT)));
-    CHECK(json_uint(text_of(&r, OUT), "generation", &g));
+    CHECK(json_object_line(run_text(&r, OUT)));
+    CHECK(json_uint(run_text(&r, OUT), "generation", &g));
     CHECK_EQ_U(g, gen);
     CHECK(has(&r, OUT, "\"state\":\"idle\""));     /* resigned at the end */
-    ctl_free(&r);
+    run_free(&r);
 
     /* the table for people */
     CHECK_EQ_U(ctl_run(&r, ARGS("leader", "gw")), 0);
@@ -677,21 +497,21 @@ static void test_run_generation(void)
     CHECK(has_row(&r, "state", "idle"));
     CHECK(has_row(&r, "leader", "none"));
     CHECK(has_row(&r, "disabled", "no"));
-    ctl_free(&r);
+    run_free(&r);
 
     /* a command killed by a signal: 128+N */
     CHECK_EQ_U(ctl_run(&r, ARGS("leader-run", "gw", "--", "sh", "-c", "kill -9 $$")), 137);
-    ctl_free(&r);
+    run_free(&r);
     /* a command that cannot run */
     CHECK_EQ_U(ctl_run(&r, ARGS("leader-run", "gw", "--", "/nonexistent/cmd")), 127);
-    ctl_free(&r);
+    run_free(&r);
     /* usage */
     CHECK_EQ_U(ctl_run(&r, ARGS("leader-run", "gw")), 2);
-    ctl_free(&r);
+    run_free(&r);
     CHECK_EQ_U(ctl_run(&r, ARGS("leader-run", "-n", "-w", "1", "gw", "--", "true")), 2);
-    ctl_free(&r);
+    run_free(&r);
     CHECK_EQ_U(ctl_run(&r, ARGS("leader")), 2);
-    ctl_free(&r);
+    run_free(&r);
     stop();
 }
 
@@ -710,8 +530,8 @@ static void test_run_exclusive(void)
     for (int i = 0; i < 3; i++)
         ctl_start(&r[i], -1, ARGS("leader-run", "ex", "--", "sh", "-c", script));
     for (int i = 0; i < 3; i++) {
-        CHECK_EQ_U(ctl_finish(&r[i], 3 * T), 0);
-        ctl_free(&r[i]);
+        CHECK_EQ_U(run_finish(&r[i], 3 * T), 0);
+        run_free(&r[i]);
     }
     FILE *f = fopen(file, "r");
     REQUIRE(f);
@@ -750,15 +570,15 @@ static void test_run_lost(void)
     const char *l = report_line(&rep, T);
     CHECK(l && !strncmp(l, "started ", 8));
     CHECK_EQ_U(ctl_run(&o, ARGS("disable", "lw")), 0);
-    ctl_free(&o);
+    run_free(&o);
     l = report_line(&rep, T);
     CHECK(l && !strcmp(l, "term"));
-    CHECK_EQ_U(ctl_finish(&r, T), 1);         /* CMD exited 0: still a failure */
+    CHECK_EQ_U(run_finish(&r, T), 1);         /* CMD exited 0: still a failure */
     CHECK(has(&r, ERR, "coordctl: leader-run: lost leadership of lw (disabled)\n"));
-    ctl_free(&r);
+    run_free(&r);
     report_close(&rep);
     CHECK_EQ_U(ctl_run(&o, ARGS("enable", "lw")), 0);
-    ctl_free(&o);
+    run_free(&o);
 
     /* stolen by another leader-run */
     report_open(&rep);
@@ -768,14 +588,14 @@ static void test_run_lost(void)
     CHECK(l && sscanf(l, "started %llu", &g1) == 1);
     CHECK_EQ_U(ctl_run(&o, ARGS("leader-run", "--steal", "lw", "--", "sh", "-c",
                                 "echo $COORD_GENERATION")), 0);
-    unsigned long long g2 = strtoull(text_of(&o, OUT), NULL, 10);
+    unsigned long long g2 = strtoull(run_text(&o, OUT), NULL, 10);
     CHECK_EQ_U(g2, g1 + 1);
-    ctl_free(&o);
+    run_free(&o);
     l = report_line(&rep, T);
     CHECK(l && !strcmp(l, "term"));
-    CHECK_EQ_U(ctl_finish(&r, T), 1);
+    CHECK_EQ_U(run_finish(&r, T), 1);
     CHECK(has(&r, ERR, "coordctl: leader-run: lost leadership of lw (stolen)\n"));
-    ctl_free(&r);
+    run_free(&r);
     report_close(&rep);
 
     /* a command that does not end on SIGTERM decides the status itself */
@@ -785,10 +605,10 @@ static void test_run_lost(void)
     l = report_line(&rep, T);
     CHECK(l && !strcmp(l, "started"));
     CHECK_EQ_U(ctl_run(&o, ARGS("leader-run", "--steal", "lw", "--", "true")), 0);
-    ctl_free(&o);
-    CHECK_EQ_U(ctl_finish(&r, T), 5);
+    run_free(&o);
+    CHECK_EQ_U(run_finish(&r, T), 5);
     CHECK(has(&r, ERR, "lost leadership of lw (stolen)"));
-    ctl_free(&r);
+    run_free(&r);
     report_close(&rep);
 
     /* SIGTERM to coordctl reaches the command; leadership is resigned */
@@ -799,13 +619,13 @@ static void test_run_lost(void)
     kill(r.pid, SIGTERM);
     l = report_line(&rep, T);
     CHECK(l && !strcmp(l, "term"));
-    CHECK_EQ_U(ctl_finish(&r, T), 0);
-    CHECK_EQ_U(r.out[ERR].n, 0);
-    ctl_free(&r);
+    CHECK_EQ_U(run_finish(&r, T), 0);
+    CHECK_EQ_U(r.text[ERR].n, 0);
+    run_free(&r);
     report_close(&rep);
     CHECK_EQ_U(ctl_run(&o, ARGS("--json", "leader", "lw")), 0);
     CHECK(has(&o, OUT, "\"state\":\"idle\""));
-    ctl_free(&o);
+    run_free(&o);
 
     /* -n while someone leads: exit 1 without running */
     report_open(&rep);
@@ -818,11 +638,11 @@ static void test_run_lost(void)
     CHECK_EQ_U(ctl_run(&o, ARGS("leader-run", "-n", "lw", "--", "sh", "-c",
                                 "touch \"$OUT_FILE\"")), 1);
     CHECK(has(&o, ERR, "coordctl: leader-run: lw has a leader\n"));
-    ctl_free(&o);
+    run_free(&o);
     CHECK_EQ_U(ctl_run(&o, ARGS("leader-run", "-w", "0.2", "lw", "--", "sh", "-c",
                                 "touch \"$OUT_FILE\"")), 1);
     CHECK(has(&o, ERR, "coordctl: leader-run: TIMEOUT: "));
-    ctl_free(&o);
+    run_free(&o);
     CHECK(access(file, F_OK) != 0);
     CHECK_EQ_U(ctl_run(&o, ARGS("leader", "lw")), 0);
     CHECK(has_row(&o, "state", "leading"));
@@ -831,15 +651,15 @@ static void test_run_lost(void)
     CHECK(has(&o, OUT, want));
     CHECK(has(&o, OUT, "\nlease left "));
     CHECK(has(&o, OUT, "\nleading for "));
-    ctl_free(&o);
+    run_free(&o);
 
     /* the broker goes away: the command is stopped */
     broker_kill(&bp, SIGKILL);
     l = report_line(&rep, T);
     CHECK(l && !strcmp(l, "term"));
-    CHECK_EQ_U(ctl_finish(&r, T), 1);
+    CHECK_EQ_U(run_finish(&r, T), 1);
     CHECK(has(&r, ERR, "coordctl: leader-run: lost leadership of lw (broker connection closed)\n"));
-    ctl_free(&r);
+    run_free(&r);
     report_close(&rep);
     broker_cleanup(&bp);
 }
@@ -884,9 +704,9 @@ static void test_run_renews(void)
     CHECK_EQ_U(elected, 1);
     CHECK_EQ_U(other, 0);
     CHECK(renewed >= 6);            /* every third of a second for 3 s */
-    CHECK_EQ_U(ctl_finish(&r, T), 0);
-    CHECK_EQ_U(r.out[ERR].n, 0);
-    ctl_free(&r);
+    CHECK_EQ_U(run_finish(&r, T), 0);
+    CHECK_EQ_U(r.text[ERR].n, 0);
+    run_free(&r);
     coord_close(w);
     stop();
 }
@@ -896,12 +716,12 @@ static void test_disable_enable(void)
     start();
     struct run r;
     CHECK_EQ_U(ctl_run(&r, ARGS("leader-run", "dw", "--", "true")), 0);
-    ctl_free(&r);
+    run_free(&r);
     CHECK_EQ_U(ctl_run(&r, ARGS("disable", "dw")), 0);
     char *end;
-    unsigned long long g = strtoull(text_of(&r, OUT), &end, 10);
+    unsigned long long g = strtoull(run_text(&r, OUT), &end, 10);
     CHECK(g == 2 && *end == '\n');          /* elected 1, disable advances */
-    ctl_free(&r);
+    run_free(&r);
 
     char file[400];
     snprintf(file, sizeof file, "%s/ran", bp.dir);
@@ -909,31 +729,31 @@ static void test_disable_enable(void)
     CHECK_EQ_U(ctl_run(&r, ARGS("leader-run", "dw", "--", "sh", "-c",
                                 "touch \"$OUT_FILE\"")), 1);
     CHECK(has(&r, ERR, "coordctl: leader-run: DISABLED: "));
-    ctl_free(&r);
+    run_free(&r);
     CHECK(access(file, F_OK) != 0);
 
     CHECK_EQ_U(ctl_run(&r, ARGS("leader", "dw")), 0);
     CHECK(has_row(&r, "state", "disabled"));
     CHECK(has_row(&r, "disabled", "yes"));
-    ctl_free(&r);
+    run_free(&r);
     CHECK_EQ_U(ctl_run(&r, ARGS("--json", "leader", "dw")), 0);
     CHECK(has(&r, OUT, "\"disabled\":true"));
-    ctl_free(&r);
+    run_free(&r);
 
     CHECK_EQ_U(ctl_run(&r, ARGS("enable", "dw")), 0);
-    CHECK_EQ_U(r.out[OUT].n, 0);
-    ctl_free(&r);
+    CHECK_EQ_U(r.text[OUT].n, 0);
+    run_free(&r);
     CHECK_EQ_U(ctl_run(&r, ARGS("leader-run", "dw", "--", "sh", "-c",
                                 "echo $COORD_GENERATION; touch \"$OUT_FILE\"")), 0);
-    CHECK_EQ_U(strtoull(text_of(&r, OUT), NULL, 10), g + 1);
-    ctl_free(&r);
+    CHECK_EQ_U(strtoull(run_text(&r, OUT), NULL, 10), g + 1);
+    run_free(&r);
     CHECK(access(file, F_OK) == 0);
 
     CHECK_EQ_U(ctl_run(&r, ARGS("--json", "disable", "dw")), 0);
-    CHECK(json_object_line(text_of(&r, OUT)));
+    CHECK(json_object_line(run_text(&r, OUT)));
     uint64_t g2 = 0;
-    CHECK(json_uint(text_of(&r, OUT), "generation", &g2) && g2 == g + 2);
-    ctl_free(&r);
+    CHECK(json_uint(run_text(&r, OUT), "generation", &g2) && g2 == g + 2);
+    run_free(&r);
     stop();
 }
 
@@ -1077,7 +897,7 @@ static void test_watch(void)
     CHECK(EXPECT(&w, OUT, " -leaders lost ", "workstream=lw ", g2, "reason=disconnected"));
 
     /* every line starts with a local time HH:MM:SS.mmm */
-    const char *all = text_of(&w, OUT);
+    const char *all = run_text(&w, OUT);
     for (const char *p = all; *p; ) {
         CHECK(p[2] == ':' && p[5] == ':' && p[8] == '.' && p[12] == ' ');
         const char *nl = strchr(p, '\n');
@@ -1087,20 +907,20 @@ static void test_watch(void)
     }
 
     kill(w.pid, SIGTERM);
-    CHECK_EQ_U(ctl_finish(&w, T), 0);
+    CHECK_EQ_U(run_finish(&w, T), 0);
     /* the result bytes never reach an observer, in any form */
-    CHECK(!strstr(text_of(&w, OUT), "SECRET"));
-    CHECK(!strstr(text_of(&w, OUT), "U0VDUkVU"));      /* base64 of "SECRET" */
-    ctl_free(&w);
+    CHECK(!strstr(run_text(&w, OUT), "SECRET"));
+    CHECK(!strstr(run_text(&w, OUT), "U0VDUkVU"));      /* base64 of "SECRET" */
+    run_free(&w);
     coord_close(a);
 
     /* the broker going away ends watch with status 3 */
     ctl_start(&w, -1, ARGS("watch", "-leaders", "chan"));
     CHECK(EXPECT(&w, ERR, "listening on -leaders chan"));
     broker_kill(&bp, SIGTERM);
-    CHECK_EQ_U(ctl_finish(&w, T), 3);
+    CHECK_EQ_U(run_finish(&w, T), 3);
     CHECK(has(&w, ERR, "coordctl: watch: "));
-    ctl_free(&w);
+    run_free(&w);
     broker_cleanup(&bp);
 }
 
@@ -1135,11 +955,11 @@ static void test_watch_json(void)
     CHECK(EXPECT(&w, OUT, "\"ev\":\"message\"", "\"channel\":\"room\"",
                  "\"data\":\"aGkgInlvdSI=\""));
     kill(w.pid, SIGINT);
-    CHECK_EQ_U(ctl_finish(&w, T), 0);
+    CHECK_EQ_U(run_finish(&w, T), 0);
     /* every line is one JSON object with the channel (and what, but for
      * messages), nothing else */
     int lines = 0;
-    const char *p = text_of(&w, OUT);
+    const char *p = run_text(&w, OUT);
     while (*p) {
         const char *nl = strchr(p, '\n');
         REQUIRE(nl);
@@ -1154,7 +974,7 @@ static void test_watch_json(void)
         p = nl + 1;
     }
     CHECK(lines >= 5);
-    ctl_free(&w);
+    run_free(&w);
 
     /* the human form of a message */
     ctl_start(&w, -1, ARGS("watch", "room"));
@@ -1167,13 +987,13 @@ static void test_watch_json(void)
     CHECK(EXPECT(&w, OUT, want));
     CHECK(EXPECT(&w, OUT, " room message ", " data=base64:AQI="));
     kill(w.pid, SIGTERM);
-    CHECK_EQ_U(ctl_finish(&w, T), 0);
-    ctl_free(&w);
+    CHECK_EQ_U(run_finish(&w, T), 0);
+    run_free(&w);
 
     /* a channel the broker refuses */
     CHECK_EQ_U(ctl_run(&w, ARGS("watch", "-nope")), 1);
     CHECK(has(&w, ERR, "coordctl: watch: -nope: NAME_RESERVED: "));
-    ctl_free(&w);
+    run_free(&w);
     coord_close(a);
     stop();
 }
@@ -1185,51 +1005,50 @@ static void test_publish_subscribe(void)
     ctl_start(&s, -1, ARGS("subscribe", "news"));
     CHECK(EXPECT(&s, ERR, "coordctl: subscribe: listening on news"));
     CHECK_EQ_U(ctl_run(&p, ARGS("publish", "news", "hello there")), 0);
-    CHECK(!strcmp(text_of(&p, OUT), "delivered 1\n"));
-    ctl_free(&p);
-    const char *l = next_line(&s, OUT, T);
+    CHECK(!strcmp(run_text(&p, OUT), "delivered 1\n"));
+    run_free(&p);
+    const char *l = run_line(&s, OUT, T);
     CHECK(l && !strcmp(l, "hello there"));
     CHECK_EQ_U(ctl_run(&p, ARGS("--json", "publish", "news", "second")), 0);
-    CHECK(!strcmp(text_of(&p, OUT), "{\"delivered\":1}\n"));
-    ctl_free(&p);
-    l = next_line(&s, OUT, T);
+    CHECK(!strcmp(run_text(&p, OUT), "{\"delivered\":1}\n"));
+    run_free(&p);
+    l = run_line(&s, OUT, T);
     CHECK(l && !strcmp(l, "second"));
     kill(s.pid, SIGTERM);
-    CHECK_EQ_U(ctl_finish(&s, T), 0);
-    ctl_free(&s);
+    CHECK_EQ_U(run_finish(&s, T), 0);
+    run_free(&s);
 
     /* --json: one object per message */
     ctl_start(&s, -1, ARGS("--json", "subscribe", "news"));
     CHECK(EXPECT(&s, ERR, "listening on news"));
     CHECK_EQ_U(ctl_run(&p, ARGS("publish", "news", "j")), 0);
-    ctl_free(&p);
-    l = next_line(&s, OUT, T);
+    run_free(&p);
+    l = run_line(&s, OUT, T);
     CHECK(l && json_object_line(l) && strstr(l, "\"channel\":\"news\"") &&
           strstr(l, "\"data\":\"ag==\""));
     kill(s.pid, SIGTERM);
-    CHECK_EQ_U(ctl_finish(&s, T), 0);
-    ctl_free(&s);
+    CHECK_EQ_U(run_finish(&s, T), 0);
+    run_free(&s);
 
     /* nobody listens */
     CHECK_EQ_U(ctl_run(&p, ARGS("publish", "news", "x")), 0);
-    CHECK(!strcmp(text_of(&p, OUT), "delivered 0\n"));
-    ctl_free(&p);
+    CHECK(!strcmp(run_text(&p, OUT), "delivered 0\n"));
+    run_free(&p);
 
     /* the broker's channels are not for publishing */
     CHECK_EQ_U(ctl_run(&p, ARGS("publish", "-locks", "x")), 1);
-    CHECK(!strncmp(text_of(&p, ERR), "coordctl: publish: NAME_RESERVED: ", 34));
-    CHECK_EQ_U(p.out[OUT].n, 0);
-    ctl_free(&p);
+    CHECK(!strncmp(run_text(&p, ERR), "coordctl: publish: NAME_RESERVED: ", 34));
+    CHECK_EQ_U(p.text[OUT].n, 0);
+    run_free(&p);
     CHECK_EQ_U(ctl_run(&p, ARGS("publish", "news")), 2);
-    ctl_free(&p);
+    run_free(&p);
     CHECK_EQ_U(ctl_run(&p, ARGS("subscribe")), 2);
-    ctl_free(&p);
+    run_free(&p);
     stop();
 }
 
 int main(int argc, char **argv)
 {
-    signal(SIGPIPE, SIG_IGN);
     static const struct test_case tests[] = {
         { "lib_leader", test_lib_leader },
         { "lib_channels", test_lib_channels },

@@ -13,7 +13,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "harness.h"
@@ -23,23 +22,6 @@
 static const char *const cap_args[] = { "--max-outbuf", "4096", NULL };
 static struct broker_proc bp;
 static coord_msg m;
-
-static size_t fionread(int fd)
-{
-    int n = 0;
-    if (ioctl(fd, FIONREAD, &n) < 0)
-        return 0;
-    return (size_t)n;
-}
-
-static uint64_t stat_of(struct rcl *c, const char *key)
-{
-    static uint64_t rid = 1ull << 30;
-    rcl_begin(c, "stats", ++rid);
-    if (rcl_send(c) || rcl_reply(c, rid, T, &m))
-        return UINT64_MAX;
-    return msg_uint(&m, key);
-}
 
 static int subscribe(struct rcl *c, uint64_t rid, const char *ch)
 {
@@ -64,18 +46,18 @@ static int publish(struct rcl *c, uint64_t rid, const char *ch, size_t n)
 /* Brings the output queued for victim (subscribed to "fill", reading no
  * more) to within one small event of the cap.  Returns the bytes of room
  * left, or SIZE_MAX on failure. */
-static size_t fill_near_cap(struct rcl *feeder, int victim)
+static size_t fill_near_cap(struct rcl *feeder, struct rcl *victim)
 {
     uint64_t rid = 1000;
-    size_t base = fionread(victim);
+    size_t base = rcl_unread(victim);
     if (publish(feeder, ++rid, "fill", 1) || rcl_reply(feeder, rid, T, &m) ||
         rcl_sync(feeder))
         return SIZE_MAX;
-    size_t ev = fionread(victim) - base;       /* one event's bytes */
+    size_t ev = rcl_unread(victim) - base;       /* one event's bytes */
     size_t generated = base + ev;
     /* batches while the kernel still takes everything, then one by one */
     for (int guard = 0; guard < 100000; guard++) {
-        size_t queued = generated - fionread(victim);
+        size_t queued = generated - rcl_unread(victim);
         if (queued + ev > CAP)
             return CAP - queued;
         int batch = queued == 0 ? 40 : 1;
@@ -116,15 +98,15 @@ static void test_grant_while_processing_queue(void)
     uint64_t hlock = msg_uint(&m, "lock");
     REQUIRE(rcl_acquire(v, 2, "L", 1, NULL, 0, 0) == 0);
     REQUIRE(rcl_sync(h) == 0);
-    REQUIRE(fill_near_cap(other, rcl_fd(v)) != SIZE_MAX);
+    REQUIRE(fill_near_cap(other, v) != SIZE_MAX);
     coord_enc *e = rcl_begin(h, "lock.release", 2);
     coord_enc_kv_uint(e, "lock", hlock);
     REQUIRE(rcl_send(h) == 0);
     REQUIRE(rcl_reply(h, 2, T, &m) == 0);
     CHECK(msg_ok(&m));
-    CHECK_EQ_U(stat_of(h, "outbuf_disconnects"), 1);
-    CHECK_EQ_U(stat_of(h, "locks_held"), 0);
-    CHECK_EQ_U(stat_of(h, "lock_names"), 0);
+    CHECK_EQ_U(rcl_stat(h, "outbuf_disconnects"), 1);
+    CHECK_EQ_U(rcl_stat(h, "locks_held"), 0);
+    CHECK_EQ_U(rcl_stat(h, "lock_names"), 0);
     /* the name is free again for everyone */
     REQUIRE(rcl_acquire(other, 3, "L", 1, "if_available", 0, 0) == 0);
     REQUIRE(rcl_reply(other, 3, T, &m) == 0);
@@ -156,7 +138,7 @@ static void test_owner_following_itself(void)
     coord_enc_kv_cstr(e, "key", "K");
     REQUIRE(rcl_send(f2) == 0);
     REQUIRE(rcl_sync(f2) == 0);
-    REQUIRE(fill_near_cap(feeder, rcl_fd(o)) != SIZE_MAX);
+    REQUIRE(fill_near_cap(feeder, o) != SIZE_MAX);
     e = rcl_begin(o, "flight.complete", 4);
     coord_enc_kv_uint(e, "flight", flight);
     coord_enc_kv_uint(e, "fence", fence);
@@ -167,8 +149,8 @@ static void test_owner_following_itself(void)
     CHECK(msg_str_is(&m, "role", "result", 6));
     CHECK(msg_str_is(&m, "result", "the result", 10));
     CHECK_EQ_U(msg_uint(&m, "fence"), fence);
-    CHECK_EQ_U(stat_of(f2, "outbuf_disconnects"), 1);
-    CHECK_EQ_U(stat_of(f2, "flights"), 0);
+    CHECK_EQ_U(rcl_stat(f2, "outbuf_disconnects"), 1);
+    CHECK_EQ_U(rcl_stat(f2, "flights"), 0);
     rcl_close(o);
     rcl_close(f2);
     rcl_close(feeder);
@@ -188,7 +170,7 @@ static void test_steal_from_double_holder(void)
         REQUIRE(rcl_acquire(s, rid, "N", 1, "shared", 0, 0) == 0);
         REQUIRE(rcl_reply(s, rid, T, &m) == 0 && msg_bool(&m, "granted"));
     }
-    REQUIRE(fill_near_cap(feeder, rcl_fd(s)) != SIZE_MAX);
+    REQUIRE(fill_near_cap(feeder, s) != SIZE_MAX);
     REQUIRE(rcl_acquire(x, 1, "N", 1, "steal", 0, 0) == 0);
     REQUIRE(rcl_reply(x, 1, T, &m) == 0);
     CHECK(msg_bool(&m, "granted"));
@@ -205,8 +187,8 @@ static void test_steal_from_double_holder(void)
     CHECK_EQ_U(lost, 2);
     CHECK_EQ_U(granted_x, 1);
     CHECK_EQ_U(released, 0);
-    CHECK_EQ_U(stat_of(x, "outbuf_disconnects"), 1);
-    CHECK_EQ_U(stat_of(x, "locks_held"), 1);
+    CHECK_EQ_U(rcl_stat(x, "outbuf_disconnects"), 1);
+    CHECK_EQ_U(rcl_stat(x, "locks_held"), 1);
     rcl_close(s);
     rcl_close(x);
     rcl_close(w);
@@ -219,8 +201,8 @@ static void test_pipelined_grants(void)
 {
     start_or_exit(&bp, cap_args);
     struct rcl *good = connect_or_exit(&bp, NULL);
-    int p = raw_connect(bp.sock);
-    REQUIRE(p >= 0 && raw_hello(p, NULL) == 0);
+    struct rcl *p = rcl_connect(bp.sock);
+    REQUIRE(p && rcl_hello(p, NULL) == 0);
     coord_buf b;
     coord_enc e;
     coord_buf_init(&b);
@@ -235,18 +217,18 @@ static void test_pipelined_grants(void)
     }
     pid_t writer = fork();
     if (writer == 0)
-        _exit(raw_send(p, b.data, b.len) == 0 ? 0 : 1);
+        _exit(rcl_write(p, b.data, b.len) == 0 ? 0 : 1);
     coord_buf_free(&b);
     /* the broker cuts p off; everything p held is released */
     bool done = false;
     for (uint64_t t0 = now_ms(); !done && now_ms() - t0 < 10000;)
-        done = stat_of(good, "outbuf_disconnects") == 1 && stat_of(good, "locks_held") == 0;
+        done = rcl_stat(good, "outbuf_disconnects") == 1 && rcl_stat(good, "locks_held") == 0;
     CHECK(done);
     CHECK(wait_pid_timeout(writer, 10000) != -1);
     REQUIRE(rcl_acquire(good, 1, "p1", 2, NULL, 0, 0) == 0);
     REQUIRE(rcl_reply(good, 1, T, &m) == 0);
     CHECK(msg_bool(&m, "granted"));
-    close(p);
+    rcl_close(p);
     rcl_close(good);
     stop_and_clean(&bp);
 }
@@ -267,7 +249,7 @@ static void test_fan_out_cut(void)
     REQUIRE(subscribe(s2, 1, "X") == 0);
     REQUIRE(subscribe(s3, 1, "X") == 0);
     REQUIRE(subscribe(watch, 1, "-locks") == 0);
-    REQUIRE(fill_near_cap(feeder, rcl_fd(s1)) != SIZE_MAX);
+    REQUIRE(fill_near_cap(feeder, s1) != SIZE_MAX);
     REQUIRE(publish(pub, 1, "X", 300) == 0);
     REQUIRE(rcl_reply(pub, 1, T, &m) == 0);
     CHECK_EQ_U(msg_uint(&m, "delivered"), 2);
@@ -308,7 +290,7 @@ static void test_shutdown_grants_cut_waiter(void)
     REQUIRE(rcl_acquire(a, 1, "L", 1, NULL, 0, 0) == 0);       /* exclusive, waits */
     REQUIRE(rcl_acquire(v, 2, "L", 1, "shared", 0, 0) == 0);   /* behind a */
     REQUIRE(rcl_sync(a) == 0);
-    REQUIRE(fill_near_cap(h, rcl_fd(v)) != SIZE_MAX);
+    REQUIRE(fill_near_cap(h, v) != SIZE_MAX);
     kill(bp.pid, SIGTERM);
     int st = wait_pid_timeout(bp.pid, 10000);
     CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);

@@ -11,7 +11,6 @@
 #include "harness.h"
 
 #define T 5000                  /* ms to wait for what must happen */
-#define S(s) s, strlen(s)       /* a C string as pointer and length */
 
 static struct broker_proc bp;
 static coord_msg m;
@@ -58,12 +57,8 @@ static int complete(struct rcl *c, uint64_t rid, uint64_t flight, uint64_t fence
     return rcl_reply(c, rid, T, &m);
 }
 
-static bool result_is(const char *want)
-{
-    const msgpack_object *r = coord_map_find(m.map, "result");
-    return r && r->type == MSGPACK_OBJECT_BIN && r->via.bin.size == strlen(want) &&
-           memcmp(r->via.bin.ptr, want, strlen(want)) == 0;
-}
+/* The result is bin and holds want (a missing result fails the check). */
+#define result_is(want) msg_bin_is(&m, "result", (want), strlen(want))
 
 static void test_one_owner_many_followers(void)
 {
@@ -80,11 +75,11 @@ static void test_one_owner_many_followers(void)
     rcl_begin(o, "flight.list", 2);
     rcl_send(o);
     REQUIRE(rcl_reply(o, 2, T, &m) == 0);
-    const msgpack_object *fl = coord_map_find(m.map, "flights");
-    REQUIRE(fl && fl->via.array.size == 1);
-    const msgpack_object_map *e = &fl->via.array.ptr[0].via.map;
-    CHECK_EQ_U(coord_map_find(e, "followers")->via.u64, 5);
-    CHECK_EQ_U(coord_map_find(e, "flight")->via.u64, flight);
+    const msgpack_object_array *fl = msg_array(&m, "flights");
+    REQUIRE(fl->size == 1);
+    const msgpack_object_map *e = map_at(fl, 0);
+    CHECK_EQ_U(map_uint(e, "followers"), 5);
+    CHECK_EQ_U(map_uint(e, "flight"), flight);
     REQUIRE(complete(o, 3, flight, fence, S("the result"), 0) == 0);
     CHECK(msg_ok(&m));
     CHECK_EQ_U(msg_uint(&m, "delivered"), 5);
@@ -335,11 +330,10 @@ static void test_record_expiry_and_list(void)
     coord_enc_kv_cstr(e, "prefix", "user/");
     rcl_send(o);
     REQUIRE(rcl_reply(o, 30, T, &m) == 0);
-    const msgpack_object *recs = coord_map_find(m.map, "records");
-    REQUIRE(recs && recs->via.array.size == 2);
-    const msgpack_object *k0 = coord_map_find(&recs->via.array.ptr[0].via.map, "key");
-    CHECK(k0->via.str.size == 6 && memcmp(k0->via.str.ptr, "user/1", 6) == 0);
-    CHECK_EQ_U(coord_map_find(&recs->via.array.ptr[0].via.map, "size")->via.u64, 1);
+    const msgpack_object_array *recs = msg_array(&m, "records");
+    REQUIRE(recs->size == 2);
+    CHECK(map_str_is(map_at(recs, 0), "key", "user/1", 6));
+    CHECK_EQ_U(map_uint(map_at(recs, 0), "size"), 1);
     /* expired records are never returned */
     poll(NULL, 0, 200);
     read_record(o, 31, "user/2");
@@ -349,8 +343,8 @@ static void test_record_expiry_and_list(void)
     coord_enc_kv_cstr(e, "prefix", "user/");
     rcl_send(o);
     REQUIRE(rcl_reply(o, 32, T, &m) == 0);
-    recs = coord_map_find(m.map, "records");
-    CHECK(recs && recs->via.array.size == 1);
+    recs = msg_array(&m, "records");
+    CHECK(recs->size == 1);
     /* and the sweep removes it from the ledger within a few sweeps */
     bool swept = false;
     for (int i = 0; i < 100 && !swept; i++) {
@@ -461,8 +455,7 @@ static void test_fail_wait_and_bad_input(void)
     CHECK(msg_bool(&m, "retryable"));
     const msgpack_object *err = coord_map_find(m.map, "error");
     REQUIRE(err && err->type == MSGPACK_OBJECT_MAP);
-    const msgpack_object *code = coord_map_find(&err->via.map, "code");
-    CHECK(code && code->via.str.size == 12 && memcmp(code->via.str.ptr, "UPSTREAM_503", 12) == 0);
+    CHECK(map_str_is(&err->via.map, "code", "UPSTREAM_503", 12));
     /* the broker is unaffected */
     CHECK(rcl_sync(o) == 0 && rcl_sync(f1) == 0);
     rcl_close(o);

@@ -15,7 +15,6 @@
 #include "harness.h"
 
 #define T 5000                  /* ms to wait for what must happen */
-#define S(s) s, strlen(s)       /* a C string as pointer and length */
 
 static struct broker_proc bp;
 static coord_msg m;
@@ -81,12 +80,8 @@ static int read_key(struct rcl *c, uint64_t rid, const char *ws, const char *key
     return rcl_reply(c, rid, T, &m);
 }
 
-static bool value_is(const char *want)
-{
-    const msgpack_object *v = coord_map_find(m.map, "value");
-    return v && v->type == MSGPACK_OBJECT_BIN && v->via.bin.size == strlen(want) &&
-           memcmp(v->via.bin.ptr, want, strlen(want)) == 0;
-}
+/* The value is bin and holds want (a missing value fails the check). */
+#define value_is(want) msg_bin_is(&m, "value", (want), strlen(want))
 
 /* 20 processes campaign at once; each, once elected, checks that nobody
  * else is inside (an O_EXCL marker file), commits, leaves, resigns. */
@@ -412,13 +407,12 @@ static void test_lock_query_shows_leadership_and_steal(void)
     rcl_begin(b, "lock.query", 1);
     rcl_send(b);
     REQUIRE(rcl_reply(b, 1, T, &m) == 0);
-    const msgpack_object *held = coord_map_find(m.map, "held");
-    REQUIRE(held && held->via.array.size == 1);
-    const msgpack_object *n = coord_map_find(&held->via.array.ptr[0].via.map, "name");
-    CHECK(n->via.str.size == 15 && memcmp(n->via.str.ptr, "-leader/visible", 15) == 0);
+    const msgpack_object_array *held = msg_array(&m, "held");
+    REQUIRE(held->size == 1);
+    CHECK(map_str_is(map_at(held, 0), "name", "-leader/visible", 15));
     /* a client cannot release it through lock.release */
     coord_enc *e = rcl_begin(a, "lock.release", 2);
-    coord_enc_kv_uint(e, "lock", coord_map_find(&held->via.array.ptr[0].via.map, "lock")->via.u64);
+    coord_enc_kv_uint(e, "lock", map_uint(map_at(held, 0), "lock"));
     rcl_send(a);
     REQUIRE(rcl_reply(a, 2, T, &m) == 0);
     CHECK(msg_code_is(&m, "UNKNOWN_LOCK"));

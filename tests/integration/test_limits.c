@@ -15,22 +15,6 @@
 static struct broker_proc bp;
 static coord_msg m;
 
-static uint64_t stat_of(struct rcl *c, const char *key)
-{
-    static uint64_t rid = 1ull << 30;
-    rcl_begin(c, "stats", ++rid);
-    if (rcl_send(c) || rcl_reply(c, rid, T, &m))
-        return UINT64_MAX;
-    return msg_uint(&m, key);
-}
-
-static bool is_bin(coord_msg *msg, const char *key, const void *p, size_t n)
-{
-    const msgpack_object *v = coord_map_find(msg->map, key);
-    return v && v->type == MSGPACK_OBJECT_BIN && v->via.bin.size == n &&
-           memcmp(v->via.bin.ptr, p, n) == 0;
-}
-
 /* Pipelines n frames built by make(i) and reads n replies, counting the
  * ones that are ok:false with code. */
 typedef void (*make_fn)(coord_enc *e, uint64_t i);
@@ -48,7 +32,7 @@ static uint64_t pipeline(struct rcl *c, uint64_t n, make_fn make, const char *co
     }
     pid_t w = fork();
     if (w == 0)
-        _exit(raw_send(rcl_fd(c), b.data, b.len) == 0 ? 0 : 1);
+        _exit(rcl_write(c, b.data, b.len) == 0 ? 0 : 1);
     coord_buf_free(&b);
     uint64_t hits = 0;
     *first_code_at = 0;
@@ -110,8 +94,8 @@ static void test_per_connection_caps(void)
     CHECK_EQ_U(at, 65537);
     CHECK_EQ_U(pipeline(c, 65537, make_flight, "LIMIT", &at), 1);
     CHECK_EQ_U(at, 65537);
-    CHECK_EQ_U(stat_of(other, "locks_held"), 65536);
-    CHECK_EQ_U(stat_of(other, "flights"), 65536);
+    CHECK_EQ_U(rcl_stat(other, "locks_held"), 65536);
+    CHECK_EQ_U(rcl_stat(other, "flights"), 65536);
     REQUIRE(rcl_acquire(other, 1, "l1", 2, "if_available", 0, 0) == 0);
     REQUIRE(rcl_reply(other, 1, T, &m) == 0);
     CHECK(msg_ok(&m) && !msg_bool(&m, "granted"));
@@ -119,8 +103,8 @@ static void test_per_connection_caps(void)
     /* all of it goes with the connection */
     bool gone = false;
     for (uint64_t t0 = now_ms(); !gone && now_ms() - t0 < T;)
-        gone = stat_of(other, "locks_held") == 0 && stat_of(other, "flights") == 0 &&
-               stat_of(other, "channels") == 0;
+        gone = rcl_stat(other, "locks_held") == 0 && rcl_stat(other, "flights") == 0 &&
+               rcl_stat(other, "channels") == 0;
     CHECK(gone);
     rcl_close(other);
     stop_and_clean(&bp);
@@ -133,20 +117,20 @@ static void test_idle_workstreams_forgotten(void)
     struct rcl *c = connect_or_exit(&bp, NULL);
     uint64_t at;
     CHECK_EQ_U(pipeline(c, 20000, make_info, "STORAGE", &at), 0);
-    CHECK_EQ_U(stat_of(c, "workstreams"), 0);
+    CHECK_EQ_U(rcl_stat(c, "workstreams"), 0);
     /* a led one stays, and is forgotten once its leader resigns */
     coord_enc *e = rcl_begin(c, "leader.campaign", 1);
     coord_enc_kv_cstr(e, "workstream", "w1");
     REQUIRE(rcl_send(c) == 0);
     REQUIRE(rcl_reply(c, 1, T, &m) == 0 && msg_bool(&m, "granted"));
     uint64_t gen = msg_uint(&m, "generation");
-    CHECK_EQ_U(stat_of(c, "workstreams"), 1);
+    CHECK_EQ_U(rcl_stat(c, "workstreams"), 1);
     e = rcl_begin(c, "leader.resign", 2);
     coord_enc_kv_cstr(e, "workstream", "w1");
     coord_enc_kv_uint(e, "generation", gen);
     REQUIRE(rcl_send(c) == 0);
     REQUIRE(rcl_reply(c, 2, T, &m) == 0 && msg_ok(&m));
-    CHECK_EQ_U(stat_of(c, "workstreams"), 0);
+    CHECK_EQ_U(rcl_stat(c, "workstreams"), 0);
     e = rcl_begin(c, "leader.info", 3);
     coord_enc_kv_cstr(e, "workstream", "w1");
     REQUIRE(rcl_send(c) == 0);
@@ -182,7 +166,7 @@ static void test_durations_at_max(void)
     REQUIRE(rcl_acquire(c, 4, "d", 1, NULL, 86400000, 0) == 0);
     REQUIRE(rcl_sync(c) == 0);
     CHECK_EQ_U(rcl_queued(c), 0);
-    CHECK_EQ_U(stat_of(h, "locks_pending"), 1);
+    CHECK_EQ_U(rcl_stat(h, "locks_pending"), 1);
     const char *leader_fields[] = { "lease_ms", "timeout_ms" };
     for (int i = 0; i < 2; i++) {
         e = rcl_begin(c, "leader.campaign", 10 + (uint64_t)i);
@@ -218,7 +202,7 @@ static void test_durations_at_max(void)
     REQUIRE(rcl_acquire(h, 32, "d", 1, "if_available", 0, 0) == 0);
     REQUIRE(rcl_reply(h, 32, T, &m) == 0);
     CHECK(msg_ok(&m) && !msg_bool(&m, "granted"));
-    CHECK_EQ_U(stat_of(h, "locks_held"), 1);
+    CHECK_EQ_U(rcl_stat(h, "locks_held"), 1);
     rcl_close(c);
     rcl_close(h);
     stop_and_clean(&bp);
@@ -246,7 +230,7 @@ static void test_names_not_utf8(void)
     REQUIRE(rcl_acquire(a, 2, good, strlen(good), NULL, 0, 0) == 0);
     REQUIRE(rcl_reply(a, 2, T, &m) == 0 && msg_bool(&m, "granted"));
     REQUIRE(rcl_event(b, "lifecycle", T, &m) == 0);
-    CHECK(is_bin(&m, "name", bad, 2));
+    CHECK(msg_bin_is(&m, "name", bad, 2));
     REQUIRE(rcl_event(b, "lifecycle", T, &m) == 0);
     const msgpack_object *v = coord_map_find(m.map, "name");
     CHECK(v && v->type == MSGPACK_OBJECT_STR);
@@ -256,8 +240,8 @@ static void test_names_not_utf8(void)
     REQUIRE(rcl_reply(b, 3, T, &m) == 0);
     const msgpack_object *held = coord_map_find(m.map, "held");
     REQUIRE(held && held->type == MSGPACK_OBJECT_ARRAY && held->via.array.size == 2);
-    const msgpack_object *n0 = coord_map_find(&held->via.array.ptr[0].via.map, "name");
-    const msgpack_object *n1 = coord_map_find(&held->via.array.ptr[1].via.map, "name");
+    const msgpack_object *n0 = coord_map_find(map_at(&held->via.array, 0), "name");
+    const msgpack_object *n1 = coord_map_find(map_at(&held->via.array, 1), "name");
     CHECK(n0 && n0->type == MSGPACK_OBJECT_BIN && n0->via.bin.size == 2);
     CHECK(n1 && n1->type == MSGPACK_OBJECT_STR && n1->via.str.size == strlen(good));
     /* a flight key and a channel message */
@@ -270,7 +254,7 @@ static void test_names_not_utf8(void)
     REQUIRE(rcl_reply(b, 5, T, &m) == 0);
     const msgpack_object *fl = coord_map_find(m.map, "flights");
     REQUIRE(fl && fl->type == MSGPACK_OBJECT_ARRAY && fl->via.array.size == 1);
-    const msgpack_object *k = coord_map_find(&fl->via.array.ptr[0].via.map, "key");
+    const msgpack_object *k = coord_map_find(map_at(&fl->via.array, 0), "key");
     CHECK(k && k->type == MSGPACK_OBJECT_BIN && k->via.bin.size == 2);
     e = rcl_begin(a, "sub.publish", 6);
     coord_enc_kv_bin(e, "channel", bad, 2);
@@ -279,33 +263,18 @@ static void test_names_not_utf8(void)
     REQUIRE(rcl_reply(a, 6, T, &m) == 0);
     CHECK_EQ_U(msg_uint(&m, "delivered"), 1);
     REQUIRE(rcl_event(b, "message", T, &m) == 0);
-    CHECK(is_bin(&m, "channel", bad, 2));
+    CHECK(msg_bin_is(&m, "channel", bad, 2));
     rcl_close(a);
     rcl_close(b);
     stop_and_clean(&bp);
 }
 
 /* Reads one frame: its body length in *len. */
-static int recv_sized(int fd, size_t *len, uint8_t **store)
+static int recv_sized(struct rcl *c, size_t *len)
 {
-    uint8_t hdr[4];
-    size_t got = 0;
-    while (got < 4) {
-        ssize_t r = read(fd, hdr + got, 4 - got);
-        if (r <= 0)
-            return -1;
-        got += (size_t)r;
-    }
-    *len = coord_be32(hdr);
-    free(*store);
-    *store = malloc(*len ? *len : 1);
-    for (got = 0; got < *len;) {
-        ssize_t r = read(fd, *store + got, *len - got);
-        if (r <= 0)
-            return -1;
-        got += (size_t)r;
-    }
-    return coord_msg_parse(&m, *store, *len) == COORD_FRAME_OK ? 0 : -1;
+    int rc = rcl_next(c, T, &m);
+    *len = rcl_last_len(c);
+    return rc;
 }
 
 /* With --max-frame 1024, no frame the broker sends is larger, lists
@@ -314,8 +283,8 @@ static void test_small_max_frame(void)
 {
     const char *args[] = { "--max-frame", "1024", NULL };
     start_or_exit(&bp, args);
-    int fd = raw_connect(bp.sock);
-    REQUIRE(fd >= 0 && raw_hello(fd, NULL) == 0);
+    struct rcl *fd = rcl_connect(bp.sock);
+    REQUIRE(fd && rcl_hello(fd, NULL) == 0);
     coord_buf b;
     coord_enc e;
     coord_buf_init(&b);
@@ -343,15 +312,14 @@ static void test_small_max_frame(void)
         coord_enc_end(&e);
         n++;
     }
-    REQUIRE(raw_send(fd, b.data, b.len) == 0);
-    uint8_t *store = NULL;
+    REQUIRE(rcl_write(fd, b.data, b.len) == 0);
     size_t len, biggest = 0;
     uint64_t flights[40], fences[40];
     int nf = 0;
     for (uint64_t i = 0; i < n; i++) {
-        REQUIRE(recv_sized(fd, &len, &store) == 0);
+        REQUIRE(recv_sized(fd, &len) == 0);
         biggest = len > biggest ? len : biggest;
-        if (msg_uint(&m, "flight") != UINT64_MAX && nf < 40) {
+        if (msg_has(&m, "flight") && nf < 40) {
             flights[nf] = msg_uint(&m, "flight");
             fences[nf++] = msg_uint(&m, "fence");
         }
@@ -366,19 +334,18 @@ static void test_small_max_frame(void)
         coord_enc_kv_bin(&e, "result", name, 100);
         coord_enc_kv_uint(&e, "keep_ms", 60000);
         coord_enc_end(&e);
-        REQUIRE(raw_send(fd, b.data, b.len) == 0);
-        REQUIRE(recv_sized(fd, &len, &store) == 0);
+        REQUIRE(rcl_write(fd, b.data, b.len) == 0);
+        REQUIRE(recv_sized(fd, &len) == 0);
         if (!msg_ok(&m)) {
-            const msgpack_object *x = coord_map_find(m.map, "message");
-            fprintf(stderr, "complete refused: %.*s\n", x ? (int)x->via.str.size : 0,
-                    x ? x->via.str.ptr : "");
+            coord_bytes x = msg_bytes(&m, "message");
+            fprintf(stderr, "complete refused: %.*s\n", (int)x.len, (const char *)x.ptr);
         }
         CHECK(msg_ok(&m));
     }
     const char *lists[] = { "lock.query", "flight.list", "record.list", "stats" };
     for (int i = 0; i < 4; i++) {
-        raw_request(fd, lists[i], ++rid);
-        REQUIRE(recv_sized(fd, &len, &store) == 0);
+        rcl_request(fd, lists[i], ++rid);
+        REQUIRE(recv_sized(fd, &len) == 0);
         CHECK(msg_ok(&m));
         CHECK(len <= 1024);
         biggest = len > biggest ? len : biggest;
@@ -395,8 +362,8 @@ static void test_small_max_frame(void)
     coord_enc_kv_uint(&e, "fence", fences[nf - 1]);
     coord_enc_kv_bin(&e, "result", big, 800);
     coord_enc_end(&e);
-    REQUIRE(raw_send(fd, b.data, b.len) == 0);
-    REQUIRE(recv_sized(fd, &len, &store) == 0);
+    REQUIRE(rcl_write(fd, b.data, b.len) == 0);
+    REQUIRE(recv_sized(fd, &len) == 0);
     CHECK(msg_code_is(&m, "TOO_LARGE"));
     b.len = 0;
     coord_enc_begin(&e, &b);
@@ -409,13 +376,13 @@ static void test_small_max_frame(void)
     coord_enc_kv_uint(&e, "rid", ++rid);
     coord_enc_kv_bin(&e, "name", big, 800);      /* over the name limit (768) */
     coord_enc_end(&e);
-    REQUIRE(raw_send(fd, b.data, b.len) == 0);
-    REQUIRE(recv_sized(fd, &len, &store) == 0);
+    REQUIRE(rcl_write(fd, b.data, b.len) == 0);
+    REQUIRE(recv_sized(fd, &len) == 0);
     CHECK(msg_ok(&m));
-    REQUIRE(recv_sized(fd, &len, &store) == 0);
+    REQUIRE(recv_sized(fd, &len) == 0);
     CHECK(msg_code_is(&m, "INVALID_OPTIONS"));
-    int other = raw_connect(bp.sock);
-    REQUIRE(other >= 0 && raw_hello(other, NULL) == 0);
+    struct rcl *other = rcl_connect(bp.sock);
+    REQUIRE(other && rcl_hello(other, NULL) == 0);
     b.len = 0;
     coord_enc_begin(&e, &b);
     coord_enc_kv_cstr(&e, "op", "sub.publish");
@@ -423,18 +390,17 @@ static void test_small_max_frame(void)
     coord_enc_kv_cstr(&e, "channel", "ch");
     coord_enc_kv_bin(&e, "data", big, 900);
     coord_enc_end(&e);
-    REQUIRE(raw_send(other, b.data, b.len) == 0);
-    REQUIRE(recv_sized(other, &len, &store) == 0);
+    REQUIRE(rcl_write(other, b.data, b.len) == 0);
+    REQUIRE(recv_sized(other, &len) == 0);
     CHECK_EQ_U(msg_uint(&m, "delivered"), 1);
-    REQUIRE(recv_sized(fd, &len, &store) == 0);       /* the message event */
+    REQUIRE(recv_sized(fd, &len) == 0);       /* the message event */
     CHECK(len <= 1024);
     biggest = len > biggest ? len : biggest;
     fprintf(stderr, "largest frame received with --max-frame 1024: %zu bytes\n", biggest);
     CHECK(biggest <= 1024);
-    free(store);
     coord_buf_free(&b);
-    close(other);
-    close(fd);
+    rcl_close(other);
+    rcl_close(fd);
     stop_and_clean(&bp);
 }
 
@@ -453,39 +419,39 @@ static void test_parked_partial_frames(void)
     struct rcl *probe = connect_or_exit(&bp, NULL);
     long rss0 = rss_kb(bp.pid);
     enum { N = 200 };
-    int fds[N];
+    struct rcl *fds[N];
     const uint32_t len = 1u << 20;
     uint8_t hdr[5] = { (uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
                        (uint8_t)len, 0x80 };
     for (int i = 0; i < N; i++) {
-        fds[i] = raw_connect(bp.sock);
-        REQUIRE(fds[i] >= 0 && raw_hello(fds[i], NULL) == 0);
-        REQUIRE(raw_send(fds[i], hdr, sizeof hdr) == 0);
+        fds[i] = rcl_connect(bp.sock);
+        REQUIRE(fds[i] && rcl_hello(fds[i], NULL) == 0);
+        REQUIRE(rcl_write(fds[i], hdr, sizeof hdr) == 0);
     }
     REQUIRE(rcl_sync(probe) == 0);
     long rss1 = rss_kb(bp.pid);
-    CHECK_EQ_U(stat_of(probe, "connections"), N + 1);
+    CHECK_EQ_U(rcl_stat(probe, "connections"), N + 1);
     fprintf(stderr, "200 parked 1 MiB frames, 1 byte each: RSS +%ld KiB\n", rss1 - rss0);
     CHECK(rss1 - rss0 < 16 * 1024);
     uint8_t *body = calloc(1, len - 2);
     pid_t w = fork();
     if (w == 0) {
         for (int i = 0; i < N; i++)
-            raw_send(fds[i], body, len - 2);     /* fails once cut: fine */
+            rcl_write(fds[i], body, len - 2);     /* fails once cut: fine */
         _exit(0);
     }
     CHECK(wait_pid_timeout(w, 60000) != -1);
     free(body);
     REQUIRE(rcl_sync(probe) == 0);
     long rss2 = rss_kb(bp.pid);
-    uint64_t cuts = stat_of(probe, "partial_limit_cuts");
+    uint64_t cuts = rcl_stat(probe, "partial_limit_cuts");
     fprintf(stderr, "200 parked 1 MiB frames, all but 1 byte: RSS +%ld KiB, %llu cut\n",
             rss2 - rss0, (unsigned long long)cuts);
     CHECK(cuts >= N - 70);
     CHECK(rss2 - rss0 < 150 * 1024);
-    CHECK(stat_of(probe, "connections") <= 70);
+    CHECK(rcl_stat(probe, "connections") <= 70);
     for (int i = 0; i < N; i++)
-        close(fds[i]);
+        rcl_close(fds[i]);
     rcl_close(probe);
     stop_and_clean(&bp);
     unsetenv("ASAN_OPTIONS");
@@ -519,7 +485,7 @@ static void test_bystander_while_pipelining(void)
     }
     pid_t w = fork();
     if (w == 0)
-        _exit(raw_send(rcl_fd(p), b.data, b.len) == 0 ? 0 : 1);
+        _exit(rcl_write(p, b.data, b.len) == 0 ? 0 : 1);
     pid_t r = fork();
     if (r == 0) {                                /* p's replies are read */
         for (uint64_t i = 1; i <= 200000; i++)

@@ -10,7 +10,6 @@
 #include "harness.h"
 
 #define T 5000                  /* ms to wait for what must happen */
-#define S(s) s, strlen(s)       /* a C string as pointer and length */
 
 static struct broker_proc bp;
 static coord_msg m;
@@ -70,9 +69,7 @@ static struct qcount query(struct rcl *c, const char *name)
         if (!a || a->type != MSGPACK_OBJECT_ARRAY)
             return (struct qcount){ -1, -1 };
         for (uint32_t i = 0; i < a->via.array.size; i++) {
-            const msgpack_object *n = coord_map_find(&a->via.array.ptr[i].via.map, "name");
-            if (name && !(n->via.str.size == strlen(name) &&
-                          memcmp(n->via.str.ptr, name, strlen(name)) == 0))
+            if (name && !map_str_is(map_at(&a->via.array, i), "name", name, strlen(name)))
                 continue;
             if (l == 0) q.held++; else q.pending++;
         }
@@ -354,17 +351,11 @@ static void test_invalid_options_and_names(void)
     rcl_begin(c, "lock.query", ++rid);
     rcl_send(c);
     REQUIRE(rcl_reply(c, rid, T, &m) == 0);
-    const msgpack_object *held_list = coord_map_find(m.map, "held");
-    REQUIRE(held_list && held_list->via.array.size == 4);
-    const msgpack_object_map *e1 = &held_list->via.array.ptr[1].via.map;
-    const msgpack_object_map *e2 = &held_list->via.array.ptr[2].via.map;
-    const msgpack_object_map *e3 = &held_list->via.array.ptr[3].via.map;
-    const msgpack_object *n1 = coord_map_find(e1, "name");
-    const msgpack_object *n2 = coord_map_find(e2, "name");
-    const msgpack_object *n3 = coord_map_find(e3, "name");
-    CHECK(n1->via.str.size == 0);
-    CHECK(n2->via.str.size == 3 && memcmp(n2->via.str.ptr, nul_name, 3) == 0);
-    CHECK(n3->via.str.size == 1024 && memcmp(n3->via.str.ptr, utf8, 1024) == 0);
+    const msgpack_object_array *held_list = msg_array(&m, "held");
+    REQUIRE(held_list->size == 4);
+    CHECK(map_str_is(map_at(held_list, 1), "name", "", 0));
+    CHECK(map_str_is(map_at(held_list, 2), "name", nul_name, 3));
+    CHECK(map_str_is(map_at(held_list, 3), "name", utf8, 1024));
     rcl_close(c);
     stop();
 }
@@ -388,15 +379,14 @@ static void test_query_order_and_deadlock(void)
     rcl_begin(c, "lock.query", 4);
     rcl_send(c);
     REQUIRE(rcl_reply(c, 4, T, &m) == 0);
-    const msgpack_object *held = coord_map_find(m.map, "held");
-    const msgpack_object *pend = coord_map_find(m.map, "pending");
-    REQUIRE(held && held->via.array.size == 5);
-    REQUIRE(pend && pend->via.array.size == 3);
+    const msgpack_object_array *held = msg_array(&m, "held");
+    const msgpack_object_array *pend = msg_array(&m, "pending");
+    REQUIRE(held->size == 5);
+    REQUIRE(pend->size == 3);
     const char *held_names[] = { "n2", "n1", "n3", "n3", "n4" };
     for (int i = 0; i < 5; i++) {
-        const msgpack_object_map *e = &held->via.array.ptr[i].via.map;
-        const msgpack_object *n = coord_map_find(e, "name");
-        CHECK(n->via.str.size == 2 && memcmp(n->via.str.ptr, held_names[i], 2) == 0);
+        const msgpack_object_map *e = map_at(held, (size_t)i);
+        CHECK(map_str_is(e, "name", held_names[i], 2));
         CHECK(coord_map_find(e, "token") != NULL);
         CHECK(coord_map_find(e, "conn") != NULL && coord_map_find(e, "pid") != NULL);
         CHECK(coord_map_find(e, "client") != NULL && coord_map_find(e, "age_ms") != NULL);
@@ -404,19 +394,15 @@ static void test_query_order_and_deadlock(void)
     const char *pend_names[] = { "n1", "n2", "n1" };
     uint64_t pend_conns[3];
     for (int i = 0; i < 3; i++) {
-        const msgpack_object_map *e = &pend->via.array.ptr[i].via.map;
-        const msgpack_object *n = coord_map_find(e, "name");
-        CHECK(n->via.str.size == 2 && memcmp(n->via.str.ptr, pend_names[i], 2) == 0);
+        const msgpack_object_map *e = map_at(pend, (size_t)i);
+        CHECK(map_str_is(e, "name", pend_names[i], 2));
         CHECK(coord_map_find(e, "token") == NULL);
-        pend_conns[i] = coord_map_find(e, "conn")->via.u64;
+        pend_conns[i] = map_uint(e, "conn");
     }
     /* the cycle is visible: a holds n2 and waits n1; b holds n1, waits n2 */
-    const msgpack_object_map *h0 = &held->via.array.ptr[0].via.map;
-    const msgpack_object_map *h1 = &held->via.array.ptr[1].via.map;
-    CHECK_EQ_U(coord_map_find(h0, "conn")->via.u64, pend_conns[0]);
-    CHECK_EQ_U(coord_map_find(h1, "conn")->via.u64, pend_conns[1]);
-    const msgpack_object *mode = coord_map_find(&pend->via.array.ptr[2].via.map, "mode");
-    CHECK(mode->via.str.size == 6 && memcmp(mode->via.str.ptr, "shared", 6) == 0);
+    CHECK_EQ_U(map_uint(map_at(held, 0), "conn"), pend_conns[0]);
+    CHECK_EQ_U(map_uint(map_at(held, 1), "conn"), pend_conns[1]);
+    CHECK(map_str_is(map_at(pend, 2), "mode", "shared", 6));
     /* another scope sees none of it */
     struct rcl *other = rcl_open(bp.sock, "elsewhere");
     struct qcount q = query(other, NULL);

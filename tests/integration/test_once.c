@@ -57,7 +57,6 @@ static coord_t *lib_in(const char *scope)
 
 static coord_t *lib(void) { return lib_in(NULL); }
 
-#define S(s) s, strlen(s)
 
 /* Followers of the running flight on key (-1: no such flight). */
 static long followers_of(coord_t *c, const char *key)
@@ -99,27 +98,6 @@ static bool await_followers(coord_t *c, const char *key, long want, int timeout_
 
 /* ---- files and processes ---- */
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *len = 0;
-        return strdup("");
-    }
-    size_t cap = 4096, n = 0;
-    char *b = malloc(cap + 1);
-    size_t r;
-    while ((r = fread(b + n, 1, cap - n, f)) > 0) {
-        n += r;
-        if (n == cap)
-            b = realloc(b, (cap *= 2) + 1);
-    }
-    fclose(f);
-    b[n] = '\0';
-    *len = n;
-    return b;
-}
-
 static size_t count_lines(const char *path)
 {
     size_t n, lines = 0;
@@ -135,88 +113,15 @@ static void path_in(char *out, size_t size, const char *name)
     snprintf(out, size, "%s/%s", bp.dir, name);
 }
 
-static const char *coordctl_bin(void)
-{
-    const char *p = getenv("COORDCTL");
-    return p ? p : "coordctl";
-}
-
-/* Reaps pid: its exit status as a shell shows it, or -1 when it did not
- * end within timeout_ms (it is then killed with its process group). */
-static int child_status(pid_t pid, int timeout_ms)
-{
-    int st = wait_pid_timeout(pid, timeout_ms);
-    if (st == -1) {
-        fprintf(stderr, "process %d did not end within %d ms: killing it\n",
-                (int)pid, timeout_ms);
-        kill(-pid, SIGKILL);
-        kill(pid, SIGKILL);
-        waitpid(pid, &st, 0);
-        return -1;
-    }
-    if (WIFEXITED(st))
-        return WEXITSTATUS(st);
-    if (WIFSIGNALED(st))
-        return 128 + WTERMSIG(st);
-    return -1;
-}
-
-/* One coordctl process: stdout and stderr go to files in bp's dir. */
-struct run {
-    pid_t pid;
-    char out[400], err[400];
-};
-
 /* Starts `coordctl --socket bp.sock --no-autostart [--scope SCOPE] ARGS...`
- * (args NULL-terminated).  With gate >= 0 the child first reads gate until
- * EOF: the parent releases every such child at once by closing its end. */
-static void ctl_start(struct run *r, int gate, int gate_w, const char *scope,
+ * (args NULL-terminated), stdout and stderr in files of bp's dir.  With a
+ * gate (a pipe) the child first reads it until EOF: the parent releases
+ * every such child at once by closing its write end. */
+static void ctl_start(struct run *r, const int *gate, const char *scope,
                       const char *const *args)
 {
-    static int seq;
-    seq++;
-    snprintf(r->out, sizeof r->out, "%s/ctl-%d.out", bp.dir, seq);
-    snprintf(r->err, sizeof r->err, "%s/ctl-%d.err", bp.dir, seq);
-    fflush(stderr);
-    r->pid = fork();
-    if (r->pid < 0) {
-        perror("fork");
-        exit(2);
-    }
-    if (r->pid > 0)
-        return;
-    setpgid(0, 0);          /* a hung run is killed with its command */
-    const char *argv[64];
-    int n = 0;
-    argv[n++] = coordctl_bin();
-    argv[n++] = "--socket";
-    argv[n++] = bp.sock;
-    argv[n++] = "--no-autostart";
-    if (scope) {
-        argv[n++] = "--scope";
-        argv[n++] = scope;
-    }
-    for (int i = 0; args[i] && n < 63; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    int o = open(r->out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    int e = open(r->err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (o < 0 || e < 0)
-        _exit(120);
-    dup2(o, 1);
-    dup2(e, 2);
-    close(o);
-    close(e);
-    if (gate >= 0) {
-        char b;
-        if (gate_w >= 0)
-            close(gate_w);
-        while (read(gate, &b, 1) > 0 || errno == EINTR)
-            ;
-        close(gate);
-    }
-    execvp(argv[0], (char *const *)argv);
-    _exit(121);
+    ctl_spawn(r, bp.sock, bp.dir, &(struct ctl_opts){ .gate = gate, .scope = scope },
+              args);
 }
 
 static char *run_out(const struct run *r)
@@ -238,7 +143,7 @@ static void show_err(const struct run *r)
 static int ctl_run(const char *scope, const char *const *args, char **out)
 {
     struct run r;
-    ctl_start(&r, -1, -1, scope, args);
+    ctl_start(&r, NULL, scope, args);
     int st = child_status(r.pid, T);
     if (out)
         *out = run_out(&r);
@@ -266,7 +171,7 @@ static void storm(const char *key, int want_status)
     REQUIRE(pipe(gate) == 0);
     struct run r[N];
     for (int i = 0; i < N; i++)
-        ctl_start(&r[i], gate[0], gate[1], NULL, args);
+        ctl_start(&r[i], gate, NULL, args);
     close(gate[0]);
     close(gate[1]);                /* all 50 start now */
     CHECK(await_followers(mon, key, N - 1, T));
@@ -306,7 +211,7 @@ static void test_storm_50_exit3(void) { storm("storm3", 3); }
 static int ctl_run_bytes(const char *const *args, char **out, size_t *len)
 {
     struct run r;
-    ctl_start(&r, -1, -1, NULL, args);
+    ctl_start(&r, NULL, NULL, args);
     int st = child_status(r.pid, T);
     *out = slurp(r.out, len);
     if (st != 0)
@@ -394,13 +299,13 @@ static void test_owner_killed(void)
              "exec sleep 60; fi; echo promoted-$$", runs, runs, pidf);
     const char *args[] = { "once", "victim", "--", "sh", "-c", script, NULL };
     struct run owner, f[N];
-    ctl_start(&owner, -1, -1, NULL, args);
+    ctl_start(&owner, NULL, NULL, args);
     REQUIRE(await_followers(mon, "victim", 0, T));
     uint64_t end = now_ms() + T;
     while (count_lines(runs) < 1 && now_ms() < end)
         nap_ms(10);
     for (int i = 0; i < N; i++)
-        ctl_start(&f[i], -1, -1, NULL, args);
+        ctl_start(&f[i], NULL, NULL, args);
     CHECK(await_followers(mon, "victim", N, T));
     kill(owner.pid, SIGKILL);
     CHECK_EQ_U(child_status(owner.pid, T), 128 + SIGKILL);
@@ -442,9 +347,9 @@ static void test_ttl_takeover(void)
     const char *slow[] = { "once", "--ttl", "0.5", "slow", "--", "sh", "-c", script, NULL };
     const char *fast[] = { "once", "slow", "--", "sh", "-c", script, NULL };
     struct run owner, f;
-    ctl_start(&owner, -1, -1, NULL, slow);
+    ctl_start(&owner, NULL, NULL, slow);
     REQUIRE(await_followers(mon, "slow", 0, T));
-    ctl_start(&f, -1, -1, NULL, fast);
+    ctl_start(&f, NULL, NULL, fast);
     CHECK_EQ_U(child_status(f.pid, T), 0);
     char *out = run_out(&f);
     CHECK(strcmp(out, "second\n") == 0);
@@ -460,7 +365,7 @@ static void test_ttl_takeover(void)
     /* --wait: a follower gives up */
     const char *hang[] = { "once", "hang", "--", "sh", "-c", "exec sleep 60", NULL };
     const char *wait1[] = { "once", "--wait", "0.3", "hang", "--", "true", NULL };
-    ctl_start(&owner, -1, -1, NULL, hang);
+    ctl_start(&owner, NULL, NULL, hang);
     REQUIRE(await_followers(mon, "hang", 0, T));
     uint64_t t0 = now_ms();
     CHECK_EQ_U(ctl_run(NULL, wait1, NULL), 1);
@@ -719,9 +624,9 @@ static void test_ctl_tables(void)
     const char *hang[] = { "once", "busy/key", "--", "sh", "-c", "exec sleep 60", NULL };
     const char *follow[] = { "once", "busy/key", "--", "true", NULL };
     struct run owner, f;
-    ctl_start(&owner, -1, -1, NULL, hang);
+    ctl_start(&owner, NULL, NULL, hang);
     REQUIRE(await_followers(mon, "busy/key", 0, T));
-    ctl_start(&f, -1, -1, NULL, follow);
+    ctl_start(&f, NULL, NULL, follow);
     CHECK(await_followers(mon, "busy/key", 1, T));
     CHECK_EQ_U(ctl_run(NULL, flights, &out), 0);
     CHECK(has(out, "KEY"));
@@ -942,7 +847,6 @@ static void test_fanout_1000(void)
 
 int main(int argc, char **argv)
 {
-    signal(SIGPIPE, SIG_IGN);
     static const struct test_case tests[] = {
         { "storm_50", test_storm_50 },
         { "storm_50_exit3", test_storm_50_exit3 },

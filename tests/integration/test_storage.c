@@ -39,52 +39,11 @@ static struct outcome spawn(struct broker_proc *bp, const char *const *extra,
                             bool foreground, rlim_t nofile)
 {
     struct outcome o = { false, -1 };
-    int pfd[2];
-    if (pipe(pfd) < 0)
+    int ready;
+    pid_t pid = broker_spawn(bp, extra, foreground, (long)nofile, &ready);
+    if (pid < 0)
         return o;
-    pid_t pid = fork();
-    if (pid == 0) {
-        const char *args[32];
-        int n = 0;
-        args[n++] = broker_binary();
-        if (foreground)
-            args[n++] = "--foreground";
-        args[n++] = "--socket";
-        args[n++] = bp->sock;
-        args[n++] = "--data-dir";
-        args[n++] = bp->data;
-        args[n++] = "--ready-fd";
-        args[n++] = "3";
-        for (int i = 0; extra && extra[i] && n < 30; i++)
-            args[n++] = extra[i];
-        args[n] = NULL;
-        close(pfd[0]);
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        dup2(pfd[1], 3);
-        if (pfd[1] != 3)
-            close(pfd[1]);
-        int log = open(bp->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (log >= 0) {
-            dup2(log, 2);
-            close(log);
-        }
-        if (nofile) {
-            struct rlimit rl = { nofile, nofile };
-            setrlimit(RLIMIT_NOFILE, &rl);
-        }
-        execv(args[0], (char *const *)args);
-        _exit(127);
-    }
-    close(pfd[1]);
-    if (pid < 0) {
-        close(pfd[0]);
-        return o;
-    }
-    char line[16] = { 0 };
-    struct pollfd p = { pfd[0], POLLIN, 0 };
-    ssize_t n = poll(&p, 1, T) == 1 ? read(pfd[0], line, sizeof line - 1) : -1;
-    close(pfd[0]);
-    if (n > 0 && strncmp(line, "ready", 5) == 0) {
+    if (broker_await_ready(ready, T)) {
         o.ready = true;
         if (foreground)
             bp->pid = pid;
@@ -547,21 +506,13 @@ static void test_log_file_autostarted(void)
 
 /* ---- the fd limit ---- */
 
-static int send_hello(int fd, uint64_t rid)
+static int send_hello(struct rcl *c, uint64_t rid)
 {
-    coord_buf b;
-    coord_enc e;
-    coord_buf_init(&b);
-    coord_enc_begin(&e, &b);
-    coord_enc_kv_cstr(&e, "op", "hello");
-    coord_enc_kv_uint(&e, "rid", rid);
-    coord_enc_kv_uint(&e, "proto", 1);
-    coord_enc_kv_cstr(&e, "client", "test_storage");
-    coord_enc_kv_uint(&e, "pid", (uint64_t)getpid());
-    coord_enc_end(&e);
-    int rc = raw_send(fd, b.data, b.len);
-    coord_buf_free(&b);
-    return rc;
+    coord_enc *e = rcl_begin(c, "hello", rid);
+    coord_enc_kv_uint(e, "proto", 1);
+    coord_enc_kv_cstr(e, "client", "test_storage");
+    coord_enc_kv_uint(e, "pid", (uint64_t)getpid());
+    return rcl_send(c);
 }
 
 #define FD_LIMIT 48
@@ -573,17 +524,16 @@ static void test_fd_limit_refusals_counted(void)
     broker_paths(&bp);
     struct outcome o = spawn(&bp, NULL, true, FD_LIMIT);
     REQUIRE(o.ready);
-    int fds[FD_CLIENTS];
+    struct rcl *fds[FD_CLIENTS];
     unsigned ok = 0, refused = 0, other = 0;
-    uint8_t *store = NULL;
     for (int i = 0; i < FD_CLIENTS; i++) {
         /* the first frame: the hello reply of an accepted connection,
          * LIMIT (rid 0) for a refused one, which may be closed before the
          * hello is sent (EPIPE: the frame is still there to read) */
-        fds[i] = raw_connect(bp.sock);
-        if (fds[i] >= 0)
+        fds[i] = rcl_connect(bp.sock);
+        if (fds[i])
             send_hello(fds[i], 7);
-        if (fds[i] < 0 || raw_recv(fds[i], T, &m, &store) != 0) {
+        if (!fds[i] || rcl_next(fds[i], T, &m) != 0) {
             other++;
             continue;
         }
@@ -602,21 +552,19 @@ static void test_fd_limit_refusals_counted(void)
     CHECK_EQ_U(other, 0);
     CHECK_EQ_U(ok + refused, FD_CLIENTS);
     /* the first client stays as the control connection */
-    int ctl = fds[0];
+    struct rcl *ctl = fds[0];
     for (int i = 1; i < FD_CLIENTS; i++)
-        if (fds[i] >= 0)
-            close(fds[i]);
+        rcl_close(fds[i]);
     /* once the broker has seen them go it accepts again, and it counted
      * every refusal */
     uint64_t end = now_ms() + T, conns = 0;
     do {
-        REQUIRE(raw_request(ctl, "stats", 9) == 0 && raw_recv(ctl, T, &m, &store) == 0);
+        REQUIRE(rcl_request(ctl, "stats", 9) == 0 && rcl_next(ctl, T, &m) == 0);
         conns = msg_uint(&m, "connections");
     } while (conns > 1 && now_ms() < end);
     CHECK_EQ_U(conns, 1);
     CHECK_EQ_U(msg_uint(&m, "rejected_fd_limit"), refused);
-    free(store);
-    close(ctl);
+    rcl_close(ctl);
     struct rcl *c = connect_or_exit(&bp, NULL);
     CHECK(rcl_sync(c) == 0);
     rcl_close(c);
@@ -701,7 +649,6 @@ static void test_commit_linger_ignores_wall_clock(void)
 
 int main(int argc, char **argv)
 {
-    signal(SIGPIPE, SIG_IGN);
     coord_msg_init(&m);
     static const struct test_case tests[] = {
         { "truncated_meta", test_truncated_to_meta_pages },

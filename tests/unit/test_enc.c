@@ -151,7 +151,7 @@ static void test_scalars(void)
     coord_bytes s;
     coord_fields_init(&f, m);
     CHECK(coord_field_uint(&f, "u11", true, &u));
-    CHECK_EQ_U64(u, UINT64_MAX);
+    CHECK_EQ_U(u, UINT64_MAX);
     CHECK(coord_field_str(&f, "nul", true, &s) && s.len == 4);
     CHECK(coord_field_bin(&f, "bin", true, &s) && s.len == 3);
     CHECK(!f.failed);

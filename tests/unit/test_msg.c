@@ -90,7 +90,7 @@ static void test_parse(void)
         uint64_t rid = 0;
         coord_fields_init(&f, msg.map);
         CHECK(coord_field_uint(&f, "rid", true, &rid));
-        CHECK_EQ_U64(rid, (uint64_t)i);
+        CHECK_EQ_U(rid, (uint64_t)i);
     }
     CHECK(parse_sample() != NULL);
     CHECK_EQ(msg.map->size, 13);
@@ -104,11 +104,11 @@ static void test_uint(void)
 
     coord_fields_init(&f, map);
     CHECK(coord_field_uint(&f, "rid", true, &v));
-    CHECK_EQ_U64(v, 7);
+    CHECK_EQ_U(v, 7);
     CHECK(coord_field_uint(&f, "big", true, &v));
-    CHECK_EQ_U64(v, UINT64_MAX);
+    CHECK_EQ_U(v, UINT64_MAX);
     CHECK(coord_field_uint(&f, "i8", true, &v));        /* int8 holding 5 */
-    CHECK_EQ_U64(v, 5);
+    CHECK_EQ_U(v, 5);
     CHECK(!f.failed);
     CHECK_STR(f.err, "");
 
@@ -116,7 +116,7 @@ static void test_uint(void)
     v = 99;
     CHECK(!coord_field_uint(&f, "timeout_ms", false, &v));
     CHECK(!f.failed);
-    CHECK_EQ_U64(v, 99);
+    CHECK_EQ_U(v, 99);
 
     /* missing, required */
     coord_fields_init(&f, map);
@@ -164,7 +164,7 @@ static void test_nil_is_absent(void)
     CHECK(!coord_field_bin(&f, "nil", false, &s));
     CHECK(!coord_field_map(&f, "nil", false, &m));
     CHECK(!f.failed);
-    CHECK_EQ_U64(u, 1);
+    CHECK_EQ_U(u, 1);
     CHECK(b == true);
 
     coord_fields_init(&f, map);
@@ -298,7 +298,7 @@ static void test_nested_map(void)
     CHECK(coord_field_str(&child, "code", true, &code));
     CHECK(coord_bytes_eq(code, "FENCED"));
     CHECK(coord_field_uint(&child, "n", true, &n));
-    CHECK_EQ_U64(n, 3);
+    CHECK_EQ_U(n, 3);
     CHECK(!child.failed);
 
     /* errors inside name the path */

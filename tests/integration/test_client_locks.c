@@ -1,4 +1,4 @@
-/* test_client.c - libcoord and coordctl against real brokers: concurrent
+/* test_client_locks.c - libcoord and coordctl against real brokers: concurrent
  * autostart, the library's lock calls (blocking, async, cancel, lock.lost
  * events), and `coordctl lock` / `coordctl locks` as real processes.
  *
@@ -53,66 +53,8 @@ static coord_t *lib(const char *client)
     return c;
 }
 
-#define S(s) s, strlen(s)
 
-/* ---- processes ---- */
-
-static int pidfd_open_(pid_t pid)
-{
-    return (int)syscall(SYS_pidfd_open, pid, 0);
-}
-
-/* Waits up to timeout_ms for pid (any process) to end: true when it did.
- * A pidfd becomes readable when the process exits: no polling. */
-static bool await_exit(pid_t pid, int timeout_ms)
-{
-    int fd = pidfd_open_(pid);
-    if (fd < 0)
-        return errno == ESRCH;
-    struct pollfd p = { .fd = fd, .events = POLLIN };
-    int n;
-    while ((n = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR)
-        ;
-    close(fd);
-    return n == 1;
-}
-
-/* Reaps child pid: its exit status as a shell shows it (128+N for signal
- * N), or -1 when it did not end within timeout_ms (it is then killed). */
-static int child_status(pid_t pid, int timeout_ms)
-{
-    int st;
-    if (!await_exit(pid, timeout_ms)) {
-        fprintf(stderr, "process %d did not end within %d ms: killing it\n",
-                (int)pid, timeout_ms);
-        kill(-pid, SIGKILL);    /* a coordctl's group: its command too */
-        kill(pid, SIGKILL);
-        waitpid(pid, &st, 0);
-        return -1;
-    }
-    if (waitpid(pid, &st, 0) != pid)
-        return -1;
-    if (WIFEXITED(st))
-        return WEXITSTATUS(st);
-    if (WIFSIGNALED(st))
-        return 128 + WTERMSIG(st);
-    return -1;
-}
-
-static const char *coordctl_bin(void)
-{
-    const char *p = getenv("COORDCTL");
-    return p ? p : "coordctl";
-}
-
-/* Where a coordctl run puts its output. */
-struct run {
-    pid_t pid;
-    char out[400], err[400];
-};
-
-/* fd to hand to the command as number `as` (-1: none) */
-struct pass_fd { int fd, as; };
+/* ---- processes (proc.h) ---- */
 
 /* Starts `coordctl --socket bp.sock --no-autostart ARGS...` (args
  * NULL-terminated) with stdout/stderr in files of bp's dir and the given
@@ -120,42 +62,7 @@ struct pass_fd { int fd, as; };
 static void ctl_start(struct run *r, const struct pass_fd *pass,
                       const char *const *args)
 {
-    static int seq;
-    seq++;
-    snprintf(r->out, sizeof r->out, "%s/ctl-%d.out", bp.dir, seq);
-    snprintf(r->err, sizeof r->err, "%s/ctl-%d.err", bp.dir, seq);
-    r->pid = fork();
-    if (r->pid < 0) {
-        perror("fork");
-        exit(2);
-    }
-    if (r->pid > 0)
-        return;
-    setpgid(0, 0);          /* a hung run is killed with its command */
-    const char *argv[64];
-    int n = 0;
-    argv[n++] = coordctl_bin();
-    argv[n++] = "--socket";
-    argv[n++] = bp.sock;
-    argv[n++] = "--no-autostart";
-    for (int i = 0; args[i] && n < 63; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    int o = open(r->out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    int e = open(r->err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (o < 0 || e < 0)
-        _exit(99);
-    dup2(o, 1);
-    dup2(e, 2);
-    /* out of the way first, so no target number clobbers a source */
-    int high[8];
-    for (int i = 0; pass && pass[i].as >= 0 && i < 8; i++)
-        high[i] = fcntl(pass[i].fd, F_DUPFD_CLOEXEC, 100);
-    for (int i = 0; pass && pass[i].as >= 0 && i < 8; i++)
-        dup2(high[i], pass[i].as);             /* clears close-on-exec */
-    execv(argv[0], (char *const *)argv);
-    perror("exec coordctl");
-    _exit(99);
+    ctl_spawn(r, bp.sock, bp.dir, &(struct ctl_opts){ .pass = pass }, args);
 }
 
 /* Runs coordctl to the end: its exit status (-1: hung). */
@@ -165,69 +72,10 @@ static int ctl_run(struct run *r, const char *const *args)
     return child_status(r->pid, T);
 }
 
-/* Whole file as a string (freed by the caller); "" when missing. */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    size_t cap = 4096, n = 0;
-    char *b = malloc(cap);
-    if (!b)
-        exit(2);
-    if (f) {
-        size_t got;
-        while ((got = fread(b + n, 1, cap - n - 1, f)) > 0) {
-            n += got;
-            if (cap - n - 1 == 0) {
-                cap *= 2;
-                b = realloc(b, cap);
-                if (!b)
-                    exit(2);
-            }
-        }
-        fclose(f);
-    }
-    b[n] = '\0';
-    return b;
-}
-
-static bool file_has(const char *path, const char *needle)
-{
-    char *b = slurp(path);
-    bool yes = strstr(b, needle) != NULL;
-    if (!yes)
-        fprintf(stderr, "%s does not contain \"%s\"; it holds:\n%s\n", path,
-                needle, b);
-    free(b);
-    return yes;
-}
-
 static bool exists(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0;
-}
-
-/* Reads one line from fd (a pipe) within timeout_ms; false on EOF/timeout. */
-static bool read_line(int fd, char *buf, size_t size, int timeout_ms)
-{
-    size_t n = 0;
-    uint64_t end = now_ms() + (uint64_t)timeout_ms;
-    while (n + 1 < size) {
-        int left = (int)(end - now_ms());
-        struct pollfd p = { .fd = fd, .events = POLLIN };
-        if (left <= 0 || poll(&p, 1, left) != 1)
-            break;
-        ssize_t r = read(fd, buf + n, 1);
-        if (r <= 0)
-            break;
-        if (buf[n] == '\n') {
-            buf[n] = '\0';
-            return true;
-        }
-        n++;
-    }
-    buf[n] = '\0';
-    return false;
 }
 
 static void xpipe(int p[2])
@@ -274,77 +122,53 @@ static int query_count(coord_t *c, const char *list, const char *name,
 
 /* ==== 50 clients autostarting at once leave exactly one broker ==== */
 
+struct pid_list {
+    pid_t *out;
+    int max, n;
+    const char *arg;
+};
+
+static void add_pid(struct pid_list *l, pid_t pid)
+{
+    if (l->n < l->max)
+        l->out[l->n] = pid;
+    l->n++;
+}
+
+static void with_arg(pid_t pid, void *ud)
+{
+    struct pid_list *l = ud;
+    char buf[4096];
+    ssize_t len = proc_read(pid, "cmdline", buf, sizeof buf);
+    if (len <= 0)
+        return;                     /* zombies and kernel threads */
+    for (ssize_t i = 0; i < len; i += (ssize_t)strlen(buf + i) + 1)
+        if (strcmp(buf + i, l->arg) == 0) {
+            add_pid(l, pid);
+            return;
+        }
+}
+
 /* pids of live processes whose command line holds the argument arg */
 static int procs_with_arg(const char *arg, pid_t *out, int max)
 {
-    DIR *d = opendir("/proc");
-    if (!d)
-        return -1;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        char *end;
-        long pid = strtol(de->d_name, &end, 10);
-        if (*end || pid <= 0)
-            continue;
-        char path[64], buf[4096];
-        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            continue;
-        ssize_t len = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (len <= 0)
-            continue;               /* zombies and kernel threads */
-        buf[len] = '\0';
-        for (ssize_t i = 0; i < len; i += (ssize_t)strlen(buf + i) + 1) {
-            if (strcmp(buf + i, arg) == 0) {
-                if (n < max)
-                    out[n] = (pid_t)pid;
-                n++;
-                break;
-            }
-        }
-    }
-    closedir(d);
-    return n;
+    struct pid_list l = { out, max, 0, arg };
+    return proc_each(with_arg, &l) < 0 ? -1 : l.n;
+}
+
+static void child_of_mine(pid_t pid, void *ud)
+{
+    char state;
+    pid_t ppid;
+    if (proc_stat(pid, &state, &ppid) && ppid == getpid())
+        add_pid(ud, pid);
 }
 
 /* Children of this process that are still there (zombies included). */
 static int my_children(pid_t *out, int max)
 {
-    DIR *d = opendir("/proc");
-    if (!d)
-        return -1;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        char *end;
-        long pid = strtol(de->d_name, &end, 10);
-        if (*end || pid <= 0)
-            continue;
-        char path[64], buf[512];
-        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            continue;
-        ssize_t len = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (len <= 0)
-            continue;
-        buf[len] = '\0';
-        const char *rp = strrchr(buf, ')');     /* comm may hold anything */
-        int ppid;
-        char state;
-        if (rp && sscanf(rp + 1, " %c %d", &state, &ppid) == 2 &&
-            ppid == (int)getpid()) {
-            if (n < max)
-                out[n] = (pid_t)pid;
-            n++;
-        }
-    }
-    closedir(d);
-    return n;
+    struct pid_list l = { out, max, 0, NULL };
+    return proc_each(child_of_mine, &l) < 0 ? -1 : l.n;
 }
 
 #define NCLIENTS 50
@@ -817,7 +641,7 @@ static void test_ctl_token_env(void)
     const char *args[] = { "lock", "tok", NULL };
     held_start(&h, args, "echo \"$COORD_LOCK_TOKEN $COORD_LOCK_NAME\" >&5");
     char line[128];
-    REQUIRE(read_line(h.report_r, line, sizeof line, T));
+    REQUIRE(fd_read_line(h.report_r, line, sizeof line, T));
     unsigned long long tok = 0;
     char name[32] = "";
     CHECK(sscanf(line, "%llu %31s", &tok, name) == 2);
@@ -831,7 +655,7 @@ static void test_ctl_token_env(void)
 
     /* the next holder's token is larger */
     held_start(&h, args, "echo \"$COORD_LOCK_TOKEN\" >&5");
-    REQUIRE(read_line(h.report_r, line, sizeof line, T));
+    REQUIRE(fd_read_line(h.report_r, line, sizeof line, T));
     CHECK(strtoull(line, NULL, 10) > tok);
     CHECK_EQ_U(held_finish(&h), 0);
     coord_close(a);
@@ -841,7 +665,7 @@ static void test_ctl_token_env(void)
 /* The file must read start/end/start/end... pairs times. */
 static void check_alternation(const char *path, int pairs)
 {
-    char *b = slurp(path);
+    char *b = slurp(path, NULL);
     int lines = 0;
     bool ok = true;
     for (char *p = b, *nl; *p; p = nl + 1) {
@@ -900,7 +724,7 @@ static void test_ctl_lost(void)
     struct held_run h;
     const char *args[] = { "lock", "st", NULL };
     held_start(&h, args, "echo ready >&5; exec sleep 60");
-    REQUIRE(read_line(h.report_r, line, sizeof line, T));
+    REQUIRE(fd_read_line(h.report_r, line, sizeof line, T));
     coord_lock_opts steal = { .steal = true };
     uint64_t lock;
     CHECK_EQ_U(coord_lock_acquire(a, S("st"), &steal, &lock, NULL), 0);
@@ -911,16 +735,16 @@ static void test_ctl_lost(void)
     /* a CMD that ignores SIGTERM and exits 0 still makes coordctl fail */
     held_start(&h, args, "trap 'kill $p; echo term >&5; exit 0' TERM; "
                          "sleep 60 & p=$!; echo ready >&5; wait $p");
-    REQUIRE(read_line(h.report_r, line, sizeof line, T));
+    REQUIRE(fd_read_line(h.report_r, line, sizeof line, T));
     CHECK_EQ_U(coord_lock_acquire(a, S("st"), &steal, &lock, NULL), 0);
-    CHECK(read_line(h.report_r, line, sizeof line, T) && strcmp(line, "term") == 0);
+    CHECK(fd_read_line(h.report_r, line, sizeof line, T) && strcmp(line, "term") == 0);
     CHECK_EQ_U(held_finish(&h), 1);
     CHECK(file_has(h.r.err, "lost st (stolen)"));
     CHECK_EQ_U(coord_lock_release(a, lock), 0);
 
     /* the broker dies */
     held_start(&h, args, "echo ready >&5; exec sleep 60");
-    REQUIRE(read_line(h.report_r, line, sizeof line, T));
+    REQUIRE(fd_read_line(h.report_r, line, sizeof line, T));
     coord_close(a);
     broker_kill(&bp, SIGKILL);
     int st = held_finish(&h);
@@ -939,7 +763,7 @@ static void test_ctl_signals_and_lease(void)
 
     /* SIGTERM to coordctl reaches CMD; the lock is released after */
     held_start(&h, args, "echo ready >&5; exec sleep 60");
-    REQUIRE(read_line(h.report_r, line, sizeof line, T));
+    REQUIRE(fd_read_line(h.report_r, line, sizeof line, T));
     kill(h.r.pid, SIGTERM);
     CHECK_EQ_U(held_finish(&h), 128 + SIGTERM);
     CHECK_EQ_U(query_count(a, "held", "sig", NULL), 0);
@@ -947,7 +771,7 @@ static void test_ctl_signals_and_lease(void)
     /* SIGINT too, and a CMD that handles it decides the status */
     held_start(&h, args, "trap 'kill $p; exit 42' INT; "
                          "sleep 60 & p=$!; echo ready >&5; wait $p");
-    REQUIRE(read_line(h.report_r, line, sizeof line, T));
+    REQUIRE(fd_read_line(h.report_r, line, sizeof line, T));
     kill(h.r.pid, SIGINT);
     CHECK_EQ_U(held_finish(&h), 42);
     CHECK_EQ_U(query_count(a, "held", "sig", NULL), 0);
@@ -957,7 +781,7 @@ static void test_ctl_signals_and_lease(void)
                             "sleep 0.6", NULL };
     struct run r;
     CHECK_EQ_U(ctl_run(&r, lease), 0);
-    char *err = slurp(r.err);
+    char *err = slurp(r.err, NULL);
     CHECK(strstr(err, "lost") == NULL);
     free(err);
 
@@ -965,7 +789,7 @@ static void test_ctl_signals_and_lease(void)
      * coordctl (SIGSTOP) lets the broker take the lock */
     const char *lease2[] = { "lock", "--lease", "0.1", "sig", NULL };
     held_start(&h, lease2, "echo ready >&5; exec sleep 60");
-    REQUIRE(read_line(h.report_r, line, sizeof line, T));
+    REQUIRE(fd_read_line(h.report_r, line, sizeof line, T));
     kill(h.r.pid, SIGSTOP);
     uint64_t lock;
     CHECK_EQ_U(coord_lock_acquire(a, S("sig"), NULL, &lock, NULL), 0);  /* waits for expiry */
@@ -992,7 +816,7 @@ static void test_ctl_locks_table(void)
     struct run r;
     const char *table[] = { "locks", NULL };
     CHECK_EQ_U(ctl_run(&r, table), 0);
-    char *out = slurp(r.out);
+    char *out = slurp(r.out, NULL);
     CHECK(strncmp(out, "STATE", 5) == 0);
     const char *cols[] = { "NAME", "MODE", "TOKEN", "CONN", "PID", "CLIENT", "AGE" };
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
@@ -1018,7 +842,7 @@ static void test_ctl_locks_table(void)
 
     const char *json[] = { "--json", "locks", NULL };   /* a global flag */
     CHECK_EQ_U(ctl_run(&r, json), 0);
-    out = slurp(r.out);
+    out = slurp(r.out, NULL);
     CHECK(out[0] == '{' && strchr(out, '\n') == out + strlen(out) - 1);
     char *jh = strstr(out, "\"held\":[");
     char *jp = strstr(out, "\"pending\":[");
@@ -1044,7 +868,6 @@ static void test_ctl_locks_table(void)
 
 int main(int argc, char **argv)
 {
-    signal(SIGPIPE, SIG_IGN);
     static const struct test_case tests[] = {
         { "autostart_race", test_autostart_race },
         { "lib_acquire", test_lib_acquire },

@@ -1,4 +1,4 @@
-/* test_broker.c - the broker core through its real socket: handshake,
+/* test_connections.c - the broker core through its real socket: handshake,
  * single instance, peer credentials, bad frames, limits, slow readers,
  * shutdown and the epoch. */
 #include <errno.h>
@@ -19,9 +19,8 @@
 
 static struct broker_proc bp;
 static coord_msg m;
-static uint8_t *store;
 
-static int recv1(int fd) { return raw_recv(fd, 5000, &m, &store); }
+static int recv1(struct rcl *c) { return rcl_next(c, 5000, &m); }
 
 static int start_default(void)
 {
@@ -32,14 +31,14 @@ static int start_default(void)
 static void test_hello_ping_stats(void)
 {
     REQUIRE(start_default() == 0);
-    int fd = raw_connect(bp.sock);
-    REQUIRE(fd >= 0);
-    CHECK(raw_hello(fd, NULL) == 0);
-    CHECK(raw_request(fd, "ping", 7) == 0);
+    struct rcl *fd = rcl_connect(bp.sock);
+    REQUIRE(fd);
+    CHECK(rcl_hello(fd, NULL) == 0);
+    CHECK(rcl_request(fd, "ping", 7) == 0);
     REQUIRE(recv1(fd) == 0);
     CHECK(msg_ok(&m));
     CHECK_EQ_U(msg_uint(&m, "rid"), 7);
-    CHECK(raw_request(fd, "stats", 8) == 0);
+    CHECK(rcl_request(fd, "stats", 8) == 0);
     REQUIRE(recv1(fd) == 0);
     CHECK(msg_ok(&m));
     CHECK_EQ_U(msg_uint(&m, "connections"), 1);
@@ -47,7 +46,7 @@ static void test_hello_ping_stats(void)
     CHECK(msg_uint(&m, "epoch") >= 1);
     CHECK(msg_uint(&m, "requests_total") >= 3);
     /* an unknown op keeps the connection open */
-    CHECK(raw_request(fd, "no.such.op", 9) == 0);
+    CHECK(rcl_request(fd, "no.such.op", 9) == 0);
     REQUIRE(recv1(fd) == 0);
     CHECK(msg_code_is(&m, "UNKNOWN_OP"));
     CHECK_EQ_U(msg_uint(&m, "rid"), 9);
@@ -59,11 +58,10 @@ static void test_hello_ping_stats(void)
     coord_enc_kv_uint(&e, "rid", 10);
     coord_enc_kv_uint(&e, "target", 12345);
     coord_enc_end(&e);
-    raw_send(fd, b.data, b.len);
+    rcl_write(fd, b.data, b.len);
     REQUIRE(recv1(fd) == 0);
     CHECK(msg_ok(&m));
-    const msgpack_object *v = coord_map_find(m.map, "cancelled");
-    CHECK(v && v->type == MSGPACK_OBJECT_BOOLEAN && !v->via.boolean);
+    CHECK(msg_has(&m, "cancelled") && !msg_bool(&m, "cancelled"));
     /* a wrongly typed field: BAD_REQUEST naming the key, still open */
     b.len = 0;
     coord_enc_begin(&e, &b);
@@ -71,26 +69,25 @@ static void test_hello_ping_stats(void)
     coord_enc_kv_uint(&e, "rid", 11);
     coord_enc_kv_cstr(&e, "target", "x");
     coord_enc_end(&e);
-    raw_send(fd, b.data, b.len);
+    rcl_write(fd, b.data, b.len);
     REQUIRE(recv1(fd) == 0);
     CHECK(msg_code_is(&m, "BAD_REQUEST"));
-    const msgpack_object *msgv = coord_map_find(m.map, "message");
-    CHECK(msgv && msgv->type == MSGPACK_OBJECT_STR &&
-          memmem(msgv->via.str.ptr, msgv->via.str.size, "target", 6));
+    coord_bytes msgv = msg_bytes(&m, "message");
+    CHECK(memmem(msgv.ptr, msgv.len, "target", 6));
     /* rid missing: BAD_REQUEST with rid 0, connection stays */
     b.len = 0;
     coord_enc_begin(&e, &b);
     coord_enc_kv_cstr(&e, "op", "ping");
     coord_enc_end(&e);
-    raw_send(fd, b.data, b.len);
+    rcl_write(fd, b.data, b.len);
     REQUIRE(recv1(fd) == 0);
     CHECK(msg_code_is(&m, "BAD_REQUEST"));
     CHECK_EQ_U(msg_uint(&m, "rid"), 0);
-    CHECK(raw_request(fd, "ping", 12) == 0);
+    CHECK(rcl_request(fd, "ping", 12) == 0);
     REQUIRE(recv1(fd) == 0);
     CHECK(msg_ok(&m));
     coord_buf_free(&b);
-    close(fd);
+    rcl_close(fd);
     CHECK(WIFEXITED(broker_kill(&bp, SIGTERM)));
     broker_cleanup(&bp);
 }
@@ -101,15 +98,15 @@ static void test_handshake_rules(void)
     memset(&bp, 0, sizeof bp);
     REQUIRE(broker_start(&bp, args) == 0);
     /* anything before hello: HELLO_REQUIRED and close */
-    int fd = raw_connect(bp.sock);
-    REQUIRE(fd >= 0);
-    raw_request(fd, "ping", 1);
+    struct rcl *fd = rcl_connect(bp.sock);
+    REQUIRE(fd);
+    rcl_request(fd, "ping", 1);
     REQUIRE(recv1(fd) == 0);
     CHECK(msg_code_is(&m, "HELLO_REQUIRED"));
-    CHECK(raw_wait_eof(fd, 2000));
-    close(fd);
+    CHECK(rcl_wait_eof(fd, 2000));
+    rcl_close(fd);
     /* wrong protocol version: PROTO_VERSION and close */
-    fd = raw_connect(bp.sock);
+    fd = rcl_connect(bp.sock);
     coord_buf b; coord_enc e;
     coord_buf_init(&b);
     coord_enc_begin(&e, &b);
@@ -117,20 +114,20 @@ static void test_handshake_rules(void)
     coord_enc_kv_uint(&e, "rid", 1);
     coord_enc_kv_uint(&e, "proto", 2);
     coord_enc_end(&e);
-    raw_send(fd, b.data, b.len);
+    rcl_write(fd, b.data, b.len);
     coord_buf_free(&b);
     REQUIRE(recv1(fd) == 0);
     CHECK(msg_code_is(&m, "PROTO_VERSION"));
-    CHECK(raw_wait_eof(fd, 2000));
-    close(fd);
+    CHECK(rcl_wait_eof(fd, 2000));
+    rcl_close(fd);
     /* silence: closed after the handshake timeout */
-    fd = raw_connect(bp.sock);
+    fd = rcl_connect(bp.sock);
     uint64_t t0 = now_ms();
-    CHECK(raw_wait_eof(fd, 5000));
+    CHECK(rcl_wait_eof(fd, 5000));
     CHECK(now_ms() - t0 >= 250);
-    close(fd);
+    rcl_close(fd);
     /* a hello reply carries the contract's fields */
-    fd = raw_connect(bp.sock);
+    fd = rcl_connect(bp.sock);
     coord_buf_init(&b);
     coord_enc_begin(&e, &b);
     coord_enc_kv_cstr(&e, "op", "hello");
@@ -138,7 +135,7 @@ static void test_handshake_rules(void)
     coord_enc_kv_uint(&e, "proto", 1);
     coord_enc_kv_cstr(&e, "scope", "s1");
     coord_enc_end(&e);
-    raw_send(fd, b.data, b.len);
+    rcl_write(fd, b.data, b.len);
     coord_buf_free(&b);
     REQUIRE(recv1(fd) == 0);
     CHECK(msg_ok(&m));
@@ -147,10 +144,10 @@ static void test_handshake_rules(void)
     CHECK(msg_uint(&m, "conn") > 0);
     CHECK(msg_uint(&m, "epoch") >= 1);
     CHECK_EQ_U(msg_uint(&m, "max_frame"), 1048576);
-    raw_request(fd, "stats", 6);
+    rcl_request(fd, "stats", 6);
     REQUIRE(recv1(fd) == 0);
     CHECK_EQ_U(msg_uint(&m, "handshake_timeouts"), 1);
-    close(fd);
+    rcl_close(fd);
     broker_kill(&bp, SIGTERM);
     broker_cleanup(&bp);
 }
@@ -158,9 +155,9 @@ static void test_handshake_rules(void)
 static void test_second_broker_exits_quietly(void)
 {
     REQUIRE(start_default() == 0);
-    int fd = raw_connect(bp.sock);
-    REQUIRE(fd >= 0);
-    REQUIRE(raw_hello(fd, NULL) == 0);
+    struct rcl *fd = rcl_connect(bp.sock);
+    REQUIRE(fd);
+    REQUIRE(rcl_hello(fd, NULL) == 0);
     pid_t pid = fork();
     if (pid == 0) {
         execl(broker_binary(), broker_binary(), "--foreground", "--socket", bp.sock,
@@ -170,16 +167,16 @@ static void test_second_broker_exits_quietly(void)
     int st = wait_pid_timeout(pid, 10000);
     CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     /* the first one still serves, on the old connection and on new ones */
-    raw_request(fd, "ping", 2);
+    rcl_request(fd, "ping", 2);
     REQUIRE(recv1(fd) == 0);
     CHECK(msg_ok(&m));
-    int fd2 = raw_connect(bp.sock);
-    CHECK(fd2 >= 0 && raw_hello(fd2, NULL) == 0);
-    raw_request(fd2, "stats", 3);
+    struct rcl *fd2 = rcl_connect(bp.sock);
+    CHECK(fd2 && rcl_hello(fd2, NULL) == 0);
+    rcl_request(fd2, "stats", 3);
     REQUIRE(recv1(fd2) == 0);
     CHECK_EQ_U(msg_uint(&m, "pid"), (uint64_t)bp.pid);
-    close(fd);
-    close(fd2);
+    rcl_close(fd);
+    rcl_close(fd2);
     broker_kill(&bp, SIGTERM);
     broker_cleanup(&bp);
 }
@@ -210,11 +207,11 @@ static void test_stale_socket_replaced_and_bad_dir_refused(void)
     int s = bound_socket_in_fresh_dir(dir, sizeof dir);
     REQUIRE(s >= 0);
     close(s);
-    CHECK(raw_connect(bp.sock) < 0);
+    CHECK(rcl_connect(bp.sock) == NULL);
     REQUIRE(broker_start(&bp, NULL) == 0);
-    int fd = raw_connect(bp.sock);
-    CHECK(fd >= 0 && raw_hello(fd, NULL) == 0);
-    close(fd);
+    struct rcl *fd = rcl_connect(bp.sock);
+    CHECK(fd && rcl_hello(fd, NULL) == 0);
+    rcl_close(fd);
     broker_kill(&bp, SIGTERM);
     /* a group-writable socket directory is refused with a reason */
     chmod(dir, 0770);
@@ -258,13 +255,11 @@ static void test_other_uid_refused(void)
         close(pfd[0]);
         if (setgroups(0, NULL) < 0 || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0)
             _exit(10);
-        int fd = raw_connect(bp.sock);
-        if (fd < 0)
+        struct rcl *fd = rcl_connect(bp.sock);
+        if (!fd)
             _exit(11);
-        raw_hello(fd, NULL);            /* fails: closed without a byte */
-        char c;
-        ssize_t r = read(fd, &c, 1);
-        char verdict = r == 0 || (r < 0 && errno == ECONNRESET) ? 'C' : 'R';
+        rcl_hello(fd, NULL);            /* fails: closed without a byte */
+        char verdict = rcl_queued(fd) == 0 && rcl_wait_eof(fd, 10000) ? 'C' : 'R';
         ssize_t w = write(pfd[1], &verdict, 1);
         (void)w;
         _exit(0);
@@ -277,12 +272,12 @@ static void test_other_uid_refused(void)
     close(pfd[0]);
     int st = wait_pid_timeout(pid, 5000);
     CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    int fd = raw_connect(bp.sock);
-    REQUIRE(raw_hello(fd, NULL) == 0);
-    raw_request(fd, "stats", 2);
+    struct rcl *fd = rcl_connect(bp.sock);
+    REQUIRE(rcl_hello(fd, NULL) == 0);
+    rcl_request(fd, "stats", 2);
     REQUIRE(recv1(fd) == 0);
     CHECK_EQ_U(msg_uint(&m, "rejected_peers"), 1);
-    close(fd);
+    rcl_close(fd);
     broker_kill(&bp, SIGTERM);
     int lf = open(bp.log, O_RDONLY);
     char text[8192] = { 0 };
@@ -299,8 +294,8 @@ static void test_other_uid_refused(void)
 static void test_bad_frames_close_only_their_connection(void)
 {
     REQUIRE(start_default() == 0);
-    int good = raw_connect(bp.sock);
-    REQUIRE(raw_hello(good, NULL) == 0);
+    struct rcl *good = rcl_connect(bp.sock);
+    REQUIRE(rcl_hello(good, NULL) == 0);
     static const uint8_t garbage[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
     static const uint8_t oversize[] = { 0x7f, 0xff, 0xff, 0xff, 0x80 };
     static const uint8_t zero_len[] = { 0, 0, 0, 0 };
@@ -321,32 +316,32 @@ static void test_bad_frames_close_only_their_connection(void)
     };
     uint64_t rid = 100;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int fd = raw_connect(bp.sock);
-        REQUIRE(fd >= 0);
+        struct rcl *fd = rcl_connect(bp.sock);
+        REQUIRE(fd);
         if (cases[i].after_hello)
-            REQUIRE(raw_hello(fd, NULL) == 0);
-        REQUIRE(raw_send(fd, cases[i].p, cases[i].n) == 0);
+            REQUIRE(rcl_hello(fd, NULL) == 0);
+        REQUIRE(rcl_write(fd, cases[i].p, cases[i].n) == 0);
         int rc = recv1(fd);
         if (rc != 0 || !msg_code_is(&m, "BAD_FRAME"))
             fprintf(stderr, "case %s: no BAD_FRAME reply\n", cases[i].name);
         CHECK(rc == 0 && msg_code_is(&m, "BAD_FRAME"));
-        CHECK(raw_wait_eof(fd, 2000));
-        close(fd);
-        raw_request(good, "ping", ++rid);
+        CHECK(rcl_wait_eof(fd, 2000));
+        rcl_close(fd);
+        rcl_request(good, "ping", ++rid);
         REQUIRE(recv1(good) == 0);
         CHECK(msg_ok(&m) && msg_uint(&m, "rid") == rid);
     }
     /* truncated: a header promising more, then close: nothing breaks */
-    int fd = raw_connect(bp.sock);
-    REQUIRE(raw_hello(fd, NULL) == 0);
+    struct rcl *fd = rcl_connect(bp.sock);
+    REQUIRE(rcl_hello(fd, NULL) == 0);
     static const uint8_t cut[] = { 0, 0, 0, 50, 0x82, 0xa2, 'o' };
-    raw_send(fd, cut, sizeof cut);
-    close(fd);
-    raw_request(good, "stats", ++rid);
+    rcl_write(fd, cut, sizeof cut);
+    rcl_close(fd);
+    rcl_request(good, "stats", ++rid);
     REQUIRE(recv1(good) == 0);
     CHECK(msg_ok(&m));
     CHECK_EQ_U(msg_uint(&m, "bad_frames"), 8);
-    close(good);
+    rcl_close(good);
     int st = broker_kill(&bp, SIGTERM);
     CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     broker_cleanup(&bp);
@@ -357,39 +352,37 @@ static void test_connection_limit(void)
     const char *args[] = { "--max-conns", "3", NULL };
     memset(&bp, 0, sizeof bp);
     REQUIRE(broker_start(&bp, args) == 0);
-    int fds[3];
+    struct rcl *fds[3];
     for (int i = 0; i < 3; i++) {
-        fds[i] = raw_connect(bp.sock);
-        REQUIRE(raw_hello(fds[i], NULL) == 0);
+        fds[i] = rcl_connect(bp.sock);
+        REQUIRE(fds[i] && rcl_hello(fds[i], NULL) == 0);
     }
-    int extra = raw_connect(bp.sock);
-    REQUIRE(extra >= 0);
+    struct rcl *extra = rcl_connect(bp.sock);
+    REQUIRE(extra);
     REQUIRE(recv1(extra) == 0);
     CHECK(msg_code_is(&m, "LIMIT"));
-    CHECK(raw_wait_eof(extra, 2000));
-    close(extra);
-    close(fds[2]);
+    CHECK(rcl_wait_eof(extra, 2000));
+    rcl_close(extra);
+    rcl_close(fds[2]);
     /* a freed slot is usable again: the broker noticed the close once
      * a ping on another connection has been answered after it */
-    raw_request(fds[0], "ping", 2);
+    rcl_request(fds[0], "ping", 2);
     REQUIRE(recv1(fds[0]) == 0);
-    int again = -1;
+    struct rcl *again = NULL;
     for (int tries = 0; tries < 50; tries++) {
-        again = raw_connect(bp.sock);
-        if (raw_hello(again, NULL) == 0)
+        again = rcl_open(bp.sock, NULL);
+        if (again)
             break;
-        close(again);
-        again = -1;
-        raw_request(fds[0], "ping", 3);
+        rcl_request(fds[0], "ping", 3);
         recv1(fds[0]);
     }
-    CHECK(again >= 0);
-    raw_request(fds[0], "stats", 4);
+    CHECK(again);
+    rcl_request(fds[0], "stats", 4);
     REQUIRE(recv1(fds[0]) == 0);
     CHECK(msg_uint(&m, "rejected_conn_limit") >= 1);
-    close(again);
-    close(fds[0]);
-    close(fds[1]);
+    rcl_close(again);
+    rcl_close(fds[0]);
+    rcl_close(fds[1]);
     broker_kill(&bp, SIGTERM);
     broker_cleanup(&bp);
 }
@@ -401,13 +394,13 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 /* p99 of n ping round trips, in microseconds. */
-static uint64_t ping_p99_us(int fd, int n, uint64_t *rid)
+static uint64_t ping_p99_us(struct rcl *fd, int n, uint64_t *rid)
 {
     uint64_t *lat = calloc((size_t)n, sizeof *lat);
     for (int i = 0; i < n; i++) {
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);
-        raw_request(fd, "ping", ++*rid);
+        rcl_request(fd, "ping", ++*rid);
         if (recv1(fd) != 0 || !msg_ok(&m)) {
             free(lat);
             return UINT64_MAX;
@@ -429,16 +422,16 @@ static void test_slow_reader_cut_off(void)
     const char *args[] = { "--max-outbuf", "262144", NULL };
     memset(&bp, 0, sizeof bp);
     REQUIRE(broker_start(&bp, args) == 0);
-    int good = raw_connect(bp.sock);
-    REQUIRE(raw_hello(good, NULL) == 0);
+    struct rcl *good = rcl_connect(bp.sock);
+    REQUIRE(rcl_hello(good, NULL) == 0);
     uint64_t rid = 1;
     uint64_t before = ping_p99_us(good, 500, &rid);
     REQUIRE(before != UINT64_MAX);
 
-    int slow = raw_connect(bp.sock);
-    REQUIRE(raw_hello(slow, NULL) == 0);
+    struct rcl *slow = rcl_connect(bp.sock);
+    REQUIRE(rcl_hello(slow, NULL) == 0);
     int rcvbuf = 4096;
-    setsockopt(slow, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    setsockopt(rcl_fd(slow), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
     pid_t writer = fork();
     if (writer == 0) {
         /* stats replies are ~600 bytes: 20000 of them pass any cap */
@@ -450,7 +443,7 @@ static void test_slow_reader_cut_off(void)
             coord_enc_kv_uint(&e, "rid", i + 1);
             coord_enc_end(&e);
         }
-        int rc = raw_send(slow, b.data, b.len);
+        int rc = rcl_write(slow, b.data, b.len);
         _exit(rc == 0 ? 0 : 1);
     }
     uint64_t during = ping_p99_us(good, 500, &rid);
@@ -459,7 +452,7 @@ static void test_slow_reader_cut_off(void)
     CHECK(st != -1);
     bool cut = false;
     for (int i = 0; i < 200 && !cut; i++) {
-        raw_request(good, "stats", ++rid);
+        rcl_request(good, "stats", ++rid);
         REQUIRE(recv1(good) == 0);
         cut = msg_uint(&m, "outbuf_disconnects") == 1;
     }
@@ -472,20 +465,20 @@ static void test_slow_reader_cut_off(void)
     CHECK(during != UINT64_MAX && after != UINT64_MAX);
     /* generous: a shared machine is noisy, a blocked loop is not subtle */
     CHECK(during < before * 20 + 20000);
-    close(slow);
-    close(good);
+    rcl_close(slow);
+    rcl_close(good);
     broker_kill(&bp, SIGTERM);
     broker_cleanup(&bp);
 }
 
 static uint64_t epoch_of(const char *sock)
 {
-    int fd = raw_connect(sock);
-    if (fd < 0 || raw_hello(fd, NULL) != 0)
+    struct rcl *fd = rcl_open(sock, NULL);
+    if (!fd)
         return 0;
-    raw_request(fd, "stats", 2);
+    rcl_request(fd, "stats", 2);
     uint64_t e = recv1(fd) == 0 ? msg_uint(&m, "epoch") : 0;
-    close(fd);
+    rcl_close(fd);
     return e;
 }
 
@@ -516,13 +509,13 @@ static void test_idle_exit(void)
     const char *args[] = { "--idle-exit", "1", NULL };
     memset(&bp, 0, sizeof bp);
     REQUIRE(broker_start(&bp, args) == 0);
-    int fd = raw_connect(bp.sock);
-    REQUIRE(raw_hello(fd, NULL) == 0);
+    struct rcl *fd = rcl_connect(bp.sock);
+    REQUIRE(rcl_hello(fd, NULL) == 0);
     /* connected: it stays (well past the idle time) */
     CHECK(wait_pid_timeout(bp.pid, 1500) == -1);
-    raw_request(fd, "ping", 2);
+    rcl_request(fd, "ping", 2);
     REQUIRE(recv1(fd) == 0);
-    close(fd);
+    rcl_close(fd);
     int st = wait_pid_timeout(bp.pid, 10000);
     CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     if (st != -1)
@@ -536,11 +529,11 @@ static void test_idle_connections_memory(void)
     enum { N = 1000 };
     REQUIRE(start_default() == 0);
     long before = rss_kb(bp.pid);
-    static int fds[N];
+    static struct rcl *fds[N];
     int opened = 0;
     for (int i = 0; i < N; i++) {
-        fds[i] = raw_connect(bp.sock);
-        if (fds[i] < 0 || raw_hello(fds[i], NULL) != 0)
+        fds[i] = rcl_open(bp.sock, NULL);
+        if (!fds[i])
             break;
         opened++;
     }
@@ -551,11 +544,11 @@ static void test_idle_connections_memory(void)
             opened ? (after - before) * 1024 / opened : 0);
     /* the brief's bar: 10,000 connections within 64 MiB, so 6.5 kB each */
     CHECK(after - before < 6554 * (long)N / 1024);
-    raw_request(fds[0], "stats", 2);
+    rcl_request(fds[0], "stats", 2);
     REQUIRE(recv1(fds[0]) == 0);
     CHECK_EQ_U(msg_uint(&m, "connections"), (uint64_t)opened);
     for (int i = 0; i < opened; i++)
-        close(fds[i]);
+        rcl_close(fds[i]);
     broker_kill(&bp, SIGTERM);
     broker_cleanup(&bp);
 }
@@ -583,8 +576,7 @@ static void test_pending_limit(void)
     rcl_begin(w, "lock.query", 4);
     rcl_send(w);
     REQUIRE(rcl_reply(w, 4, 5000, &m) == 0);
-    const msgpack_object *pend = coord_map_find(m.map, "pending");
-    CHECK(pend && pend->via.array.size == 2);
+    CHECK_EQ_U(msg_array(&m, "pending")->size, 2);
     rcl_begin(w, "stats", 5);
     rcl_send(w);
     REQUIRE(rcl_reply(w, 5, 5000, &m) == 0);
@@ -616,7 +608,7 @@ static void test_shutdown_answers_waiters(void)
     CHECK(msg_code_is(&m, "SHUTTING_DOWN"));
     REQUIRE(rcl_reply(holder, 2, 5000, &m) == 0);
     CHECK(msg_code_is(&m, "SHUTTING_DOWN"));
-    CHECK(raw_wait_eof(rcl_fd(w), 5000));
+    CHECK(rcl_wait_eof(w, 5000));
     int st = wait_pid_timeout(bp.pid, 10000);
     CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     if (st != -1)
@@ -658,12 +650,12 @@ static void test_socket_activation(void)
     CHECK(poll(&p, 1, 10000) == 1 && read(pfd[0], line, sizeof line - 1) > 0);
     close(pfd[0]);
     CHECK(strncmp(line, "ready", 5) == 0);
-    int fd = raw_connect(bp.sock);
-    CHECK(fd >= 0 && raw_hello(fd, NULL) == 0);
-    raw_request(fd, "stats", 2);
+    struct rcl *fd = rcl_connect(bp.sock);
+    CHECK(fd && rcl_hello(fd, NULL) == 0);
+    rcl_request(fd, "stats", 2);
     REQUIRE(recv1(fd) == 0);
     CHECK_EQ_U(msg_uint(&m, "pid"), (uint64_t)pid);
-    close(fd);
+    rcl_close(fd);
     int st = broker_kill(&bp, SIGTERM);
     CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     broker_cleanup(&bp);
@@ -691,6 +683,5 @@ int main(int argc, char **argv)
     };
     int rc = run_tests(argc, argv, tests);
     coord_msg_destroy(&m);
-    free(store);
     return rc;
 }

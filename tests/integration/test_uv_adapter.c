@@ -1,4 +1,4 @@
-/* test_uv.c - libcoord inside a libuv loop (coord-uv.h): replies to many
+/* test_uv_adapter.c - libcoord inside a libuv loop (coord-uv.h): replies to many
  * async requests, a lock grant and a lock.lost event all arrive through the
  * loop's callbacks, with nothing blocking. */
 #include <signal.h>
