@@ -5,13 +5,13 @@
 #include <string.h>
 #include "internal.h"
 
-static int channel_call(coord_t *c, const char *op, const void *channel, size_t len,
+static int channel_call(coord_t *c, enum coord_op op, const void *channel, size_t len,
                         const void *data, size_t data_len, bool with_data,
                         coord_reply_t **reply)
 {
     if (!c || (!channel && len) || (with_data && !data && data_len))
         return COORD_EINVAL;
-    coord_req_t *r = coord_req_new(op);
+    coord_req_t *r = coord__req_new(op);
     if (!r)
         return COORD_ENOMEM;
     coord_req_str(r, "channel", channel ? channel : "", len);
@@ -22,12 +22,12 @@ static int channel_call(coord_t *c, const char *op, const void *channel, size_t 
 
 COORD_API int coord_subscribe(coord_t *c, const void *channel, size_t len)
 {
-    return channel_call(c, "sub.subscribe", channel, len, NULL, 0, false, NULL);
+    return channel_call(c, COORD_OP_SUB_SUBSCRIBE, channel, len, NULL, 0, false, NULL);
 }
 
 COORD_API int coord_unsubscribe(coord_t *c, const void *channel, size_t len)
 {
-    return channel_call(c, "sub.unsubscribe", channel, len, NULL, 0, false, NULL);
+    return channel_call(c, COORD_OP_SUB_UNSUBSCRIBE, channel, len, NULL, 0, false, NULL);
 }
 
 COORD_API int coord_publish(coord_t *c, const void *channel, size_t len,
@@ -36,7 +36,7 @@ COORD_API int coord_publish(coord_t *c, const void *channel, size_t len,
     if (delivered)
         *delivered = 0;
     coord_reply_t *reply = NULL;
-    int rc = channel_call(c, "sub.publish", channel, len, data, data_len, true, &reply);
+    int rc = channel_call(c, COORD_OP_SUB_PUBLISH, channel, len, data, data_len, true, &reply);
     if (rc < 0)
         return rc;
     if (delivered)
@@ -47,7 +47,7 @@ COORD_API int coord_publish(coord_t *c, const void *channel, size_t len,
 
 COORD_API bool coord_event_message(const coord_reply_t *ev, coord_message *out)
 {
-    if (!coord__event_is(ev, "message"))
+    if (!coord__event_is(ev, COORD_EV_MESSAGE))
         return false;
     if (!out)
         return true;
@@ -63,7 +63,7 @@ COORD_API bool coord_event_message(const coord_reply_t *ev, coord_message *out)
 
 COORD_API bool coord_event_lifecycle(const coord_reply_t *ev, coord_lifecycle *out)
 {
-    if (!coord__event_is(ev, "lifecycle"))
+    if (!coord__event_is(ev, COORD_EV_LIFECYCLE))
         return false;
     if (!out)
         return true;

@@ -452,75 +452,29 @@ static int write_all(coord_t *c, const uint8_t *p, size_t n)
     return COORD_ECLOSED;
 }
 
-/* Encodes v as the smallest MessagePack unsigned integer; returns bytes. */
-static size_t pack_uint(uint8_t *out, uint64_t v)
-{
-    if (v < 0x80) {
-        out[0] = (uint8_t)v;
-        return 1;
-    }
-    if (v <= 0xff) {
-        out[0] = 0xcc;
-        out[1] = (uint8_t)v;
-        return 2;
-    }
-    if (v <= 0xffff) {
-        out[0] = 0xcd;
-        out[1] = (uint8_t)(v >> 8);
-        out[2] = (uint8_t)v;
-        return 3;
-    }
-    if (v <= 0xffffffffu) {
-        out[0] = 0xce;
-        coord_put_be32(out + 1, (uint32_t)v);
-        return 5;
-    }
-    out[0] = 0xcf;
-    coord_put_be32(out + 1, (uint32_t)(v >> 32));
-    coord_put_be32(out + 5, (uint32_t)v);
-    return 9;
-}
-
-/* Where the fields start in a request's buffer: length + map16 header. */
-#define REQ_FIELDS_AT (COORD_FRAME_HEADER + 3)
-
 static int send_req(coord_t *c, const coord_req_t *req, uint64_t rid)
 {
     if (req->err) {
         coord__set_error(c, "building the request: %s", coord_code_text(req->err));
         return req->err;
     }
-    const uint8_t *fields = req->buf.data + REQ_FIELDS_AT;
-    size_t flen = req->buf.len - REQ_FIELDS_AT;
-    uint32_t keys = req->enc.count[0] + 1;          /* + rid */
-    if (keys > 0xffff) {
+    if (req->enc.count[0] + 1 > 0xffff) {           /* + rid */
         coord__set_error(c, "request has too many fields");
         return COORD_ETOO_LARGE;
     }
-    uint8_t head[COORD_FRAME_HEADER + 3 + 4 + 9];
-    size_t hn = COORD_FRAME_HEADER;
-    head[hn++] = 0xde;
-    head[hn++] = (uint8_t)(keys >> 8);
-    head[hn++] = (uint8_t)keys;
-    head[hn++] = 0xa3;                               /* fixstr "rid" */
-    memcpy(head + hn, "rid", 3);
-    hn += 3;
-    hn += pack_uint(head + hn, rid);
-    size_t body = hn - COORD_FRAME_HEADER + flen;
-    if (body > c->max_frame) {
-        coord__set_error(c, "request of %zu bytes exceeds the broker's max_frame %u",
-                         body, (unsigned)c->max_frame);
-        return COORD_ETOO_LARGE;
-    }
-    coord_put_be32(head, (uint32_t)body);
-
     c->wbuf.len = 0;
-    if (coord_buf_append(&c->wbuf, head, hn) < 0 ||
-        coord_buf_append(&c->wbuf, fields, flen) < 0) {
+    size_t total = coord_enc_request(&c->wbuf, &req->enc, rid);
+    int rc;
+    if (total == 0) {
         coord__set_error(c, "out of memory");
-        return COORD_ENOMEM;
+        rc = COORD_ENOMEM;
+    } else if (total - COORD_FRAME_HEADER > c->max_frame) {
+        coord__set_error(c, "request of %zu bytes exceeds the broker's max_frame %u",
+                         total - COORD_FRAME_HEADER, (unsigned)c->max_frame);
+        rc = COORD_ETOO_LARGE;
+    } else {
+        rc = write_all(c, c->wbuf.data, c->wbuf.len);
     }
-    int rc = write_all(c, c->wbuf.data, c->wbuf.len);
     if (c->wbuf.cap > 65536)
         coord_buf_free(&c->wbuf);                    /* don't keep a big one */
     return rc;
@@ -562,6 +516,12 @@ COORD_API coord_req_t *coord_req_new(const char *op)
         return NULL;
     }
     return r;
+}
+
+coord_req_t *coord__req_new(enum coord_op op)
+{
+    const char *name = coord_op_name(op);
+    return name ? coord_req_new(name) : NULL;
 }
 
 COORD_API void coord_req_free(coord_req_t *r)
@@ -746,7 +706,7 @@ int coord__call_uint(coord_t *c, coord_req_t *r, const char *key, uint64_t *out)
 
 COORD_API int coord_ping(coord_t *c)
 {
-    return coord__call_free(c, coord_req_new("ping"), NULL);
+    return coord__call_free(c, coord__req_new(COORD_OP_PING), NULL);
 }
 
 /* ---- event-loop mode ---- */
@@ -786,7 +746,7 @@ COORD_API int coord_cancel(coord_t *c, uint64_t rid)
 {
     if (!c || !rid)
         return COORD_EINVAL;
-    coord_req_t *r = coord_req_new("cancel");
+    coord_req_t *r = coord__req_new(COORD_OP_CANCEL);
     if (!r)
         return COORD_ENOMEM;
     coord_req_uint(r, "target", rid);

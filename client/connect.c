@@ -418,7 +418,7 @@ static int hello(coord_t *c, const coord_options *o, unsigned timeout_ms)
     const char *name = o->client_name;
     if (!name || !*name)
         name = program_invocation_short_name;
-    coord_req_t *r = coord_req_new("hello");
+    coord_req_t *r = coord__req_new(COORD_OP_HELLO);
     if (!r) {
         cerr("out of memory");
         return COORD_ENOMEM;
@@ -437,13 +437,13 @@ static int hello(coord_t *c, const coord_options *o, unsigned timeout_ms)
         return COORD_ECONNECT;
     }
     if (rc == COORD_ECLOSED || rc == COORD_EPROTOCOL) {
-        cerr("hello: %s", coord_error_message(c));
+        cerr("%s: %s", coord_op_name(COORD_OP_HELLO), coord_error_message(c));
         return c->bye_code ? c->bye_code : COORD_ECONNECT;
     }
     if (rc < 0) {
         const char *wire = coord_code_name(rc);
-        cerr("hello refused: %s: %s", wire ? wire : "UNKNOWN",
-             coord_error_message(c));
+        cerr("%s refused: %s: %s", coord_op_name(COORD_OP_HELLO),
+             wire ? wire : "UNKNOWN", coord_error_message(c));
         return rc;
     }
     coord_map m = coord_reply_map(rep);

@@ -74,7 +74,7 @@ COORD_API const char *coord_strerror(int err);
 
 /* The broker's message for the last failed call on c ("name: missing"), or
  * a library text.  Owned by c; valid until the next call on c.
- * With c == NULL (an addition): why the last coord_connect of this thread
+ * With c == NULL: why the last coord_connect of this thread
  * failed ("cannot start coordd: not found in PATH").  Thread-local; valid
  * until that thread's next coord_connect. */
 COORD_API const char *coord_error_message(const coord_t *c);
@@ -284,7 +284,7 @@ COORD_API size_t coord_map_array_len(coord_map m, const char *key);
 COORD_API bool coord_map_array_at(coord_map m, const char *key, size_t i, coord_map *out);
 
 /* Walking a map in the order the broker sent it (for generic printing:
- * coordctl stats, watch).  Added to the original interface. */
+ * coordctl stats, watch). */
 typedef enum coord_type {
     COORD_TYPE_NONE = 0,   /* no such entry */
     COORD_TYPE_NIL,

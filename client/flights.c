@@ -59,7 +59,7 @@ COORD_API void coord_record_clear(coord_record *r)
 
 static coord_req_t *join_req(const void *key, size_t key_len, const coord_flight_opts *o)
 {
-    coord_req_t *r = coord_req_new("flight.join");
+    coord_req_t *r = coord__req_new(COORD_OP_FLIGHT_JOIN);
     if (!r)
         return NULL;
     coord_req_str(r, "key", key, key_len);
@@ -130,7 +130,8 @@ static int join_result(coord_t *c, const coord_reply_t *reply, coord_flight *out
     }
 bad:
     coord_flight_clear(out);
-    coord__set_error(c, "flight.join: reply without a known role and its fields");
+    coord__set_error(c, "%s: reply without a known role and its fields",
+                     coord_op_name(COORD_OP_FLIGHT_JOIN));
     return COORD_EPROTOCOL;
 nomem:
     coord_flight_clear(out);
@@ -200,7 +201,7 @@ COORD_API int coord_flight_complete(coord_t *c, uint64_t flight, uint64_t fence,
         *delivered = 0;
     if (!c || !coord__bytes_ok(result, len))
         return COORD_EINVAL;
-    coord_req_t *r = coord_req_new("flight.complete");
+    coord_req_t *r = coord__req_new(COORD_OP_FLIGHT_COMPLETE);
     if (!r)
         return COORD_ENOMEM;
     coord_req_uint(r, "flight", flight);
@@ -217,7 +218,7 @@ COORD_API int coord_flight_fail(coord_t *c, uint64_t flight, uint64_t fence,
 {
     if (!c)
         return COORD_EINVAL;
-    coord_req_t *r = coord_req_new("flight.fail");
+    coord_req_t *r = coord__req_new(COORD_OP_FLIGHT_FAIL);
     if (!r)
         return COORD_ENOMEM;
     coord_req_uint(r, "flight", flight);
@@ -236,12 +237,12 @@ COORD_API int coord_flight_list(coord_t *c, coord_reply_t **reply)
         *reply = NULL;
     if (!c || !reply)
         return COORD_EINVAL;
-    return coord__call_free(c, coord_req_new("flight.list"), reply);
+    return coord__call_free(c, coord__req_new(COORD_OP_FLIGHT_LIST), reply);
 }
 
 COORD_API bool coord_event_flight_abort(const coord_reply_t *ev, coord_flight_abort *out)
 {
-    if (!coord__event_is(ev, "flight.abort"))
+    if (!coord__event_is(ev, COORD_EV_FLIGHT_ABORT))
         return false;
     if (!out)
         return true;
@@ -380,7 +381,7 @@ COORD_API int coord_record_get(coord_t *c, const void *key, size_t key_len,
         memset(out, 0, sizeof *out);
     if (!c || !out || !coord__bytes_ok(key, key_len))
         return COORD_EINVAL;
-    coord_req_t *r = coord_req_new("record.get");
+    coord_req_t *r = coord__req_new(COORD_OP_RECORD_GET);
     if (!r)
         return COORD_ENOMEM;
     coord_req_str(r, "key", key, key_len);
@@ -424,8 +425,11 @@ COORD_API int coord_record_get(coord_t *c, const void *key, size_t key_len,
     coord_reply_free(reply);
     if (rc < 0) {
         coord_record_clear(out);
-        coord__set_error(c, rc == COORD_ENOMEM ? "out of memory"
-                                               : "record.get: reply without status and its fields");
+        if (rc == COORD_ENOMEM)
+            coord__set_error(c, "out of memory");
+        else
+            coord__set_error(c, "%s: reply without status and its fields",
+                             coord_op_name(COORD_OP_RECORD_GET));
     }
     return rc;
 }
@@ -437,7 +441,7 @@ COORD_API int coord_record_list(coord_t *c, const void *prefix, size_t prefix_le
         *reply = NULL;
     if (!c || !reply || !coord__bytes_ok(prefix, prefix_len))
         return COORD_EINVAL;
-    coord_req_t *r = coord_req_new("record.list");
+    coord_req_t *r = coord__req_new(COORD_OP_RECORD_LIST);
     if (!r)
         return COORD_ENOMEM;
     if (prefix_len)
@@ -454,7 +458,7 @@ COORD_API int coord_record_purge(coord_t *c, const void *prefix, size_t prefix_l
         *deleted = 0;
     if (!c || !coord__bytes_ok(prefix, prefix_len))
         return COORD_EINVAL;
-    coord_req_t *r = coord_req_new("record.purge");
+    coord_req_t *r = coord__req_new(COORD_OP_RECORD_PURGE);
     if (!r)
         return COORD_ENOMEM;
     coord_req_str(r, "prefix", prefix ? prefix : "", prefix_len);

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "coord.h"
+#include "coord-ops.h"
 #include "enc.h"
 #include "frame.h"
 #include "msg.h"
@@ -21,7 +22,8 @@
 #define COORD_ERRMSG_MAX 256
 
 /* A request being built: its fields (op first) are encoded as the body of an
- * open top-level map; coord_send prepends the header and rid. */
+ * open top-level map; coord_send writes them as a frame with the rid in
+ * front (coord_enc_request). */
 struct coord_req {
     coord_buf buf;
     coord_enc enc;     /* open map at depth 1; enc.count[0] = keys so far */
@@ -116,6 +118,9 @@ void coord__set_error(coord_t *c, const char *fmt, ...)
 int coord__call_timeout(coord_t *c, const coord_req_t *req,
                         coord_reply_t **reply, int timeout_ms);
 int64_t coord__now_ms(void);
+/* coord_req_new of op's wire name; NULL when out of memory.  The caller
+ * owns the request (coord_req_free). */
+coord_req_t *coord__req_new(enum coord_op op);
 /* coord_call of r, which is freed here (NULL: COORD_ENOMEM, nothing sent);
  * reply may be NULL. */
 int coord__call_free(coord_t *c, coord_req_t *r, coord_reply_t **reply);
@@ -137,8 +142,8 @@ const char *coord__connect_error(void);
  * (a COORD_FRAME_* value) on a bad frame or no memory. */
 struct coord_reply *coord__reply_new(const uint8_t *body, size_t len,
                                      int *frame_status);
-/* True when ev is the event name (for the coord_event_* readers). */
-bool coord__event_is(const coord_reply_t *ev, const char *name);
+/* True when ev is the event which (for the coord_event_* readers). */
+bool coord__event_is(const coord_reply_t *ev, enum coord_event which);
 /* The str (or bin) field key of m in *p, *n; "" when absent. */
 void coord__map_bytes(coord_map m, const char *key, const char **p, size_t *n);
 /* A malloc'd copy of p[0..n) plus a NUL byte; NULL when out of memory. */

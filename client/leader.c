@@ -6,9 +6,9 @@
 #include "internal.h"
 
 /* A request for op on workstream ws; NULL when out of memory. */
-static coord_req_t *ws_req(const char *op, const void *ws, size_t ws_len)
+static coord_req_t *ws_req(enum coord_op op, const void *ws, size_t ws_len)
 {
-    coord_req_t *r = coord_req_new(op);
+    coord_req_t *r = coord__req_new(op);
     if (r)
         coord_req_str(r, "workstream", ws ? ws : "", ws_len);
     return r;
@@ -24,7 +24,7 @@ COORD_API int coord_leader_campaign(coord_t *c, const void *ws, size_t ws_len,
         *granted = false;
     if (!c || !coord__bytes_ok(ws, ws_len))
         return COORD_EINVAL;
-    coord_req_t *r = ws_req("leader.campaign", ws, ws_len);
+    coord_req_t *r = ws_req(COORD_OP_LEADER_CAMPAIGN, ws, ws_len);
     if (r && o) {
         if (o->lease_ms)
             coord_req_uint(r, "lease_ms", o->lease_ms);
@@ -44,7 +44,8 @@ COORD_API int coord_leader_campaign(coord_t *c, const void *ws, size_t ws_len,
     uint64_t gen = 0;
     if (!coord_map_bool(m, "granted", &g) || (g && !coord_map_uint(m, "generation", &gen))) {
         coord_reply_free(reply);
-        coord__set_error(c, "leader.campaign: reply without granted/generation");
+        coord__set_error(c, "%s: reply without granted/generation",
+                         coord_op_name(COORD_OP_LEADER_CAMPAIGN));
         return COORD_EPROTOCOL;
     }
     coord_reply_free(reply);
@@ -62,7 +63,7 @@ COORD_API int coord_leader_renew(coord_t *c, const void *ws, size_t ws_len,
         *lease_ms = 0;
     if (!c || !coord__bytes_ok(ws, ws_len))
         return COORD_EINVAL;
-    coord_req_t *r = ws_req("leader.renew", ws, ws_len);
+    coord_req_t *r = ws_req(COORD_OP_LEADER_RENEW, ws, ws_len);
     if (r)
         coord_req_uint(r, "generation", generation);
     return coord__call_uint(c, r, "lease_ms", lease_ms);
@@ -73,7 +74,7 @@ COORD_API int coord_leader_resign(coord_t *c, const void *ws, size_t ws_len,
 {
     if (!c || !coord__bytes_ok(ws, ws_len))
         return COORD_EINVAL;
-    coord_req_t *r = ws_req("leader.resign", ws, ws_len);
+    coord_req_t *r = ws_req(COORD_OP_LEADER_RESIGN, ws, ws_len);
     if (r)
         coord_req_uint(r, "generation", generation);
     return coord__call_free(c, r, NULL);
@@ -89,7 +90,7 @@ COORD_API int coord_leader_commit(coord_t *c, const void *ws, size_t ws_len,
     if (!c || !coord__bytes_ok(ws, ws_len) || !op_id || !key ||
         !coord__bytes_ok(value, value_len))
         return COORD_EINVAL;
-    coord_req_t *r = ws_req("leader.commit", ws, ws_len);
+    coord_req_t *r = ws_req(COORD_OP_LEADER_COMMIT, ws, ws_len);
     if (r) {
         coord_req_uint(r, "generation", generation);
         coord_req_cstr(r, "op_id", op_id);
@@ -105,7 +106,8 @@ COORD_API int coord_leader_commit(coord_t *c, const void *ws, size_t ws_len,
     uint64_t gen = 0;
     if (!coord_map_bool(m, "applied", &applied)) {
         coord_reply_free(reply);
-        coord__set_error(c, "leader.commit: reply without applied");
+        coord__set_error(c, "%s: reply without applied",
+                         coord_op_name(COORD_OP_LEADER_COMMIT));
         return COORD_EPROTOCOL;
     }
     coord_map_bool(m, "duplicate", &dup);
@@ -132,7 +134,7 @@ COORD_API int coord_leader_read(coord_t *c, const void *ws, size_t ws_len,
         *generation = 0;
     if (!c || !coord__bytes_ok(ws, ws_len) || !key || !value)
         return COORD_EINVAL;
-    coord_req_t *r = ws_req("leader.read", ws, ws_len);
+    coord_req_t *r = ws_req(COORD_OP_LEADER_READ, ws, ws_len);
     if (r)
         coord_req_cstr(r, "key", key);
     coord_reply_t *reply = NULL;
@@ -147,7 +149,8 @@ COORD_API int coord_leader_read(coord_t *c, const void *ws, size_t ws_len,
         const char *s = NULL;
         if (!coord_map_str(m, "value", &s, &n)) {
             coord_reply_free(reply);
-            coord__set_error(c, "leader.read: reply without value");
+            coord__set_error(c, "%s: reply without value",
+                             coord_op_name(COORD_OP_LEADER_READ));
             return COORD_EPROTOCOL;
         }
         p = s;
@@ -173,7 +176,7 @@ COORD_API int coord_leader_info(coord_t *c, const void *ws, size_t ws_len,
         *reply = NULL;
     if (!c || !coord__bytes_ok(ws, ws_len) || !reply)
         return COORD_EINVAL;
-    return coord__call_free(c, ws_req("leader.info", ws, ws_len), reply);
+    return coord__call_free(c, ws_req(COORD_OP_LEADER_INFO, ws, ws_len), reply);
 }
 
 COORD_API int coord_leader_disable(coord_t *c, const void *ws, size_t ws_len,
@@ -183,7 +186,7 @@ COORD_API int coord_leader_disable(coord_t *c, const void *ws, size_t ws_len,
         *generation = 0;
     if (!c || !coord__bytes_ok(ws, ws_len))
         return COORD_EINVAL;
-    return coord__call_uint(c, ws_req("leader.disable", ws, ws_len), "generation",
+    return coord__call_uint(c, ws_req(COORD_OP_LEADER_DISABLE, ws, ws_len), "generation",
                             generation);
 }
 
@@ -191,12 +194,12 @@ COORD_API int coord_leader_enable(coord_t *c, const void *ws, size_t ws_len)
 {
     if (!c || !coord__bytes_ok(ws, ws_len))
         return COORD_EINVAL;
-    return coord__call_free(c, ws_req("leader.enable", ws, ws_len), NULL);
+    return coord__call_free(c, ws_req(COORD_OP_LEADER_ENABLE, ws, ws_len), NULL);
 }
 
 COORD_API bool coord_event_leader_lost(const coord_reply_t *ev, coord_leader_lost *out)
 {
-    if (!coord__event_is(ev, "leader.lost"))
+    if (!coord__event_is(ev, COORD_EV_LEADER_LOST))
         return false;
     if (!out)
         return true;

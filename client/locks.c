@@ -9,7 +9,7 @@
 static coord_req_t *acquire_req(const void *name, size_t name_len,
                                 const coord_lock_opts *o)
 {
-    coord_req_t *r = coord_req_new("lock.acquire");
+    coord_req_t *r = coord__req_new(COORD_OP_LOCK_ACQUIRE);
     if (!r)
         return NULL;
     coord_req_str(r, "name", name, name_len);
@@ -65,9 +65,11 @@ COORD_API int coord_lock_acquire(coord_t *c, const void *name, size_t name_len,
     rc = acquire_result(reply, &l, &t);
     coord_reply_free(reply);
     if (rc == COORD_EPROTOCOL)
-        coord__set_error(c, "lock.acquire: reply without granted/lock/token");
+        coord__set_error(c, "%s: reply without granted/lock/token",
+                         coord_op_name(COORD_OP_LOCK_ACQUIRE));
     else if (rc == COORD_LOCK_BUSY)
-        coord__set_error(c, "lock.acquire: not granted at once (if_available)");
+        coord__set_error(c, "%s: not granted at once (if_available)",
+                         coord_op_name(COORD_OP_LOCK_ACQUIRE));
     if (lock)
         *lock = l;
     if (token)
@@ -91,7 +93,8 @@ static void on_acquire_reply(coord_t *c, int status, const coord_reply_t *reply,
     if (status == 0) {
         status = acquire_result(reply, &lock, &token);
         if (status == COORD_EPROTOCOL)
-            coord__set_error(c, "lock.acquire: reply without granted/lock/token");
+            coord__set_error(c, "%s: reply without granted/lock/token",
+                             coord_op_name(COORD_OP_LOCK_ACQUIRE));
     }
     if (ctx.cb)
         ctx.cb(c, status, lock, token, ctx.ud);
@@ -118,7 +121,7 @@ COORD_API int coord_lock_release(coord_t *c, uint64_t lock)
 {
     if (!c)
         return COORD_EINVAL;
-    coord_req_t *r = coord_req_new("lock.release");
+    coord_req_t *r = coord__req_new(COORD_OP_LOCK_RELEASE);
     if (!r)
         return COORD_ENOMEM;
     coord_req_uint(r, "lock", lock);
@@ -129,7 +132,7 @@ COORD_API int coord_lock_renew(coord_t *c, uint64_t lock, uint64_t lease_ms)
 {
     if (!c)
         return COORD_EINVAL;
-    coord_req_t *r = coord_req_new("lock.renew");
+    coord_req_t *r = coord__req_new(COORD_OP_LOCK_RENEW);
     if (!r)
         return COORD_ENOMEM;
     coord_req_uint(r, "lock", lock);
@@ -143,12 +146,12 @@ COORD_API int coord_lock_query(coord_t *c, coord_reply_t **reply)
         *reply = NULL;
     if (!c || !reply)
         return COORD_EINVAL;
-    return coord__call_free(c, coord_req_new("lock.query"), reply);
+    return coord__call_free(c, coord__req_new(COORD_OP_LOCK_QUERY), reply);
 }
 
 COORD_API bool coord_event_lock_lost(const coord_reply_t *ev, coord_lock_lost *out)
 {
-    if (!coord__event_is(ev, "lock.lost"))
+    if (!coord__event_is(ev, COORD_EV_LOCK_LOST))
         return false;
     if (!out)
         return true;

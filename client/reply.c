@@ -82,10 +82,10 @@ COORD_API coord_map coord_reply_map(const coord_reply_t *r)
     return m;
 }
 
-bool coord__event_is(const coord_reply_t *ev, const char *name)
+bool coord__event_is(const coord_reply_t *ev, enum coord_event which)
 {
-    const char *ev_name = ev ? coord_reply_event(ev) : NULL;
-    return ev_name && strcmp(ev_name, name) == 0;
+    const char *name = ev ? coord_reply_event(ev) : NULL;
+    return name && strcmp(name, coord_event_name(which)) == 0;
 }
 
 /* ---- map accessors ---- */

@@ -117,6 +117,9 @@ static void write_str(coord_enc *e, const void *s, size_t len)
     write_bytes(e, s, len);
 }
 
+/* Bytes of a map's header: map16, its type byte and 16-bit count. */
+#define MAP_HEADER 3
+
 static void count_value(coord_enc *e)
 {
     if (e->depth > 0 && !e->is_map[e->depth - 1])
@@ -135,7 +138,7 @@ static void open_container(coord_enc *e, bool is_map)
     e->count[e->depth] = 0;
     e->is_map[e->depth] = is_map;
     e->depth++;
-    write_typed(e, is_map ? 0xde : 0xdd, 0, is_map ? 2 : 4);
+    write_typed(e, is_map ? 0xde : 0xdd, 0, is_map ? MAP_HEADER - 1 : 4);
 }
 
 static void close_container(coord_enc *e)
@@ -379,6 +382,20 @@ void coord_enc_reply_begin(coord_enc *e, coord_buf *buf, uint64_t rid)
     e->is_reply = true;
     coord_enc_kv_uint(e, "rid", rid);
     coord_enc_kv_bool(e, "ok", true);
+}
+
+size_t coord_enc_request(coord_buf *out, const coord_enc *fields, uint64_t rid)
+{
+    if (fields->failed || fields->depth != 1 || fields->buf == out)
+        return 0;
+    const coord_buf *src = fields->buf;
+    size_t at = fields->open_at[0] + MAP_HEADER;   /* the first key */
+    coord_enc e;
+    coord_enc_begin(&e, out);
+    coord_enc_kv_uint(&e, "rid", rid);
+    write_bytes(&e, src->data + at, src->len - at);
+    e.count[0] += fields->count[0];
+    return coord_enc_end(&e);
 }
 
 void coord_enc_event_begin(coord_enc *e, coord_buf *buf, const char *name)

@@ -99,6 +99,15 @@ void coord_enc_kv_name(coord_enc *e, const char *key, const void *p, size_t n);
 
 /* {rid, ok:true, ...}: the caller adds fields and calls coord_enc_end. */
 void coord_enc_reply_begin(coord_enc *e, coord_buf *buf, uint64_t rid);
+/* A request is built before its rid is known (the rid is chosen when it is
+ * sent, and one built request may be sent many times): coord_enc_begin, its
+ * fields, and the top map left open.  This writes to the end of out one
+ * whole frame {rid, <the fields of fields>} and returns its size, or 0 when
+ * out of memory, when fields failed or is not at the top map, or when the
+ * map would outgrow map16 (nothing is left in out then).  fields is not
+ * changed: more fields may be added to it afterwards.  out must not be
+ * fields' own buffer. */
+size_t coord_enc_request(coord_buf *out, const coord_enc *fields, uint64_t rid);
 /* {ev: name, ...}: the caller adds fields and calls coord_enc_end. */
 void coord_enc_event_begin(coord_enc *e, coord_buf *buf, const char *name);
 /* A whole error reply {rid, ok:false, code, message}.  Returns its size or

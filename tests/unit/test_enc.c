@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "coord-ops.h"
 #include "enc.h"
 #include "errors.h"
 #include "frame.h"
@@ -559,6 +560,96 @@ static void test_rollback(void)
     coord_buf_free(&b);
 }
 
+/* coord_enc_request: a request built without its rid becomes the frame a
+ * direct encoding with the rid first would give, byte for byte, for every
+ * size of rid; the fields stay usable; bad input writes nothing.  The op
+ * names come from coord-ops.h, whose look-ups must round-trip. */
+static void test_request(void)
+{
+    for (int i = 0; i < COORD_OP_COUNT; i++) {
+        const char *n = coord_op_name((enum coord_op)i);
+        CHECK_MSG(n && coord_op_from_name(n, strlen(n)) == i, "op %d", i);
+    }
+    for (int i = 0; i < COORD_EV_COUNT; i++) {
+        const char *n = coord_event_name((enum coord_event)i);
+        CHECK_MSG(n && coord_event_from_name(n, strlen(n)) == i, "event %d", i);
+    }
+    CHECK(coord_op_name(COORD_OP_COUNT) == NULL);
+    CHECK(coord_op_from_name("lock.acquir", 11) == -1);
+    CHECK(coord_op_from_name("lock.acquire\0", 13) == -1);
+    CHECK(coord_event_from_name("", 0) == -1);
+
+    const char *op = coord_op_name(COORD_OP_LOCK_ACQUIRE);
+    coord_buf fb, out, want;
+    coord_enc f, w;
+    coord_buf_init(&fb);
+    coord_buf_init(&out);
+    coord_buf_init(&want);
+    coord_enc_begin(&f, &fb);
+    coord_enc_kv_cstr(&f, "op", op);
+    coord_enc_kv_name(&f, "name", "a\0b", 3);
+    coord_enc_key(&f, "list");
+    coord_enc_array_begin(&f);
+    coord_enc_uint(&f, 7);
+    coord_enc_array_end(&f);
+    for (size_t k = 0; k < sizeof uints / sizeof uints[0]; k++) {
+        coord_buf_append(&out, "xy", 2);           /* appended after these */
+        size_t total = coord_enc_request(&out, &f, uints[k]);
+        want.len = 0;
+        coord_enc_begin(&w, &want);
+        coord_enc_kv_uint(&w, "rid", uints[k]);
+        coord_enc_kv_cstr(&w, "op", op);
+        coord_enc_kv_name(&w, "name", "a\0b", 3);
+        coord_enc_key(&w, "list");
+        coord_enc_array_begin(&w);
+        coord_enc_uint(&w, 7);
+        coord_enc_array_end(&w);
+        size_t wtotal = coord_enc_end(&w);
+        CHECK_MSG(total == wtotal && total > 0, "rid %" PRIu64, uints[k]);
+        CHECK_MSG(out.len == 2 + total && memcmp(out.data, "xy", 2) == 0 &&
+                  memcmp(out.data + 2, want.data, wtotal) == 0,
+                  "rid %" PRIu64, uints[k]);
+        const msgpack_object_map *m = parse_frame(&out, 2, total);
+        CHECK(m && m->size == 4);
+        CHECK(is_uint(get(m, "rid"), uints[k]));
+        CHECK(is_str(get(m, "op"), op, strlen(op)));
+        out.len = 0;
+    }
+    /* fields added afterwards travel in the next frame */
+    coord_enc_kv_bool(&f, "steal", true);
+    size_t total = coord_enc_request(&out, &f, 9);
+    const msgpack_object_map *m = parse_frame(&out, 0, total);
+    CHECK(m && m->size == 5);
+    CHECK(is_bool(get(m, "steal"), true));
+    CHECK(is_uint(get(m, "rid"), 9));
+
+    /* refused: fields not at the top map, failed, or out's own buffer */
+    out.len = 0;
+    coord_enc_key(&f, "inner");
+    coord_enc_map_begin(&f);
+    CHECK_EQ(coord_enc_request(&out, &f, 1), 0);
+    CHECK_EQ(out.len, 0);
+    coord_enc_map_end(&f);
+    CHECK_EQ(coord_enc_request(&fb, &f, 1), 0);
+    f.failed = true;
+    CHECK_EQ(coord_enc_request(&out, &f, 1), 0);
+    CHECK_EQ(out.len, 0);
+
+    /* a map of 65535 keys has no room for the rid */
+    coord_enc big;
+    coord_buf_free(&fb);
+    coord_enc_begin(&big, &fb);
+    for (unsigned k = 0; k < 0xffff; k++)
+        coord_enc_kv_uint(&big, "k", k);
+    CHECK(!big.failed);
+    CHECK_EQ(coord_enc_request(&out, &big, 1), 0);
+    CHECK_EQ(out.len, 0);
+
+    coord_buf_free(&fb);
+    coord_buf_free(&out);
+    coord_buf_free(&want);
+}
+
 int main(void)
 {
     if (coord_msg_init(&msg) != 0)
@@ -572,6 +663,7 @@ int main(void)
     test_buf();
     test_utf8();
     test_rollback();
+    test_request();
     coord_msg_destroy(&msg);
     return check_report("test_enc");
 }
