@@ -6,7 +6,9 @@
  * body has no canonical form), JSON_DECODE_INT_AS_REAL (JCS reads every
  * number as an IEEE 754 double, as I-JSON and JavaScript do: 10 and 10.0
  * and 1e1 are the same number), JSON_DECODE_ANY (a scalar text is JSON
- * too) and JSON_ALLOW_NUL (\u0000 is a valid escape).  jansson checks the
+ * too) and JSON_ALLOW_NUL (\u0000 is a valid escape in a string value;
+ * jansson refuses it in a member name, so such a body is an error, in
+ * every client alike: the vectors say so).  jansson checks the
  * UTF-8 of the text and refuses lone surrogates ("\ud800"), which I-JSON
  * and JCS forbid; its nesting limit (2048) bounds our recursion.
  *
@@ -296,7 +298,7 @@ int rk_jcs(const void *body, size_t len, struct rk_buf *out, char *err)
                               JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL |
                               JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
     if (!root) {
-        snprintf(err, RK_ERR_MAX, "body: invalid JSON at byte %d: %s", je.position,
+        snprintf(err, RK_ERR_MAX, "body: JSON refused at byte %d: %s", je.position,
                  je.text);
         return COORD_EINVAL;
     }

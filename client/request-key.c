@@ -33,7 +33,9 @@
  *   - ct: the media type (before any ";"), trimmed of spaces and tabs,
  *     ASCII lower case.  It is JSON when it is application/json or its
  *     subtype ends in "+json"; the body is then RFC 8785-canonicalized
- *     (request-jcs.c) before hashing; a JSON type without a body is fine.
+ *     (request-jcs.c) before hashing.  An empty body is hashed as zero
+ *     bytes whatever its type (an empty POST with a JSON content type is
+ *     common and means "no JSON"); a JSON type without a body is fine.
  *   - freshness is one of the three words exactly (case-sensitive).
  *
  * The canonical string holds no control byte (so it prints on one line)
@@ -330,7 +332,7 @@ static int canonical(const coord_request *r, struct rk_buf *b, char *err)
     } else {
         unsigned char md[32];
         bool ok;
-        if (mt && is_json_type(mt, mtn)) {
+        if (mt && is_json_type(mt, mtn) && r->body_len > 0) {
             struct rk_buf jcs = { 0 };
             rc = rk_jcs(r->body, r->body_len, &jcs, err);
             ok = !rc && sha256(jcs.p, jcs.n, md);
