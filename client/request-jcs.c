@@ -272,7 +272,8 @@ static int put_value(struct rk_buf *b, json_t *v, char *err)
             m[i].value = val;
             i++;
         }
-        qsort(m, n, sizeof *m, member_cmp);
+        if (n > 1)
+            qsort(m, n, sizeof *m, member_cmp);
         rk_putc(b, '{');
         int rc = 0;
         for (i = 0; i < n && !rc; i++) {
