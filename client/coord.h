@@ -772,7 +772,7 @@ typedef struct coord_request {
 /* Builds the key of *req into key (the caller's buffer of
  * COORD_REQUEST_KEY_SIZE bytes, NUL-terminated).  canonical may be NULL;
  * else *canonical gets the canonical string (malloc'd, NUL-terminated, no
- * control bytes: the caller frees it with free()), for debugging: it
+ * byte below 0x20: the caller frees it with free()), for debugging: it
  * holds the user and tenant, so it belongs in no log or record.  Returns
  * 0; COORD_EINVAL for a request that has no key (missing method, url or
  * user; a URL that is not absolute http(s), has user:password@ or a bad

@@ -38,7 +38,7 @@
  *     common and means "no JSON"); a JSON type without a body is fine.
  *   - freshness is one of the three words exactly (case-sensitive).
  *
- * The canonical string holds no control byte (so it prints on one line)
+ * The canonical string holds no byte below 0x20 (so it prints on one line)
  * and no NUL. */
 #include <openssl/evp.h>
 #include <stdarg.h>
