@@ -724,4 +724,71 @@ COORD_API bool coord_event_lifecycle(const coord_reply_t *ev, coord_lifecycle *o
 #ifdef __cplusplus
 }
 #endif
+
+/* ---- canonical request keys (see the protocol's "Canonical request
+ * keys"; client/request-key.c) ----
+ *
+ * The single-flight key of an HTTP-like request, the same byte for byte
+ * in every coord client: "request-v1:" and the lower-case hex SHA-256 of
+ * a canonical string that names the method, the normalized URL, the body
+ * (JSON bodies canonicalized by RFC 8785), the content type, the headers
+ * that vary the response, user, tenant, auth generation, accept, locale,
+ * freshness and API version.  Needs no connection.  Strings are
+ * NUL-terminated and only read (the caller keeps ownership); NULL or ""
+ * is an absent field, which is the same as its default word. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct coord_header {
+    const char *name;          /* an HTTP token; compared case-insensitively */
+    const char *value;         /* trimmed of surrounding spaces and tabs */
+} coord_header;
+
+typedef struct coord_request {
+    const char *method;        /* required: an HTTP token ("get" -> "GET") */
+    const char *url;           /* required: absolute http:// or https:// URL */
+    const void *body;          /* the body bytes (may be NULL when body_len is 0) */
+    size_t body_len;
+    bool has_body;             /* false: no body ("body:none"), body ignored;
+                                  true with body_len 0: an empty body */
+    const char *content_type;  /* "application/json; charset=utf-8": JSON
+                                  (also any .../...+json) is canonicalized */
+    const coord_header *headers;   /* the headers that vary the response */
+    size_t n_headers;
+    const char *user;          /* required: a stable user id */
+    const char *tenant;        /* absent: "none" */
+    uint64_t auth_gen;         /* the auth generation: a number, never a token */
+    const char *accept;        /* absent: the star/star default */
+    const char *locale;        /* absent: "default" */
+    const char *freshness;     /* "cache-ok" (absent), "revalidate" or
+                                  "network-only"; anything else is refused */
+    const char *api;           /* API version; absent: "none" */
+} coord_request;
+
+/* "request-v1:" + 64 hex digits + NUL. */
+#define COORD_REQUEST_KEY_SIZE 76
+
+/* Builds the key of *req into key (the caller's buffer of
+ * COORD_REQUEST_KEY_SIZE bytes, NUL-terminated).  canonical may be NULL;
+ * else *canonical gets the canonical string (malloc'd, NUL-terminated, no
+ * byte below 0x20: the caller frees it with free()), for debugging: it
+ * holds the user and tenant, so it belongs in no log or record.  Returns
+ * 0; COORD_EINVAL for a request that has no key (missing method, url or
+ * user; a URL that is not absolute http(s), has user:password@ or a bad
+ * percent-encoding; an Authorization, Proxy-Authorization or Cookie
+ * header; invalid JSON or a duplicate member name in a JSON body; another
+ * freshness...): coord_request_key_error() says which; COORD_ENOMEM.  On
+ * errors key is "" and *canonical NULL.  Thread-safe. */
+COORD_API int coord_request_key(const coord_request *req,
+                                char key[COORD_REQUEST_KEY_SIZE], char **canonical);
+
+/* Why this thread's last coord_request_key failed ("header Cookie: refused:
+ * ..."), or "no error".  Thread-local, static storage: valid until this
+ * thread's next coord_request_key. */
+COORD_API const char *coord_request_key_error(void);
+
+#ifdef __cplusplus
+}
+#endif
 #endif

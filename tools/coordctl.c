@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 #include "coordctl.h"
+#include "ctl-key.h"
 #include "paths.h"
 
 static const struct ctl_command commands[] = {
@@ -26,15 +27,29 @@ static const struct ctl_command commands[] = {
                 "(128+N when killed by signal N; 1 instead of 0 when the lock was\n"
                 "lost)", cmd_lock },
     { "flights", "", "running flights: owner, fence, followers, age", cmd_flights },
-    { "once",   "[--keep SECONDS] [--wait SECONDS] [--ttl SECONDS] KEY -- CMD...",
+    { "once",   "[--keep SECONDS] [--wait SECONDS] [--ttl SECONDS]\n"
+                "(KEY | --key-from-request REQUEST-FLAGS) -- CMD...",
                 "single-flight CMD: one caller per KEY runs it, every concurrent\n"
                 "caller prints its stdout and exits with its status (128+N when\n"
                 "killed by signal N).  --keep reuse a successful result that long\n"
                 "without running CMD (kept as a record); --wait give up waiting\n"
                 "after SECONDS (exit 1); --ttl the owner's time (default 600): past\n"
                 "it CMD's process group gets SIGTERM and a waiting caller takes\n"
-                "over.  CMD sees COORD_FLIGHT, COORD_FLIGHT_FENCE, COORD_FLIGHT_KEY",
+                "over.  CMD sees COORD_FLIGHT, COORD_FLIGHT_FENCE, COORD_FLIGHT_KEY.\n"
+                "--key-from-request: the key is `coordctl key`'s for the request\n"
+                "flags given (--method, --url, ... as for key, without --explain)",
                 cmd_once },
+    { "key",    "--method M --url U [--body-file F] [--content-type T]\n"
+                "[--header 'Name: value']... --user U [--tenant T] --auth-gen N\n"
+                "[--accept A] [--locale L] [--freshness F] [--api V] [--explain]",
+                "the canonical request key (request-v1:<sha256>) of an HTTP\n"
+                "request, the same in every coord client: URL normalized (RFC\n"
+                "3986), JSON bodies canonicalized (RFC 8785; --body-file - reads\n"
+                "stdin), headers that vary the response; Authorization,\n"
+                "Proxy-Authorization and Cookie refused (use --auth-gen).\n"
+                "--freshness cache-ok|revalidate|network-only.  --explain: also\n"
+                "the canonical string (it names the user).  Needs no broker",
+                cmd_key },
     { "records", "[--prefix P] [--limit N]", "stored completion records", cmd_records },
     { "purge",  "[--prefix P]", "delete the scope's records (logout)", cmd_purge },
     { "leader", "WORKSTREAM", "generation, state, leader, lease left, disabled?",
@@ -96,12 +111,14 @@ static void help(FILE *f)
         "\n"
         "Commands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++) {
-        char syn[160];
+        char syn[400];
         snprintf(syn, sizeof syn, "%s%s%s", commands[i].name,
                  commands[i].args[0] ? " " : "", commands[i].args);
-        if (strlen(syn) > 18)
-            fprintf(f, "  %s\n  %-18s ", syn, "");   /* long synopsis: own line */
-        else
+        if (strlen(syn) > 18) {          /* long synopsis: own line(s) */
+            fputs("  ", f);
+            print_summary(f, syn, 4);
+            fprintf(f, "  %-18s ", "");
+        } else
             fprintf(f, "  %-18s ", syn);
         print_summary(f, commands[i].summary, 21);
     }

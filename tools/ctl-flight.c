@@ -31,6 +31,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "coordctl.h"
+#include "ctl-key.h"
 
 #define ONCE_FORMAT 1
 #define ONCE_HEADER 2
@@ -296,8 +297,12 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
         { "keep", required_argument, NULL, 'k' },
         { "wait", required_argument, NULL, 'w' },
         { "ttl", required_argument, NULL, 't' },
+        { "key-from-request", no_argument, NULL, 'K' },
+        CTL_KEY_LONGOPTS,
         { NULL, 0, NULL, 0 },
     };
+    struct ctl_key_args ka = CTL_KEY_ARGS_INIT;
+    bool from_request = false;
     uint64_t keep_ms = 0, wait_ms = 0, ttl_ms = ONCE_DEFAULT_TTL_MS;
     const char *wait_arg = NULL;
     int opt;
@@ -320,17 +325,40 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
                 return ctl_usage(ctl, "--ttl needs a positive number of seconds, not %s",
                                  optarg);
             break;
+        case 'K':
+            from_request = true;
+            break;
         case ':':
             return ctl_usage(ctl, "%s needs a value", argv[optind - 1]);
         default:
+            if (ctl_key_is_option(opt)) {
+                int krc = ctl_key_option(ctl, &ka, opt, optarg);
+                if (krc)
+                    return krc;
+                break;
+            }
             return ctl_usage(ctl, "unknown flag %s", argv[optind - 1]);
         }
     }
     const char *key;
     char **cmd;
-    int rc = ctl_name_and_cmd(ctl, argc, argv, optind, "KEY", &key, &cmd);
-    if (rc)
+    int rc;
+    char request_key[COORD_REQUEST_KEY_SIZE];
+    if (from_request) {
+        /* the key of the request flags; the operands are only [--] CMD */
+        if ((rc = ctl_key_build(ctl, &ka, request_key, NULL)))
+            return rc;
+        key = request_key;
+        int i = optind < argc && !strcmp(argv[optind], "--") ? optind + 1 : optind;
+        if (i >= argc)
+            return ctl_usage(ctl, "missing the command to run");
+        cmd = argv + i;
+    } else if (ka.any) {
+        return ctl_usage(ctl, "request flags (--method, --url, ...) need "
+                         "--key-from-request");
+    } else if ((rc = ctl_name_and_cmd(ctl, argc, argv, optind, "KEY", &key, &cmd))) {
         return rc;
+    }
 
     struct once o;
     memset(&o, 0, sizeof o);

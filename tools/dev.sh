@@ -19,6 +19,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 BUILD_DIR="${BUILD_DIR:-build}"
 PKGS=(meson ninja-build pkg-config gcc libuv1-dev libmsgpack-dev liblmdb-dev
+      libssl-dev libcurl4-openssl-dev libjansson-dev
       python3-msgpack python3-pytest)
 
 say() { printf 'dev.sh: %s\n' "$*" >&2; }
@@ -61,7 +62,8 @@ install_deps() {
     node_deps
     if ! command -v dpkg-query >/dev/null 2>&1; then
         say "not a Debian-like system: install meson, ninja, pkg-config, a C compiler,"
-        say "libuv, msgpack-c (4.x) and LMDB development files yourself"
+        say "libuv, msgpack-c (4.x), LMDB, OpenSSL (libcrypto), libcurl and jansson"
+        say "development files yourself"
         return 0
     fi
     local missing
