@@ -114,7 +114,7 @@ struct pending {
     struct list link;            /* conn.pending */
     struct hentry by_rid;        /* the broker's (conn, rid) index */
     struct { const struct conn *conn; uint64_t rid; } hkey;
-    const char *op;              /* for logs and lock.query */
+    int op;                      /* enum coord_op, for logs */
     /* Remove from the owning table and reply with code (ABORTED on cancel,
      * SHUTTING_DOWN at exit).  Must call pending_finish. */
     void (*abort)(struct pending *p, int code);
@@ -226,7 +226,7 @@ static inline void conn_job_end(struct conn_job *j)
 /* pending.c */
 /* Registers p on c.  Returns 0, or -1 after replying LIMIT (too many
  * waiting) or BAD_REQUEST (rid already waiting). */
-int pending_start(struct conn *c, struct pending *p, uint64_t rid, const char *op);
+int pending_start(struct conn *c, struct pending *p, uint64_t rid, int op);
 /* Unlinks p from its connection (the reply is the caller's). */
 void pending_finish(struct pending *p);
 /* The checks of pending_start alone (replies on refusal): for ops that

@@ -7,6 +7,7 @@
  * its connection, so a publisher never waits for anyone. */
 #include <stdlib.h>
 #include <string.h>
+#include "coord-ops.h"
 #include "channels.h"
 #include "errors.h"
 #include "hashmap.h"
@@ -249,7 +250,7 @@ void op_sub_publish(struct conn *c, uint64_t rid, coord_fields *f)
     if (ch) {
         coord_enc e;
         C.scratch.len = 0;
-        coord_enc_event_begin(&e, &C.scratch, "message");
+        coord_enc_event_begin(&e, &C.scratch, coord_event_name(COORD_EV_MESSAGE));
         coord_enc_kv_name(&e, "channel", name.ptr, name.len);
         coord_enc_kv_bin(&e, "data", data.ptr, data.len);
         coord_enc_kv_uint(&e, "conn", c->id);
@@ -270,7 +271,7 @@ void op_sub_publish(struct conn *c, uint64_t rid, coord_fields *f)
 coord_enc *channels_event_begin(enum system_channel which, coord_enc *e, const char *what)
 {
     C.scratch.len = 0;
-    coord_enc_event_begin(e, &C.scratch, "lifecycle");
+    coord_enc_event_begin(e, &C.scratch, coord_event_name(COORD_EV_LIFECYCLE));
     coord_enc_kv_cstr(e, "channel", system_names[which]);
     coord_enc_kv_cstr(e, "what", what);
     return e;

@@ -9,6 +9,7 @@
 #include "coord-version.h"
 #include "errors.h"
 #include "coord-limits.h"
+#include "coord-ops.h"
 #include "ops.h"
 
 static void op_hello(struct conn *c, uint64_t rid, coord_fields *f);
@@ -16,37 +17,28 @@ static void op_ping(struct conn *c, uint64_t rid, coord_fields *f);
 static void op_cancel(struct conn *c, uint64_t rid, coord_fields *f);
 static void op_stats(struct conn *c, uint64_t rid, coord_fields *f);
 
-struct op {
-    const char *name;
-    size_t len;
-    op_fn fn;
-};
-
-#define OP(name, fn) { name, sizeof name - 1, fn }
-static const struct op ops[] = {
-    OP("hello", op_hello),
-    OP("ping", op_ping),
-    OP("cancel", op_cancel),
-    OP("stats", op_stats),
-#define OPS_ROW(name, fn) OP(name, fn),
+/* The handler of every op of COORD_OPS (protocol/coord-ops.h), by its enum. */
+static const op_fn handlers[COORD_OP_COUNT] = {
+    [COORD_OP_HELLO] = op_hello,
+    [COORD_OP_PING] = op_ping,
+    [COORD_OP_CANCEL] = op_cancel,
+    [COORD_OP_STATS] = op_stats,
+#define OPS_ROW(op, fn) [COORD_OP_##op] = fn,
     TABLE_OPS(OPS_ROW)
 #undef OPS_ROW
 };
 
-#define NOPS (sizeof ops / sizeof ops[0])
-_Static_assert(NOPS <= 64, "requests_by_op is too small");
+_Static_assert(COORD_OP_COUNT <= 64, "requests_by_op is too small");
 
 int dispatch_op_index(const char *name, size_t len)
 {
-    for (size_t i = 0; i < NOPS; i++)
-        if (ops[i].len == len && memcmp(ops[i].name, name, len) == 0)
-            return (int)i;
-    return -1;
+    int i = coord_op_from_name(name, len);
+    return i >= 0 && handlers[i] ? i : -1;
 }
 
 const char *dispatch_op_name(int index)
 {
-    return index >= 0 && (size_t)index < NOPS ? ops[index].name : NULL;
+    return index >= 0 && index < COORD_OP_COUNT ? coord_op_name((enum coord_op)index) : NULL;
 }
 
 bool fields_ok(struct conn *c, uint64_t rid, coord_fields *f)
@@ -140,7 +132,7 @@ int dispatch_frame(struct conn *c, const uint8_t *body, size_t len)
     bool have_op = coord_field_str(&f, "op", true, &opname);
 
     if (!(c->flags & CONN_HELLO_DONE) &&
-        !(have_op && coord_bytes_eq(opname, "hello"))) {
+        !(have_op && coord_op_from_name((const char *)opname.ptr, opname.len) == COORD_OP_HELLO)) {
         conn_reply_error(c, have_rid ? rid : 0, COORD_EHELLO_REQUIRED,
                          "hello must be the first request");
         conn_cut(c, "no hello");
@@ -172,7 +164,7 @@ int dispatch_frame(struct conn *c, const uint8_t *body, size_t len)
         conn_reply_error(c, rid, COORD_ESHUTTING_DOWN, "broker is shutting down");
         return 0;
     }
-    ops[idx].fn(c, rid, &f);
+    handlers[idx](c, rid, &f);
     return 0;
 }
 

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "coord-ops.h"
 #include "deadline.h"
 #include "errors.h"
 #include "events.h"
@@ -117,7 +118,7 @@ static void flight_free(struct flight *f)
 static void send_abort_event(struct conn *c, const struct flight *f, enum reason why)
 {
     coord_enc e;
-    conn_enc_begin_event(c, &e, "flight.abort");
+    conn_enc_begin_event(c, &e, coord_event_name(COORD_EV_FLIGHT_ABORT));
     coord_enc_kv_uint(&e, "flight", f->id);
     coord_enc_kv_cstr(&e, "reason", reason_name(why));
     coord_enc_kv_uint(&e, "fence", f->fence);
@@ -550,7 +551,7 @@ void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
         m->f = fl;
         m->p.abort = follower_abort;
         m->p.drop = follower_drop;
-        if (pending_start(c, &m->p, rid, "flight.join") < 0) {   /* memory: replied */
+        if (pending_start(c, &m->p, rid, COORD_OP_FLIGHT_JOIN) < 0) {   /* memory: replied */
             free(m);
             return;
         }

@@ -17,6 +17,7 @@
  * ledger and waits for it, with any request that comes meanwhile. */
 #include <stdlib.h>
 #include <string.h>
+#include "coord-ops.h"
 #include "coord-limits.h"
 #include "deadline.h"
 #include "errors.h"
@@ -158,7 +159,7 @@ static void send_lost(struct workstream *ws, struct conn *leader, uint64_t gen,
     size_t nlen;
     const uint8_t *name = ws_name(ws, &nlen);
     coord_enc e;
-    conn_enc_begin_event(leader, &e, "leader.lost");
+    conn_enc_begin_event(leader, &e, coord_event_name(COORD_EV_LEADER_LOST));
     coord_enc_kv_name(&e, "workstream", name, nlen);
     coord_enc_kv_uint(&e, "generation", gen);
     coord_enc_kv_cstr(&e, "reason", reason_name(why));
@@ -469,7 +470,7 @@ static void run_campaign(struct lreq *q, struct workstream *ws)
     list_init(&cp->p.link);
     cp->p.abort = campaign_abort;
     cp->p.drop = campaign_drop;
-    if (pending_start(c, &cp->p, rid, "leader.campaign") < 0) {   /* memory: replied */
+    if (pending_start(c, &cp->p, rid, COORD_OP_LEADER_CAMPAIGN) < 0) {   /* memory: replied */
         campaign_free(cp);
         return;
     }

@@ -5,6 +5,7 @@
  * link into its connection's locks, released when the connection goes. */
 #include <stdlib.h>
 #include <string.h>
+#include "coord-ops.h"
 #include "coord-limits.h"
 #include "errors.h"
 #include "locks.h"
@@ -48,7 +49,7 @@ static void client_lost(struct lock_req *r, enum reason why)
     size_t nlen;
     const uint8_t *name = lock_req_name(r, &nlen);
     coord_enc e;
-    conn_enc_begin_event(r->conn, &e, "lock.lost");
+    conn_enc_begin_event(r->conn, &e, coord_event_name(COORD_EV_LOCK_LOST));
     coord_enc_kv_uint(&e, "lock", r->id);
     coord_enc_kv_name(&e, "name", name, nlen);
     coord_enc_kv_cstr(&e, "reason", reason_name(why));
@@ -169,7 +170,7 @@ void op_lock_acquire(struct conn *c, uint64_t rid, coord_fields *f)
     }
     cl->p.abort = client_abort;
     cl->p.drop = client_drop;
-    if (pending_start(c, &cl->p, rid, "lock.acquire") < 0) {   /* memory: replied */
+    if (pending_start(c, &cl->p, rid, COORD_OP_LOCK_ACQUIRE) < 0) {   /* memory: replied */
         locks_release(&cl->r);
         free(cl);
     }

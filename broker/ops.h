@@ -35,30 +35,30 @@ size_t payload_limit(const struct conn *c);
  * list's tail), it is removed again and true is returned (truncated). */
 bool list_entry_overflows(const struct conn *c, coord_enc *e, const coord_enc_mark *m);
 
-/* X(op name, handler) for the ops of the tables. */
+/* X(op of COORD_OPS, handler) for the ops of the tables. */
 #define TABLE_OPS(X) \
-    X("lock.acquire", op_lock_acquire) \
-    X("lock.release", op_lock_release) \
-    X("lock.renew", op_lock_renew) \
-    X("lock.query", op_lock_query) \
-    X("flight.join", op_flight_join) \
-    X("flight.complete", op_flight_complete) \
-    X("flight.fail", op_flight_fail) \
-    X("flight.list", op_flight_list) \
-    X("record.get", op_record_get) \
-    X("record.list", op_record_list) \
-    X("record.purge", op_record_purge) \
-    X("leader.campaign", op_leader_campaign) \
-    X("leader.renew", op_leader_renew) \
-    X("leader.resign", op_leader_resign) \
-    X("leader.commit", op_leader_commit) \
-    X("leader.read", op_leader_read) \
-    X("leader.info", op_leader_info) \
-    X("leader.disable", op_leader_disable) \
-    X("leader.enable", op_leader_enable) \
-    X("sub.subscribe", op_sub_subscribe) \
-    X("sub.unsubscribe", op_sub_unsubscribe) \
-    X("sub.publish", op_sub_publish)
+    X(LOCK_ACQUIRE, op_lock_acquire) \
+    X(LOCK_RELEASE, op_lock_release) \
+    X(LOCK_RENEW, op_lock_renew) \
+    X(LOCK_QUERY, op_lock_query) \
+    X(FLIGHT_JOIN, op_flight_join) \
+    X(FLIGHT_COMPLETE, op_flight_complete) \
+    X(FLIGHT_FAIL, op_flight_fail) \
+    X(FLIGHT_LIST, op_flight_list) \
+    X(RECORD_GET, op_record_get) \
+    X(RECORD_LIST, op_record_list) \
+    X(RECORD_PURGE, op_record_purge) \
+    X(LEADER_CAMPAIGN, op_leader_campaign) \
+    X(LEADER_RENEW, op_leader_renew) \
+    X(LEADER_RESIGN, op_leader_resign) \
+    X(LEADER_COMMIT, op_leader_commit) \
+    X(LEADER_READ, op_leader_read) \
+    X(LEADER_INFO, op_leader_info) \
+    X(LEADER_DISABLE, op_leader_disable) \
+    X(LEADER_ENABLE, op_leader_enable) \
+    X(SUB_SUBSCRIBE, op_sub_subscribe) \
+    X(SUB_UNSUBSCRIBE, op_sub_unsubscribe) \
+    X(SUB_PUBLISH, op_sub_publish)
 
 void op_lock_acquire(struct conn *c, uint64_t rid, coord_fields *f);
 void op_lock_release(struct conn *c, uint64_t rid, coord_fields *f);

@@ -23,7 +23,7 @@ int pending_check(struct conn *c, uint64_t rid)
     return 0;
 }
 
-int pending_start(struct conn *c, struct pending *p, uint64_t rid, const char *op)
+int pending_start(struct conn *c, struct pending *p, uint64_t rid, int op)
 {
     if (pending_check(c, rid) < 0)
         return -1;
