@@ -367,17 +367,27 @@ static void load_done(struct ll_req *req)
 
 /* Runs q on its workstream, now or once it is loaded.  name is checked
  * here (the reply refuses it). */
-static void with_workstream(struct conn *c, uint64_t rid, coord_bytes name, struct lreq *q)
+/* The scoped key of the workstream name in key (SKEY_HEADER +
+ * LIMIT_WORKSTREAM bytes); its length, or 0 after replying that it is too
+ * long. */
+static size_t ws_key(struct conn *c, uint64_t rid, coord_bytes name, uint8_t *key)
 {
     if (name.len > LIMIT_WORKSTREAM || (size_t)c->scope_len + name.len > LIMIT_WORKSTREAM) {
         char msg[96];
         snprintf(msg, sizeof msg, "scope and workstream together exceed %u bytes",
                  LIMIT_WORKSTREAM);
         conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, msg);
-        return;
+        return 0;
     }
+    return skey_write(key, c->scope, c->scope_len, name.ptr, name.len);
+}
+
+static void with_workstream(struct conn *c, uint64_t rid, coord_bytes name, struct lreq *q)
+{
     uint8_t key[SKEY_HEADER + LIMIT_WORKSTREAM];
-    size_t klen = skey_write(key, c->scope, c->scope_len, name.ptr, name.len);
+    size_t klen = ws_key(c, rid, name, key);
+    if (!klen)
+        return;
     struct hentry *h = hashmap_get(&W.streams, key, klen);
     struct workstream *ws = h ? (struct workstream *)h : NULL;
     if (ws && ws->loaded) {
@@ -714,15 +724,10 @@ void op_leader_read(struct conn *c, uint64_t rid, coord_fields *f)
         conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, msg);
         return;
     }
-    if (name.len > LIMIT_WORKSTREAM || (size_t)c->scope_len + name.len > LIMIT_WORKSTREAM) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "scope and workstream together exceed %u bytes",
-                 LIMIT_WORKSTREAM);
-        conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, msg);
-        return;
-    }
     uint8_t skey[SKEY_HEADER + LIMIT_WORKSTREAM];
-    size_t sklen = skey_write(skey, c->scope, c->scope_len, name.ptr, name.len);
+    size_t sklen = ws_key(c, rid, name, skey);
+    if (!sklen)
+        return;
     struct lreq q = { .key = key.ptr, .key_len = key.len };
     struct ll_call *call = ll_call_new(c, rid, NULL, LL_READ, skey, sklen, &q, read_done);
     if (call)
