@@ -141,15 +141,16 @@ static int join_result(coord_t *c, const coord_reply_t *reply, coord_flight *out
         return 0;
     }
     if (role_is(role, rn, "failed")) {
-        coord_map err;
+        coord_map err = { NULL };
         const char *src = NULL;
         size_t sn = 0;
-        if (!coord_map_map(m, "error", &err))
-            goto bad;
         coord_map_bool(m, "retryable", &out->retryable);
         coord_map_uint(m, "retry_after_ms", &out->retry_after_ms);
         if (coord_map_str(m, "source", &src, &sn))
             out->from_backoff = role_is(src, sn, "backoff");
+        /* a backoff's answer need not repeat the failure behind it */
+        if (!coord_map_map(m, "error", &err) && !out->from_backoff)
+            goto bad;
         out->error_code = dup_str_field(err, "code");
         out->error_message = dup_str_field(err, "message");
         if (!out->error_code || !out->error_message)
