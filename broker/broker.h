@@ -34,6 +34,7 @@ struct broker_options {
     unsigned handshake_ms;
     uint64_t max_data_size;        /* LMDB map cap, bytes */
     char leader_ledger[32];        /* --ledger: "local" (LMDB) */
+    bool log_names_plain;          /* --log-names plain (else keyed hashes) */
 };
 
 /* Counters reported by `stats`.  Keep names in sync with stats.c. */

@@ -25,6 +25,7 @@
 #include "coord-limits.h"
 #include "ops.h"
 #include "records.h"
+#include "redact.h"
 #include "skey.h"
 
 struct flight;
@@ -76,6 +77,26 @@ static struct {
     struct list all;
     uint64_t started, joined, completed, failed, promoted, fenced, from_record;
 } F;
+
+/* A lifecycle transition: the -flights event, and one compact debug line
+ * (the key as a keyed hash, redact.h) with how long it took: ms is the
+ * owner's run for completed/failed, the follower's wait for promoted. */
+static void transition(const char *what, const struct flight *f, uint64_t fence,
+                       enum reason why, uint64_t ms)
+{
+    events_flight(what, f->id, fence, f->skey, f->by_key.keylen, why);
+    if (log_min_level > LOG_DEBUG)
+        return;
+    size_t klen;
+    const uint8_t *key = skey_name(f->skey, f->by_key.keylen, &klen);
+    char kh[REDACT_BUF];
+    log_event(LOG_DEBUG, "flight.transition",
+              "what=%s key=%s flight=%llu fence=%llu ms=%llu followers=%u%s%s%s",
+              what, redact(key, klen, kh), (unsigned long long)f->id,
+              (unsigned long long)fence, (unsigned long long)ms, f->nfollowers,
+              why != REASON_NONE ? " reason=" : "", why != REASON_NONE ? reason_name(why) : "",
+              f->bypass ? " bypass=1" : "");
+}
 
 void flights_init(struct broker *b)
 {
@@ -197,7 +218,7 @@ static void owner_lost(struct flight *f, enum reason why)
     if (old && why == REASON_DEADLINE)
         send_abort_event(old->conn, f, REASON_DEADLINE);
     free(old);
-    events_flight("owner_lost", f->id, f->fence, f->skey, f->by_key.keylen, why);
+    transition("owner_lost", f, f->fence, why, (now_us() - f->owner_since_us) / 1000);
     if (list_empty(&f->followers)) {
         flight_free(f);
         return;
@@ -210,7 +231,7 @@ static void owner_lost(struct flight *f, enum reason why)
     latency_add(LAT_FOLLOWER_WAIT, now_us() - m->joined_us);
     F.promoted++;
     make_owner(f, m);
-    events_flight("promoted", f->id, f->fence, f->skey, f->by_key.keylen, REASON_NONE);
+    transition("promoted", f, f->fence, REASON_NONE, (now_us() - m->joined_us) / 1000);
     reply_owner(m->conn, m->p.rid, f);
 }
 
@@ -319,8 +340,8 @@ static uint64_t deliver(struct flight *f, const struct outcome *o)
         free(m);
         n++;
     }
-    events_flight(o->failed ? "failed" : "completed", f->id, f->fence, f->skey,
-                  f->by_key.keylen, REASON_NONE);
+    transition(o->failed ? "failed" : "completed", f, f->fence, REASON_NONE,
+               (now_us() - f->owner_since_us) / 1000);
     notify_watchers(f, !o->failed);
     flight_free(f);
     return n;
@@ -378,7 +399,7 @@ static struct flight *owned_flight(struct conn *c, uint64_t rid, uint64_t id, ui
     }
     if (f->completing || !f->owner || f->owner->conn != c || f->fence != fence) {
         F.fenced++;
-        events_flight("fenced", f->id, fence, f->skey, f->by_key.keylen, REASON_NONE);
+        transition("fenced", f, fence, REASON_NONE, 0);
         conn_reply_error(c, rid, COORD_EFENCED, "stale fence: another owner took over");
         return NULL;
     }
@@ -656,7 +677,7 @@ static void start_flight(struct conn *c, uint64_t rid, uint8_t *skey, size_t skl
     m->f = fl;
     F.started++;
     make_owner(fl, m);
-    events_flight("started", fl->id, fl->fence, fl->skey, fl->by_key.keylen, REASON_NONE);
+    transition("started", fl, fl->fence, REASON_NONE, 0);
     coord_enc e;
     conn_enc_begin_reply(c, &e, rid);
     coord_enc_kv_cstr(&e, "role", "owner");
@@ -702,7 +723,7 @@ static void follow(struct conn *c, uint64_t rid, struct flight *fl, const struct
     F.joined++;
     if (a->wait_ms)
         deadline_set(&m->wait, m->joined_ms + a->wait_ms, on_follower_wait);
-    events_flight("joined", fl->id, fl->fence, fl->skey, fl->by_key.keylen, REASON_NONE);
+    transition("joined", fl, fl->fence, REASON_NONE, 0);
 }
 
 /* The order a join is settled in: the kill switch (an owner without
