@@ -9,6 +9,7 @@
 #include "broker.h"
 #include "errors.h"
 #include "ids.h"
+#include "redact.h"
 #include "deadline.h"
 #include "ledger.h"
 #include "listener.h"
@@ -145,7 +146,8 @@ int broker_run(struct broker_options *opt)
         log_event(LOG_ERROR, "broker.start_failed", "error=\"%s\"", err);
         return 1;
     }
-    if (ids_start(b->ledger, err, sizeof err) < 0) {
+    if (redact_init(b->opt.data_dir, b->opt.log_names_plain, err, sizeof err) < 0 ||
+        ids_start(b->ledger, err, sizeof err) < 0) {
         log_event(LOG_ERROR, "broker.start_failed", "error=\"%s\"", err);
         return 1;
     }

@@ -34,6 +34,7 @@ struct broker_options {
     unsigned handshake_ms;
     uint64_t max_data_size;        /* LMDB map cap, bytes */
     char leader_ledger[32];        /* --ledger: "local" (LMDB) */
+    bool log_names_plain;          /* --log-names plain (else keyed hashes) */
 };
 
 /* Counters reported by `stats`.  Keep names in sync with stats.c. */
@@ -92,10 +93,12 @@ struct conn {
     unsigned refs;               /* 1 for the handle, +1 per conn_job */
     struct list locks;           /* struct lock_req held by this client */
     struct list flights;         /* flights this client owns */
+    struct list watches;         /* stale results it waits to hear about */
     struct list leads;           /* workstreams this client leads */
     struct list subs;            /* channel subscriptions */
     unsigned nlocks_held;        /* every lock held, leaderships included */
     unsigned nflights_owned;
+    unsigned nwatches;
     unsigned nsubs;
 
     /* from hello */

@@ -385,6 +385,7 @@ void conn_accepted(struct broker *b, struct conn *c)
     list_init(&c->pending);
     list_init(&c->locks);
     list_init(&c->flights);
+    list_init(&c->watches);
     list_init(&c->leads);
     list_init(&c->subs);
     list_init(&c->dirty_link);

@@ -53,6 +53,15 @@
  * output, so a large one multiplies; 64 KiB is plenty for notifications. */
 #define LIMIT_MESSAGE (64u * 1024)
 
+/* Single-flight gates: disabled key prefixes (the kill switch, an
+ * operator's few) and keys in backoff at once (each holds a failure's
+ * text for at most LIMIT_WAIT_MS; past the cap a backoff is not kept). */
+#define LIMIT_DISABLED_PREFIXES 1024u
+#define LIMIT_BACKOFFS 65536u
+/* Callers served a stale result that asked to hear when its revalidation
+ * ends (notify), per connection. */
+#define LIMIT_CONN_WATCHES 65536u
+
 /* A flight's failure: error code and message from the owner (bytes). */
 #define LIMIT_ERROR_CODE 256u
 #define LIMIT_ERROR_MESSAGE 4096u

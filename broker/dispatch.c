@@ -11,6 +11,7 @@
 #include "coord-limits.h"
 #include "coord-ops.h"
 #include "ops.h"
+#include "redact.h"
 
 static void op_hello(struct conn *c, uint64_t rid, coord_fields *f);
 static void op_ping(struct conn *c, uint64_t rid, coord_fields *f);
@@ -234,8 +235,12 @@ static void op_hello(struct conn *c, uint64_t rid, coord_fields *f)
     coord_enc_kv_uint(&e, "epoch", ids_epoch());
     coord_enc_kv_uint(&e, "max_frame", b->opt.max_frame);
     conn_enc_finish(c, &e);
-    log_event(LOG_DEBUG, "conn.hello", "conn=%llu client=\"%s\" pid=%llu",
-              (unsigned long long)c->id, c->client, (unsigned long long)pid);
+    if (log_min_level <= LOG_DEBUG) {
+        char cl[REDACT_BUF], sc[REDACT_BUF];
+        log_event(LOG_DEBUG, "conn.hello", "conn=%llu client=%s scope=%s pid=%llu",
+                  (unsigned long long)c->id, redact(client.ptr, client.len, cl),
+                  redact(c->scope, c->scope_len, sc), (unsigned long long)pid);
+    }
 }
 
 static void op_ping(struct conn *c, uint64_t rid, coord_fields *f)

@@ -17,6 +17,7 @@
 #include "deadline.h"
 #include "errors.h"
 #include "events.h"
+#include "flight-gates.h"
 #include "flights.h"
 #include "hashmap.h"
 #include "histo.h"
@@ -24,6 +25,7 @@
 #include "coord-limits.h"
 #include "ops.h"
 #include "records.h"
+#include "redact.h"
 #include "skey.h"
 
 struct flight;
@@ -53,9 +55,20 @@ struct flight {
     unsigned nfollowers;
     bool completing;               /* record being written */
     bool had_followers;
+    bool bypass;                   /* kill switch: not deduplicated, no record */
+    bool revalidation;             /* owner was given a stale record */
+    struct list watchers;          /* struct watcher: served stale, notify */
     uint64_t started_ms;
     uint64_t owner_since_us;       /* the current owner's start (latency stats) */
     struct list order;             /* flight.list */
+};
+
+/* A caller served a stale result with notify: told when the revalidation
+ * ends (flight.updated). */
+struct watcher {
+    struct list flink;             /* f->watchers */
+    struct list clink;             /* conn->watches */
+    struct conn *conn;
 };
 
 static struct {
@@ -64,6 +77,26 @@ static struct {
     struct list all;
     uint64_t started, joined, completed, failed, promoted, fenced, from_record;
 } F;
+
+/* A lifecycle transition: the -flights event, and one compact debug line
+ * (the key as a keyed hash, redact.h) with how long it took: ms is the
+ * owner's run for completed/failed, the follower's wait for promoted. */
+static void transition(const char *what, const struct flight *f, uint64_t fence,
+                       enum reason why, uint64_t ms)
+{
+    events_flight(what, f->id, fence, f->skey, f->by_key.keylen, why);
+    if (log_min_level > LOG_DEBUG)
+        return;
+    size_t klen;
+    const uint8_t *key = skey_name(f->skey, f->by_key.keylen, &klen);
+    char kh[REDACT_BUF];
+    log_event(LOG_DEBUG, "flight.transition",
+              "what=%s key=%s flight=%llu fence=%llu ms=%llu followers=%u%s%s%s",
+              what, redact(key, klen, kh), (unsigned long long)f->id,
+              (unsigned long long)fence, (unsigned long long)ms, f->nfollowers,
+              why != REASON_NONE ? " reason=" : "", why != REASON_NONE ? reason_name(why) : "",
+              f->bypass ? " bypass=1" : "");
+}
 
 void flights_init(struct broker *b)
 {
@@ -103,10 +136,37 @@ static void owner_unlink(struct flight *f)
     f->owner->conn->nflights_owned--;
 }
 
+static void watcher_free(struct watcher *w)
+{
+    list_del(&w->flink);
+    list_del(&w->clink);
+    w->conn->nwatches--;
+    free(w);
+}
+
+/* Tells the callers served stale that the revalidation ended. */
+static void notify_watchers(struct flight *f, bool completed)
+{
+    size_t klen;
+    const uint8_t *key = skey_name(f->skey, f->by_key.keylen, &klen);
+    while (!list_empty(&f->watchers)) {
+        struct watcher *w = list_entry(f->watchers.next, struct watcher, flink);
+        coord_enc e;
+        conn_enc_begin_event(w->conn, &e, coord_event_name(COORD_EV_FLIGHT_UPDATED));
+        coord_enc_kv_name(&e, "key", key, klen);
+        coord_enc_kv_cstr(&e, "status", completed ? "completed" : "failed");
+        coord_enc_kv_uint(&e, "fence", f->fence);
+        conn_enc_finish(w->conn, &e);
+        watcher_free(w);
+    }
+}
+
 static void flight_free(struct flight *f)
 {
+    notify_watchers(f, false);        /* dropped without an outcome */
     deadline_cancel(&f->deadline);
-    hashmap_del(&F.by_key, &f->by_key);
+    if (!f->bypass)
+        hashmap_del(&F.by_key, &f->by_key);
     hashmap_del(&F.by_id, &f->by_id);
     list_del(&f->order);
     owner_unlink(f);
@@ -158,7 +218,7 @@ static void owner_lost(struct flight *f, enum reason why)
     if (old && why == REASON_DEADLINE)
         send_abort_event(old->conn, f, REASON_DEADLINE);
     free(old);
-    events_flight("owner_lost", f->id, f->fence, f->skey, f->by_key.keylen, why);
+    transition("owner_lost", f, f->fence, why, (now_us() - f->owner_since_us) / 1000);
     if (list_empty(&f->followers)) {
         flight_free(f);
         return;
@@ -171,7 +231,7 @@ static void owner_lost(struct flight *f, enum reason why)
     latency_add(LAT_FOLLOWER_WAIT, now_us() - m->joined_us);
     F.promoted++;
     make_owner(f, m);
-    events_flight("promoted", f->id, f->fence, f->skey, f->by_key.keylen, REASON_NONE);
+    transition("promoted", f, f->fence, REASON_NONE, (now_us() - m->joined_us) / 1000);
     reply_owner(m->conn, m->p.rid, f);
 }
 
@@ -225,6 +285,8 @@ void flights_conn_closed(struct conn *c)
         struct flight *f = list_entry(c->flights.next, struct flight, owner_link);
         owner_lost(f, REASON_DISCONNECT);
     }
+    while (!list_empty(&c->watches))
+        watcher_free(list_entry(c->watches.next, struct watcher, clink));
 }
 
 /* ---- delivering a result ---- */
@@ -235,6 +297,7 @@ struct outcome {
     size_t result_len;
     coord_bytes code, message;
     bool retryable;
+    uint64_t retry_after_ms;       /* failed: a backoff was asked for */
 };
 
 static void encode_outcome(coord_enc *e, const struct outcome *o, uint64_t fence,
@@ -248,6 +311,8 @@ static void encode_outcome(coord_enc *e, const struct outcome *o, uint64_t fence
         coord_enc_kv_name(e, "message", o->message.ptr, o->message.len);
         coord_enc_map_end(e);
         coord_enc_kv_bool(e, "retryable", o->retryable);
+        if (o->retry_after_ms)
+            coord_enc_kv_uint(e, "retry_after_ms", o->retry_after_ms);
     } else {
         coord_enc_kv_cstr(e, "role", "result");
         coord_enc_kv_bin(e, "result", o->result, o->result_len);
@@ -275,8 +340,9 @@ static uint64_t deliver(struct flight *f, const struct outcome *o)
         free(m);
         n++;
     }
-    events_flight(o->failed ? "failed" : "completed", f->id, f->fence, f->skey,
-                  f->by_key.keylen, REASON_NONE);
+    transition(o->failed ? "failed" : "completed", f, f->fence, REASON_NONE,
+               (now_us() - f->owner_since_us) / 1000);
+    notify_watchers(f, !o->failed);
     flight_free(f);
     return n;
 }
@@ -333,7 +399,7 @@ static struct flight *owned_flight(struct conn *c, uint64_t rid, uint64_t id, ui
     }
     if (f->completing || !f->owner || f->owner->conn != c || f->fence != fence) {
         F.fenced++;
-        events_flight("fenced", f->id, fence, f->skey, f->by_key.keylen, REASON_NONE);
+        transition("fenced", f, fence, REASON_NONE, 0);
         conn_reply_error(c, rid, COORD_EFENCED, "stale fence: another owner took over");
         return NULL;
     }
@@ -344,12 +410,19 @@ static struct flight *owned_flight(struct conn *c, uint64_t rid, uint64_t id, ui
 static void finish(struct conn *c, uint64_t rid, struct flight *f, struct outcome *o,
                    uint64_t keep_ms)
 {
+    /* a bypassed flight writes no record; a failed revalidation leaves the
+     * stale record in place */
+    if (f->bypass || (o->failed && f->revalidation))
+        keep_ms = 0;
     if (keep_ms && f->by_key.keylen - SKEY_HEADER > LIMIT_RECORD_KEY) {
         reply_record_key_too_large(c, rid);
         return;
     }
     if (o->failed) F.failed++; else F.completed++;
     latency_add(LAT_FLIGHT_RUN, now_us() - f->owner_since_us);
+    if (o->failed && o->retryable && o->retry_after_ms && !f->bypass)
+        gates_backoff_start(f->skey, f->by_key.keylen, o->retry_after_ms, o->code.ptr,
+                            o->code.len, o->message.ptr, o->message.len);
     if (keep_ms == 0) {
         reply_delivered(c, rid, deliver(f, o));
         return;
@@ -431,7 +504,7 @@ void op_flight_complete(struct conn *c, uint64_t rid, coord_fields *f)
 
 void op_flight_fail(struct conn *c, uint64_t rid, coord_fields *f)
 {
-    uint64_t id = 0, fence = 0, keep_ms;
+    uint64_t id = 0, fence = 0, keep_ms, retry_after = 0;
     bool retryable = false;
     coord_index err_index;
     coord_fields ef;
@@ -439,6 +512,7 @@ void op_flight_fail(struct conn *c, uint64_t rid, coord_fields *f)
     coord_field_uint(f, "fence", true, &fence);
     bool have_err = coord_field_nested(f, "error", true, &err_index, &ef);
     coord_field_bool(f, "retryable", false, &retryable);
+    coord_field_uint(f, "retry_after_ms", false, &retry_after);
     coord_bytes code = { (const uint8_t *)"", 0 }, message = code;
     if (have_err) {
         coord_field_str(&ef, "code", true, &code);
@@ -448,8 +522,13 @@ void op_flight_fail(struct conn *c, uint64_t rid, coord_fields *f)
             memcpy(f->err, ef.err, sizeof f->err);
         }
     }
-    if (!fields_ok(c, rid, f) || !read_keep(c, rid, f, &keep_ms))
+    if (!fields_ok(c, rid, f) || !read_keep(c, rid, f, &keep_ms) ||
+        !duration_ok(c, rid, "retry_after_ms", retry_after, LIMIT_WAIT_MS))
         return;
+    if (retry_after && !retryable) {
+        conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, "retry_after_ms needs retryable");
+        return;
+    }
     if (code.len > LIMIT_ERROR_CODE || message.len > LIMIT_ERROR_MESSAGE ||
         code.len + message.len > payload_limit(c)) {
         char msg[96];
@@ -462,124 +541,120 @@ void op_flight_fail(struct conn *c, uint64_t rid, coord_fields *f)
     if (!fl)
         return;
     struct outcome o = { .failed = true, .code = code, .message = message,
-                         .retryable = retryable };
+                         .retryable = retryable, .retry_after_ms = retry_after };
     finish(c, rid, fl, &o, keep_ms);
 }
 
 /* ---- joining ---- */
 
-/* Answers from a fresh completion record; true when it did. */
-static bool join_from_record(struct conn *c, uint64_t rid, const uint8_t *skey,
-                             size_t sklen, uint64_t max_age_ms)
+/* The stored record of a key, as a join sees it. */
+enum record_use { REC_NONE, REC_FRESH, REC_STALE };
+
+static enum record_use classify(const struct record *r, uint64_t age, uint64_t max_age,
+                                uint64_t stale_ms)
 {
-    if (sklen - SKEY_HEADER > LIMIT_RECORD_KEY)
-        return false;
-    MDB_txn *txn;
-    struct record r;
-    if (records_lookup(&txn, skey, sklen, &r) != 1)
-        return false;
-    uint64_t now = wall_ms(), age = now > r.created_ms ? now - r.created_ms : 0;
-    bool fresh = age <= max_age_ms && !(r.status == RECORD_FAILED && r.retryable);
-    if (fresh) {
-        struct outcome o = { .failed = r.status == RECORD_FAILED, .result = r.result,
-                             .result_len = r.result_len,
-                             .code = { r.code, (uint32_t)r.code_len },
-                             .message = { r.message, (uint32_t)r.message_len },
-                             .retryable = r.retryable };
-        coord_enc e;
-        conn_enc_begin_reply(c, &e, rid);
-        encode_outcome(&e, &o, r.fence, age, "record");
-        conn_enc_finish(c, &e);
-        latency_add(LAT_FOLLOWER_WAIT, 0);
-        F.from_record++;
-    }
-    ledger_read_end(c->b->ledger, txn);
-    return fresh;
+    if (age <= max_age && max_age && !(r->status == RECORD_FAILED && r->retryable))
+        return REC_FRESH;
+    /* only a result can be served stale, never a failure */
+    if (stale_ms && r->status == RECORD_COMPLETED && age <= max_age + stale_ms)
+        return REC_STALE;
+    return REC_NONE;
 }
 
-void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
+static struct outcome record_outcome(const struct record *r)
 {
-    coord_bytes key = { NULL, 0 };
-    uint64_t ttl = 30000, wait_ms = 0, max_age = 0;
-    bool orphan_abort = false;
-    coord_field_str(f, "key", true, &key);
-    coord_field_uint(f, "owner_ttl_ms", false, &ttl);
-    bool have_wait = coord_field_uint(f, "wait_ms", false, &wait_ms);
-    coord_field_uint(f, "max_age_ms", false, &max_age);
-    coord_field_bool(f, "abort_when_orphaned", false, &orphan_abort);
-    if (!fields_ok(c, rid, f) || !name_size_ok(c, rid, "key", key.len) ||
-        !duration_ok(c, rid, "owner_ttl_ms", ttl, LIMIT_WAIT_MS) ||
-        !duration_ok(c, rid, "wait_ms", wait_ms, LIMIT_WAIT_MS) ||
-        !duration_ok(c, rid, "max_age_ms", max_age, LIMIT_KEEP_MS))
-        return;
-    if (ttl == 0) {
-        conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, "owner_ttl_ms must be at least 1");
-        return;
-    }
-    if (!have_wait)
-        wait_ms = ttl;
-    if (pending_check(c, rid) < 0)
-        return;
-    uint8_t *skey;
-    size_t sklen = skey_make(&skey, c->scope, c->scope_len, key.ptr, key.len);
-    if (!sklen) {
-        conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
-        return;
-    }
-    struct hentry *h = hashmap_get(&F.by_key, skey, sklen);
-    struct flight *fl = h ? list_entry(h, struct flight, by_key) : NULL;
-    /* a record serves only when no flight runs: a running one is newer */
-    if (!fl && max_age && join_from_record(c, rid, skey, sklen, max_age)) {
+    struct outcome o = { .failed = r->status == RECORD_FAILED, .result = r->result,
+                         .result_len = r->result_len,
+                         .code = { r->code, (uint32_t)r->code_len },
+                         .message = { r->message, (uint32_t)r->message_len },
+                         .retryable = r->retryable };
+    return o;
+}
+
+/* {role:"result", source:"record", stale:true, revalidating, ...} */
+static void reply_stale(struct conn *c, uint64_t rid, const struct record *r, uint64_t age,
+                        bool revalidating)
+{
+    struct outcome o = record_outcome(r);
+    coord_enc e;
+    conn_enc_begin_reply(c, &e, rid);
+    encode_outcome(&e, &o, r->fence, age, "record");
+    coord_enc_kv_bool(&e, "stale", true);
+    coord_enc_kv_bool(&e, "revalidating", revalidating);
+    conn_enc_finish(c, &e);
+    latency_add(LAT_FOLLOWER_WAIT, 0);
+    F.from_record++;
+}
+
+/* {role:"failed", ..., retry_after_ms: left, source:"backoff"} */
+static void reply_backoff(struct conn *c, uint64_t rid, const struct backoff_view *bv)
+{
+    coord_enc e;
+    conn_enc_begin_reply(c, &e, rid);
+    coord_enc_kv_cstr(&e, "role", "failed");
+    coord_enc_key(&e, "error");
+    coord_enc_map_begin(&e);
+    coord_enc_kv_name(&e, "code", bv->code, bv->code_len);
+    coord_enc_kv_name(&e, "message", bv->message, bv->message_len);
+    coord_enc_map_end(&e);
+    coord_enc_kv_bool(&e, "retryable", true);
+    coord_enc_kv_uint(&e, "retry_after_ms", bv->left_ms);
+    coord_enc_kv_cstr(&e, "source", "backoff");
+    conn_enc_finish(c, &e);
+    latency_add(LAT_FOLLOWER_WAIT, 0);
+}
+
+static bool add_watcher(struct conn *c, struct flight *f)
+{
+    if (c->nwatches >= LIMIT_CONN_WATCHES)
+        return false;
+    struct watcher *w = calloc(1, sizeof *w);
+    if (!w)
+        return false;
+    w->conn = c;
+    list_append(&f->watchers, &w->flink);
+    list_append(&c->watches, &w->clink);
+    c->nwatches++;
+    return true;
+}
+
+struct join_args {
+    uint64_t ttl, wait_ms, max_age, stale_ms;
+    bool orphan_abort, notify;
+};
+
+/* c becomes the owner of a new flight for skey (taken over).  A bypass
+ * flight (kill switch) is not found by other joins.  stale: the record a
+ * revalidation owner is given, or NULL. */
+static void start_flight(struct conn *c, uint64_t rid, uint8_t *skey, size_t sklen,
+                         const struct join_args *a, bool bypass, const struct record *stale,
+                         uint64_t stale_age)
+{
+    if (c->nflights_owned >= LIMIT_CONN_FLIGHTS) {
         free(skey);
+        reply_conn_limit(c, rid, "flights owned", LIMIT_CONN_FLIGHTS);
         return;
     }
     struct member *m = calloc(1, sizeof *m);
-    if (!m) {
+    struct flight *fl = m ? calloc(1, sizeof *fl) : NULL;
+    if (!fl) {
+        free(m);
         free(skey);
         conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
         return;
     }
     m->conn = c;
-    m->owner_ttl_ms = ttl;
-    m->abort_when_orphaned = orphan_abort;
+    m->owner_ttl_ms = a->ttl;
+    m->abort_when_orphaned = a->orphan_abort;
     m->joined_ms = broker_now_ms(F.b);
     m->joined_us = now_us();
     list_init(&m->link);
     list_init(&m->p.link);
-    if (fl) {
-        free(skey);
-        m->f = fl;
-        m->p.abort = follower_abort;
-        m->p.drop = follower_drop;
-        if (pending_start(c, &m->p, rid, COORD_OP_FLIGHT_JOIN) < 0) {   /* memory: replied */
-            free(m);
-            return;
-        }
-        list_append(&fl->followers, &m->link);
-        fl->nfollowers++;
-        fl->had_followers = true;
-        F.joined++;
-        if (wait_ms)
-            deadline_set(&m->wait, m->joined_ms + wait_ms, on_follower_wait);
-        events_flight("joined", fl->id, fl->fence, fl->skey, fl->by_key.keylen, REASON_NONE);
-        return;
-    }
-    if (c->nflights_owned >= LIMIT_CONN_FLIGHTS) {
-        free(skey);
-        free(m);
-        reply_conn_limit(c, rid, "flights owned", LIMIT_CONN_FLIGHTS);
-        return;
-    }
-    fl = calloc(1, sizeof *fl);
-    if (!fl) {
-        free(skey);
-        free(m);
-        conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
-        return;
-    }
     fl->skey = skey;
     fl->by_key.key = skey;
     fl->by_key.keylen = sklen;
+    fl->bypass = bypass;
+    fl->revalidation = stale != NULL;
     fl->id = ids_next();
     fl->fence = ids_next();
     fl->by_id.key = (const uint8_t *)&fl->id;
@@ -587,8 +662,11 @@ void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
     fl->started_ms = m->joined_ms;
     list_init(&fl->followers);
     list_init(&fl->owner_link);
-    if (hashmap_put(&F.by_key, &fl->by_key) < 0 || hashmap_put(&F.by_id, &fl->by_id) < 0) {
-        hashmap_del(&F.by_key, &fl->by_key);
+    list_init(&fl->watchers);
+    if ((!bypass && hashmap_put(&F.by_key, &fl->by_key) < 0) ||
+        hashmap_put(&F.by_id, &fl->by_id) < 0) {
+        if (!bypass)
+            hashmap_del(&F.by_key, &fl->by_key);
         free(skey);
         free(fl);
         free(m);
@@ -599,8 +677,144 @@ void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
     m->f = fl;
     F.started++;
     make_owner(fl, m);
-    events_flight("started", fl->id, fl->fence, fl->skey, fl->by_key.keylen, REASON_NONE);
-    reply_owner(c, rid, fl);
+    transition("started", fl, fl->fence, REASON_NONE, 0);
+    coord_enc e;
+    conn_enc_begin_reply(c, &e, rid);
+    coord_enc_kv_cstr(&e, "role", "owner");
+    coord_enc_kv_uint(&e, "flight", fl->id);
+    coord_enc_kv_uint(&e, "fence", fl->fence);
+    if (bypass)
+        coord_enc_kv_bool(&e, "bypass", true);
+    if (stale) {
+        coord_enc_key(&e, "stale");
+        coord_enc_map_begin(&e);
+        coord_enc_kv_bin(&e, "result", stale->result, stale->result_len);
+        coord_enc_kv_uint(&e, "age_ms", stale_age);
+        coord_enc_kv_uint(&e, "fence", stale->fence);
+        coord_enc_map_end(&e);
+    }
+    conn_enc_finish(c, &e);
+}
+
+static void follow(struct conn *c, uint64_t rid, struct flight *fl, const struct join_args *a)
+{
+    struct member *m = calloc(1, sizeof *m);
+    if (!m) {
+        conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+        return;
+    }
+    m->conn = c;
+    m->owner_ttl_ms = a->ttl;
+    m->abort_when_orphaned = a->orphan_abort;
+    m->joined_ms = broker_now_ms(F.b);
+    m->joined_us = now_us();
+    list_init(&m->link);
+    list_init(&m->p.link);
+    m->f = fl;
+    m->p.abort = follower_abort;
+    m->p.drop = follower_drop;
+    if (pending_start(c, &m->p, rid, COORD_OP_FLIGHT_JOIN) < 0) {   /* memory: replied */
+        free(m);
+        return;
+    }
+    list_append(&fl->followers, &m->link);
+    fl->nfollowers++;
+    fl->had_followers = true;
+    F.joined++;
+    if (a->wait_ms)
+        deadline_set(&m->wait, m->joined_ms + a->wait_ms, on_follower_wait);
+    transition("joined", fl, fl->fence, REASON_NONE, 0);
+}
+
+/* The order a join is settled in: the kill switch (an owner without
+ * deduplication); a fresh record when no flight runs (part one); a stale
+ * one (stale-while-revalidate: served at once, or its revalidation owned);
+ * a running flight (a follower); a backoff (the failure at once); else a
+ * new owner. */
+void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
+{
+    coord_bytes key = { NULL, 0 };
+    struct join_args a = { .ttl = 30000 };
+    coord_field_str(f, "key", true, &key);
+    coord_field_uint(f, "owner_ttl_ms", false, &a.ttl);
+    bool have_wait = coord_field_uint(f, "wait_ms", false, &a.wait_ms);
+    coord_field_uint(f, "max_age_ms", false, &a.max_age);
+    coord_field_uint(f, "stale_ms", false, &a.stale_ms);
+    coord_field_bool(f, "abort_when_orphaned", false, &a.orphan_abort);
+    coord_field_bool(f, "notify", false, &a.notify);
+    if (!fields_ok(c, rid, f) || !name_size_ok(c, rid, "key", key.len) ||
+        !duration_ok(c, rid, "owner_ttl_ms", a.ttl, LIMIT_WAIT_MS) ||
+        !duration_ok(c, rid, "wait_ms", a.wait_ms, LIMIT_WAIT_MS) ||
+        !duration_ok(c, rid, "max_age_ms", a.max_age, LIMIT_KEEP_MS) ||
+        !duration_ok(c, rid, "stale_ms", a.stale_ms, LIMIT_KEEP_MS))
+        return;
+    if (a.ttl == 0) {
+        conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, "owner_ttl_ms must be at least 1");
+        return;
+    }
+    if (!have_wait)
+        a.wait_ms = a.ttl;
+    if (pending_check(c, rid) < 0)
+        return;
+    uint8_t *skey;
+    size_t sklen = skey_make(&skey, c->scope, c->scope_len, key.ptr, key.len);
+    if (!sklen) {
+        conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+        return;
+    }
+    if (gates_bypass(skey, sklen)) {
+        start_flight(c, rid, skey, sklen, &a, true, NULL, 0);
+        return;
+    }
+    struct hentry *h = hashmap_get(&F.by_key, skey, sklen);
+    struct flight *fl = h ? list_entry(h, struct flight, by_key) : NULL;
+    struct backoff_view bv;
+    if ((a.max_age || a.stale_ms) && sklen - SKEY_HEADER <= LIMIT_RECORD_KEY) {
+        MDB_txn *txn;
+        struct record r;
+        if (records_lookup(&txn, skey, sklen, &r) == 1) {
+            uint64_t now = wall_ms(), age = now > r.created_ms ? now - r.created_ms : 0;
+            enum record_use use = classify(&r, age, a.max_age, a.stale_ms);
+            bool done = true;
+            if (use == REC_FRESH && !fl) {
+                /* a record serves only when no flight runs: a running one is newer */
+                struct outcome o = record_outcome(&r);
+                coord_enc e;
+                conn_enc_begin_reply(c, &e, rid);
+                encode_outcome(&e, &o, r.fence, age, "record");
+                conn_enc_finish(c, &e);
+                latency_add(LAT_FOLLOWER_WAIT, 0);
+                F.from_record++;
+            } else if (use == REC_STALE && gates_backoff(skey, sklen, &bv)) {
+                reply_stale(c, rid, &r, age, false);
+            } else if (use == REC_STALE && fl) {
+                reply_stale(c, rid, &r, age, true);
+                if (a.notify)
+                    add_watcher(c, fl);
+            } else if (use == REC_STALE) {
+                start_flight(c, rid, skey, sklen, &a, false, &r, age);
+                skey = NULL;                     /* the flight's now */
+            } else {
+                done = false;
+            }
+            ledger_read_end(c->b->ledger, txn);
+            if (done) {
+                free(skey);
+                return;
+            }
+        }
+    }
+    if (fl) {
+        free(skey);
+        follow(c, rid, fl, &a);
+        return;
+    }
+    if (gates_backoff(skey, sklen, &bv)) {
+        free(skey);
+        reply_backoff(c, rid, &bv);
+        return;
+    }
+    start_flight(c, rid, skey, sklen, &a, false, NULL, 0);
 }
 
 void op_flight_list(struct conn *c, uint64_t rid, coord_fields *f)

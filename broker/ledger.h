@@ -23,6 +23,7 @@ enum ledger_db {
     DB_LEADERS,         /* scoped workstream -> generation u64, disabled u8 */
     DB_KV,              /* u16 len, scoped workstream, key -> generation u64, value */
     DB_OPS,             /* u16 len, scoped workstream, op_id -> generation u64 */
+    DB_FLIGHT_OFF,      /* scoped key prefix -> "" (the single-flight kill switch) */
     DB_COUNT
 };
 

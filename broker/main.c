@@ -33,6 +33,8 @@ static void usage(FILE *f)
 "                          1048576); past it writes fail with STORAGE\n"
 "  --ledger NAME           where leadership's generations and commits live:\n"
 "                          local (LMDB in the data dir, the default)\n"
+"  --log-names hash|plain  names, keys and client text in the log as keyed\n"
+"                          hashes (the default) or as they are (debugging)\n"
 "  --version, --help\n");
 }
 
@@ -89,7 +91,7 @@ int main(int argc, char **argv)
     const char *socket_arg = NULL, *data_arg = NULL;
 
     enum { O_FG = 1, O_SOCK, O_DATA, O_IDLE, O_READY, O_LOG, O_FRAME, O_CONNS,
-           O_PENDING, O_OUTBUF, O_HANDSHAKE, O_DATASIZE, O_LEDGER, O_VERSION, O_HELP };
+           O_PENDING, O_OUTBUF, O_HANDSHAKE, O_DATASIZE, O_LEDGER, O_LOGNAMES, O_VERSION, O_HELP };
     static const struct option longopts[] = {
         { "foreground", no_argument, NULL, O_FG },
         { "socket", required_argument, NULL, O_SOCK },
@@ -104,6 +106,7 @@ int main(int argc, char **argv)
         { "handshake-timeout", required_argument, NULL, O_HANDSHAKE },
         { "max-data-size", required_argument, NULL, O_DATASIZE },
         { "ledger", required_argument, NULL, O_LEDGER },
+        { "log-names", required_argument, NULL, O_LOGNAMES },
         { "version", no_argument, NULL, O_VERSION },
         { "help", no_argument, NULL, O_HELP },
         { NULL, 0, NULL, 0 },
@@ -135,6 +138,10 @@ int main(int argc, char **argv)
             bad = strlen(optarg) >= sizeof opt.leader_ledger;
             if (!bad)
                 strcpy(opt.leader_ledger, optarg);
+            break;
+        case O_LOGNAMES:
+            opt.log_names_plain = strcmp(optarg, "plain") == 0;
+            bad = !opt.log_names_plain && strcmp(optarg, "hash") != 0;
             break;
         case O_VERSION: printf("coordd %s\n", COORD_VERSION); return 0;
         case O_HELP: usage(stdout); return 0;

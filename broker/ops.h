@@ -45,6 +45,9 @@ bool list_entry_overflows(const struct conn *c, coord_enc *e, const coord_enc_ma
     X(FLIGHT_COMPLETE, op_flight_complete) \
     X(FLIGHT_FAIL, op_flight_fail) \
     X(FLIGHT_LIST, op_flight_list) \
+    X(FLIGHT_DISABLE, op_flight_disable) \
+    X(FLIGHT_ENABLE, op_flight_enable) \
+    X(FLIGHT_DISABLED, op_flight_disabled) \
     X(RECORD_GET, op_record_get) \
     X(RECORD_LIST, op_record_list) \
     X(RECORD_PURGE, op_record_purge) \
@@ -68,6 +71,9 @@ void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f);
 void op_flight_complete(struct conn *c, uint64_t rid, coord_fields *f);
 void op_flight_fail(struct conn *c, uint64_t rid, coord_fields *f);
 void op_flight_list(struct conn *c, uint64_t rid, coord_fields *f);
+void op_flight_disable(struct conn *c, uint64_t rid, coord_fields *f);
+void op_flight_enable(struct conn *c, uint64_t rid, coord_fields *f);
+void op_flight_disabled(struct conn *c, uint64_t rid, coord_fields *f);
 void op_record_get(struct conn *c, uint64_t rid, coord_fields *f);
 void op_record_list(struct conn *c, uint64_t rid, coord_fields *f);
 void op_record_purge(struct conn *c, uint64_t rid, coord_fields *f);

@@ -5,6 +5,7 @@
 #include "channels.h"
 #include "coord-version.h"
 #include "deadline.h"
+#include "flight-gates.h"
 #include "flights.h"
 #include "histo.h"
 #include "leaders.h"
@@ -46,6 +47,7 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_uint(&e, "locks_pending", pending);
     coord_enc_kv_uint(&e, "lock_names", names);
     flights_stats(&e);
+    gates_stats(&e);
     leaders_stats(&e);
     channels_stats(&e);
     coord_enc_kv_uint(&e, "records", records_count());

@@ -2,6 +2,7 @@
 #include "broker.h"
 #include "channels.h"
 #include "deadline.h"
+#include "flight-gates.h"
 #include "flights.h"
 #include "leaders.h"
 #include "locks.h"
@@ -13,6 +14,8 @@ int tables_init(struct broker *b, char *err, size_t errsize)
     deadlines_init(b->loop);
     locks_init(b);
     flights_init(b);
+    if (gates_init(b, err, errsize) < 0)
+        return -1;
     if (leaders_init(b, err, errsize) < 0)
         return -1;
     channels_init(b);

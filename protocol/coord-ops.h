@@ -26,6 +26,9 @@
     X(FLIGHT_COMPLETE,  "flight.complete")          \
     X(FLIGHT_FAIL,      "flight.fail")              \
     X(FLIGHT_LIST,      "flight.list")              \
+    X(FLIGHT_DISABLE,   "flight.disable")           \
+    X(FLIGHT_ENABLE,    "flight.enable")            \
+    X(FLIGHT_DISABLED,  "flight.disabled")          \
     X(RECORD_GET,       "record.get")               \
     X(RECORD_LIST,      "record.list")              \
     X(RECORD_PURGE,     "record.purge")             \
@@ -45,6 +48,7 @@
 #define COORD_EVENTS(X)                             \
     X(LOCK_LOST,        "lock.lost")                \
     X(FLIGHT_ABORT,     "flight.abort")             \
+    X(FLIGHT_UPDATED,   "flight.updated")           \
     X(LEADER_LOST,      "leader.lost")              \
     X(MESSAGE,          "message")                  \
     X(LIFECYCLE,        "lifecycle")
