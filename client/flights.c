@@ -297,18 +297,10 @@ COORD_API bool coord_event_flight_abort(const coord_reply_t *ev, coord_flight_ab
     return true;
 }
 
-/* flight.updated is compared by name: it is not in coord-ops.h's event
- * list (protocol/, the broker's) yet. */
-static bool event_named(const coord_reply_t *ev, const char *name)
-{
-    const char *e = ev ? coord_reply_event(ev) : NULL;
-    return e && strcmp(e, name) == 0;
-}
-
 COORD_API bool coord_event_flight_updated(const coord_reply_t *ev,
                                           coord_flight_updated *out)
 {
-    if (!event_named(ev, "flight.updated"))
+    if (!coord__event_is(ev, COORD_EV_FLIGHT_UPDATED))
         return false;
     if (!out)
         return true;
@@ -325,11 +317,11 @@ COORD_API bool coord_event_flight_updated(const coord_reply_t *ev,
 
 /* ---- the kill switch ---- */
 
-static int prefix_call(coord_t *c, const char *op, const void *prefix, size_t len)
+static int prefix_call(coord_t *c, enum coord_op op, const void *prefix, size_t len)
 {
     if (!c || !coord__bytes_ok(prefix, len))
         return COORD_EINVAL;
-    coord_req_t *r = coord_req_new(op);
+    coord_req_t *r = coord__req_new(op);
     if (!r)
         return COORD_ENOMEM;
     coord_req_str(r, "prefix", prefix ? prefix : "", len);
@@ -338,12 +330,12 @@ static int prefix_call(coord_t *c, const char *op, const void *prefix, size_t le
 
 COORD_API int coord_flight_disable(coord_t *c, const void *prefix, size_t len)
 {
-    return prefix_call(c, "flight.disable", prefix, len);
+    return prefix_call(c, COORD_OP_FLIGHT_DISABLE, prefix, len);
 }
 
 COORD_API int coord_flight_enable(coord_t *c, const void *prefix, size_t len)
 {
-    return prefix_call(c, "flight.enable", prefix, len);
+    return prefix_call(c, COORD_OP_FLIGHT_ENABLE, prefix, len);
 }
 
 /* The bytes of a str or bin entry; false for anything else. */
@@ -371,7 +363,7 @@ COORD_API int coord_flight_disabled(coord_t *c, coord_prefix **prefixes, size_t 
     if (!c || !prefixes || !n)
         return COORD_EINVAL;
     coord_reply_t *reply = NULL;
-    int rc = coord__call_free(c, coord_req_new("flight.disabled"), &reply);
+    int rc = coord__call_free(c, coord__req_new(COORD_OP_FLIGHT_DISABLED), &reply);
     if (rc < 0)
         return rc;
     /* the entries are strings, which coord_map has no array getter for:
