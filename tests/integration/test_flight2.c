@@ -689,9 +689,9 @@ static void on_campaign(coord_t *c, int status, const coord_reply_t *reply, void
     camp->status = status;
 }
 
-/* Waits until a campaign of ws waits behind its leader: the lock table's
- * pending entries (leadership queues there) through stats' counters would
- * be indirect, so ask lock.query for any pending entry. */
+/* Waits until a campaign waits behind its leader: leadership queues in the
+ * lock table, so lock.query shows it as a pending entry (the case has no
+ * other lock waiting). */
 static bool await_campaign_waiting(coord_t *c, const char *ws)
 {
     (void)ws;
