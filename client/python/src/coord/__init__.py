@@ -9,12 +9,13 @@ from .client import Client, Flight, Leadership, Lock, Subscription, connect
 from .errors import (Aborted, BadFrame, BadRequest, ConnectError, ConnectionLost, CoordError,
                      Disabled, Fenced, FencedError, FlightFailed, HelloRequired,
                      InvalidOptions, LeadershipLost, Limit, LockLost, NameReserved, NotFound,
-                     ProtocolError, ProtoVersion, ShuttingDown, Storage, Timeout, TooLarge,
-                     UnknownLock, UnknownOp)
+                     ProtocolError, ProtoVersion, RequestKeyError, ShuttingDown, Storage,
+                     Timeout, TooLarge, UnknownLock, UnknownOp)
 from .handles import State
 from .messages import (FlightEntry, LeaderInfo, Lifecycle, LockEntry, LockState, Message,
                        Record, RecordEntry)
 from .paths import default_socket_path
+from .requestkey import request_key
 
 __version__ = "0.1.0"
 
@@ -33,4 +34,5 @@ __all__ = [
     "ConnectError", "ConnectionLost", "ProtocolError", "LockLost", "LeadershipLost",
     "FlightFailed", "LockEntry", "LockState", "FlightEntry", "Record", "RecordEntry",
     "LeaderInfo", "Message", "Lifecycle", "default_socket_path",
+    "request_key", "RequestKeyError",
 ]

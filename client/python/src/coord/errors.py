@@ -175,3 +175,14 @@ def from_reply(code: object, message: object) -> CoordError:
 
 
 WIRE_CODES = tuple(_BY_CODE)
+
+
+class RequestKeyError(CoordError, ValueError):
+    """``request_key`` refused the request (it has no canonical key):
+    ``field`` names the input (method, url, body, header, user, freshness,
+    auth_gen, ...); the message starts with it."""
+    code = "INVALID_REQUEST"
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)
