@@ -26,6 +26,7 @@ import { Leaders, leader } from './leader.js';
 import { watch } from './watch.js';
 import { camel } from './util.js';
 import { wireName } from './wire.js';
+import { requestKey } from './request-key.js';
 
 // Reconnect backoff: first retry soon (a broker restart takes milliseconds),
 // then at most once a second so that a broker that is gone costs little.
@@ -289,6 +290,9 @@ export class Client extends EventTarget {
 
   /** Single-flight: see flight.js. */
   once(key, fn, options) { return once(this, key, fn, options); }
+
+  /** The canonical request key of an HTTP request: see request-key.js (needs no broker). */
+  requestKey(request) { return requestKey(request); }
 
   /** Leadership: see leader.js. */
   leader(workstream, options, fn) { return leader(this, workstream, options, fn); }
