@@ -111,11 +111,13 @@ test('backoff: RetryAfterError → followers and later joins get BackoffError wi
   await followers(a, key, 0);
   const follower = b.once(key, () => assert.fail('a follower ran'));
   await followers(a, key, 1);
-  go.resolve();
-  await assert.rejects(owner, (e) => e === asked);
-  await assert.rejects(follower, (e) => e instanceof BackoffError && e instanceof FlightFailedError &&
+  const ownerR = assert.rejects(owner, (e) => e === asked);
+  const followerR = assert.rejects(follower, (e) => e instanceof BackoffError && e instanceof FlightFailedError &&
     e.source === 'live' && e.retryAfter === 60000 && e.retryable === true && e.code === 'RETRY_AFTER' &&
     e.message === 'upstream said 429');
+  go.resolve();
+  await ownerR;
+  await followerR;
   let ran = false;
   await assert.rejects(c.once(key, () => { ran = true; }), (e) => e instanceof BackoffError &&
     e.source === 'backoff' && e.retryAfter > 0 && e.retryAfter <= 60000 && e.code === 'RETRY_AFTER');
