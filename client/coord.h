@@ -279,6 +279,9 @@ COORD_API bool coord_map_bool(coord_map m, const char *key, bool *out);
 COORD_API bool coord_map_str(coord_map m, const char *key, const char **s, size_t *n);
 COORD_API bool coord_map_bin(coord_map m, const char *key, const void **p, size_t *n);
 COORD_API bool coord_map_map(coord_map m, const char *key, coord_map *out);
+/* A number of any MessagePack kind (float, uint, negative int) as a
+ * double: stats' latency figures (p50_ms...). */
+COORD_API bool coord_map_double(coord_map m, const char *key, double *out);
 /* Arrays of maps (lock.query's held, record.list's records, ...). */
 COORD_API size_t coord_map_array_len(coord_map m, const char *key);
 COORD_API bool coord_map_array_at(coord_map m, const char *key, size_t i, coord_map *out);
@@ -332,6 +335,17 @@ COORD_API char *coord_map_json(coord_map m);
  * answer COORD_ETOO_LARGE.  Keys and prefixes are copied into the request:
  * the caller keeps ownership. */
 
+/* coord_once's policy when the broker cannot be reached: c is NULL
+ * (coord_connect failed: no broker, autostart failed or off) or the
+ * connection drops before the outcome is settled. */
+typedef enum coord_fallback {
+    COORD_FALLBACK_FAIL = 0,   /* the default: return COORD_ECONNECT (c NULL)
+                                  or COORD_ECLOSED (dropped) */
+    COORD_FALLBACK_RUN,        /* run the work here without coordination (for
+                                  safe, idempotent reads) and say so:
+                                  out->fallback.  Others may run it too */
+} coord_fallback;
+
 typedef struct coord_flight_opts {
     uint64_t owner_ttl_ms;     /* the owner's lease: past it the owner gets the
                                   event flight.abort "deadline", its result is
@@ -344,6 +358,18 @@ typedef struct coord_flight_opts {
                                   when no flight runs). 0: never */
     bool abort_when_orphaned;  /* owner: get flight.abort "orphaned" when its
                                   last follower leaves */
+    uint64_t stale_ms;         /* stale-while-revalidate: a record older than
+                                  max_age_ms but younger than max_age_ms +
+                                  stale_ms is answered at once (RESULT with
+                                  stale), and the first such caller while no
+                                  flight runs owns its revalidation (OWNER with
+                                  revalidation).  Needs max_age_ms; the record
+                                  must be kept that long (keep_ms >= max_age_ms
+                                  + stale_ms).  0: no stale results */
+    bool notify;               /* served stale: get the event flight.updated
+                                  when that revalidation ends */
+    coord_fallback fallback;   /* coord_once only: what to do when the broker
+                                  cannot be reached (see coord_once) */
 } coord_flight_opts;
 
 typedef enum coord_flight_role {
@@ -365,6 +391,20 @@ typedef struct coord_flight {
     uint64_t fence;            /* OWNER: pass it to complete/fail.  RESULT,
                                   FAILED: the fence of the owner that produced
                                   the outcome (0 if the broker sent none) */
+    /* OWNER */
+    bool bypass;               /* the kill switch is on for the key's prefix
+                                  (coord_flight_disable): no deduplication,
+                                  others may run the work at the same time,
+                                  and complete writes no record */
+    bool revalidation;         /* this flight revalidates a stale record,
+                                  whose copy is in stale_*; the callers
+                                  meanwhile are served it.  A failure leaves
+                                  the record in place */
+    void *stale_result;        /* revalidation: the stale record's bytes plus
+                                  a NUL (never NULL then); else NULL */
+    size_t stale_result_len;
+    uint64_t stale_age_ms;     /* revalidation: the stale record's age */
+    uint64_t stale_fence;      /* revalidation: the fence that wrote it */
     /* RESULT */
     void *result;              /* the result bytes, with one NUL byte after
                                   them (so text can be used as a C string);
@@ -373,12 +413,27 @@ typedef struct coord_flight {
     uint64_t age_ms;           /* age of a record; 0 for a live result */
     bool from_record;          /* source "record": read from a completion
                                   record (max_age_ms); false: "live" */
+    bool stale;                /* from a record past max_age_ms, within
+                                  stale_ms (answered at once) */
+    bool revalidating;         /* stale: a revalidation flight runs now (with
+                                  notify, flight.updated tells when it ends);
+                                  false: none runs (a backoff is active) */
     /* FAILED */
     char *error_code;          /* NUL-terminated copies ("" when absent; bytes */
     char *error_message;       /* after an embedded NUL are not kept) */
     bool retryable;
+    uint64_t retry_after_ms;   /* the owner asked callers to wait this long
+                                  (a rate-limited upstream); from_backoff:
+                                  what is left of it.  0: none */
+    bool from_backoff;         /* source "backoff": nobody ran the work; a
+                                  recent failure's retry_after_ms is still
+                                  running for the key */
     /* coord_once only */
     bool ran;                  /* this call ran the work function */
+    bool fallback;             /* the broker could not be reached and the
+                                  policy was COORD_FALLBACK_RUN: the outcome
+                                  is this process's own work (ran is true),
+                                  uncoordinated and shared with nobody */
 } coord_flight;
 
 /* Frees what f owns and zeroes it (role NONE).  NULL and an already cleared
@@ -386,9 +441,12 @@ typedef struct coord_flight {
 COORD_API void coord_flight_clear(coord_flight *f);
 
 /* flight.join, blocking until the caller's role is settled: at once for an
- * owner or a fresh record, after the owner finished for a follower, or when
- * promoted.  o may be NULL (all defaults).  Returns
- *   0          *out filled: role OWNER (flight, fence), RESULT or FAILED;
+ * owner, a fresh (or, with stale_ms, stale) record or an active backoff,
+ * after the owner finished for a follower, or when promoted.  o may be
+ * NULL (all defaults; o->fallback is not used here).  Returns
+ *   0          *out filled: role OWNER (flight, fence; bypass, revalidation),
+ *              RESULT (stale, revalidating) or FAILED (from_backoff,
+ *              retry_after_ms);
  *   negative   COORD_ETIMEOUT (wait_ms passed), COORD_EABORTED (cancelled),
  *              COORD_EINVALID_OPTIONS (key over 1024 bytes, owner_ttl_ms or
  *              wait_ms over 86400000), connection errors...; *out is then
@@ -433,10 +491,31 @@ COORD_API int coord_flight_complete(coord_t *c, uint64_t flight, uint64_t fence,
 /* flight.fail: every follower gets role FAILED with code (required, at most
  * 256 bytes: NULL sends "FAILED"), message (NULL: "", at most 4096) and
  * retryable.  keep_ms as for complete (a retryable failure is stored but
- * never served to a join).  Errors as coord_flight_complete. */
+ * never served to a join).  Errors as coord_flight_complete.  The same as
+ * coord_flight_fail_with without retry_after_ms. */
 COORD_API int coord_flight_fail(coord_t *c, uint64_t flight, uint64_t fence,
                                 const char *code, const char *message,
                                 bool retryable, uint64_t keep_ms);
+
+/* A failure for coord_flight_fail_with.  The strings are only read (the
+ * caller keeps them); zero-initialise it for the defaults. */
+typedef struct coord_failure {
+    const char *code;          /* NULL: "FAILED"; at most 256 bytes */
+    const char *message;       /* NULL: ""; at most 4096 bytes */
+    bool retryable;
+    uint64_t keep_ms;          /* as for coord_flight_fail */
+    uint64_t retry_after_ms;   /* with retryable (an upstream said "429, retry
+                                  after N"): followers get it, and for that
+                                  long every new join of the key gets FAILED
+                                  from_backoff at once instead of an owner.
+                                  In the broker's memory only (a restart
+                                  forgets it).  0: no backoff */
+} coord_failure;
+
+/* flight.fail with every field of *f (NULL: all defaults).  Errors as
+ * coord_flight_complete. */
+COORD_API int coord_flight_fail_with(coord_t *c, uint64_t flight, uint64_t fence,
+                                     const coord_failure *f);
 
 /* flight.list: on 0, *reply (free with coord_reply_free) holds the array
  * "flights" of the running flights of c's scope, each {key, flight, fence,
@@ -460,6 +539,45 @@ typedef struct coord_flight_abort {
  * whose pointers are valid as long as ev. */
 COORD_API bool coord_event_flight_abort(const coord_reply_t *ev, coord_flight_abort *out);
 
+/* The event {ev: "flight.updated", key, status: "completed"|"failed", fence}
+ * reaches a caller served a stale result with notify when that
+ * revalidation ends (the revalidation owner gets none).  It carries no
+ * result: read the new record (coord_record_get) or join again.  It comes
+ * like any event (coord_set_event_cb or coord_next_event). */
+typedef struct coord_flight_updated {
+    const char *key;           /* points into the event, not NUL-terminated */
+    size_t key_len;
+    bool failed;               /* status "failed"; false: "completed" */
+    uint64_t fence;            /* of the revalidation flight that ended */
+} coord_flight_updated;
+
+/* True when ev is a flight.updated event; then fills *out (may be NULL),
+ * whose pointers are valid as long as ev. */
+COORD_API bool coord_event_flight_updated(const coord_reply_t *ev,
+                                          coord_flight_updated *out);
+
+/* The single-flight kill switch, per scope (durable: it survives a broker
+ * restart; announced on "-flights" as what disabled|enabled).  While a
+ * prefix is disabled, every new join of a key starting with it gets OWNER
+ * with bypass at once: no deduplication, no record read, and its complete
+ * writes no record.  The empty prefix covers every key of the scope.
+ * Flights already running are not affected.  prefix is copied (at most
+ * 1024 bytes; NULL with len 0 is ""). */
+COORD_API int coord_flight_disable(coord_t *c, const void *prefix, size_t len);
+COORD_API int coord_flight_enable(coord_t *c, const void *prefix, size_t len);
+
+/* A disabled prefix: bytes inside the block of coord_flight_disabled. */
+typedef struct coord_prefix {
+    const char *p;             /* any bytes, with a NUL byte after the len */
+    size_t len;
+} coord_prefix;
+
+/* flight.disabled: the disabled prefixes of c's scope.  On 0, *prefixes is
+ * one malloc'd block holding the array of *n entries and their bytes (the
+ * caller frees it once with free(); NULL when *n is 0).  On errors
+ * *prefixes is NULL and *n 0. */
+COORD_API int coord_flight_disabled(coord_t *c, coord_prefix **prefixes, size_t *n);
+
 /* The work of coord_once, run by the owner only.  On entry *result, *len,
  * *err_code and *err_msg are NULL/0.  Return
  *   COORD_WORK_OK         *result: malloc'd result bytes, *len their count
@@ -472,32 +590,59 @@ COORD_API bool coord_event_flight_abort(const coord_reply_t *ev, coord_flight_ab
  * "WORK_FAILED" and ""; the code at most 256 bytes, the message 4096, both
  * cut beyond).  Everything set is taken over by coord_once (a *result set
  * together with a failure is freed).  The function may use c (to watch for
- * flight.abort events, say) but must not close it. */
+ * flight.abort events, say) but must not close it.  A work function that
+ * was told to back off (a rate-limited upstream) calls
+ * coord_work_retry_after before returning COORD_WORK_RETRYABLE. */
 #define COORD_WORK_OK 0
 #define COORD_WORK_FAILED 1
 #define COORD_WORK_RETRYABLE 2
 typedef int (*coord_work_fn)(void *ud, void **result, size_t *len,
                              char **err_code, char **err_msg);
 
+/* Called by a work function of coord_once, in coord_once's thread, before
+ * it returns COORD_WORK_RETRYABLE: the failure carries retry_after_ms (see
+ * coord_failure), so the next callers get FAILED from_backoff at once
+ * instead of running work again.  Ignored outside a work function, after
+ * another return value, and when coord_once fell back to running the work
+ * without the broker.  Thread-local; the last call wins. */
+COORD_API void coord_work_retry_after(uint64_t retry_after_ms);
+
 /* Single-flight in one call: joins key; as owner (at once, or promoted
  * after waiting because the owner died or overran) runs work and completes
  * the flight with its result (kept as a record for keep_ms, 0: none) or
  * fails it; as follower returns the owner's result.  With o->max_age_ms a
- * fresh enough record is returned without running work.  Returns
+ * fresh enough record is returned without running work.  With
+ * o->stale_ms a stale record is returned at once (out->stale) while one
+ * caller, the revalidation's owner, runs work (out->revalidation, and the
+ * stale copy in out->stale_*; its failure is never kept, so the stale
+ * record stays).  An active backoff returns FAILED from_backoff without
+ * running work.  With the kill switch on (bypass) work runs here, and its
+ * result is delivered but never kept.
+ *
+ * Fallback (o->fallback): when the broker cannot be reached, c is NULL (the
+ * caller's coord_connect failed) or the connection drops before the
+ * outcome is settled (a follower waiting, our own join or complete),
+ * COORD_FALLBACK_FAIL returns COORD_ECONNECT (c NULL) or COORD_ECLOSED;
+ * COORD_FALLBACK_RUN runs work here, once, without coordination (unless it
+ * already ran as our flight: its outcome is then kept) and returns 0 with
+ * out->fallback and out->ran set, flight and fence 0.  Only for safe reads:
+ * other processes may run it at the same time.  Nothing else falls back
+ * (broker refusals, COORD_EFENCED, COORD_ETIMEOUT).  Returns
  *   0                 *out holds the outcome: role RESULT (ours when
  *                     out->ran, else the owner's or a record's) or FAILED
- *                     (ours or the owner's: see retryable);
+ *                     (ours, the owner's or a backoff's: see retryable);
  *   COORD_EFENCED     work ran but its outcome was refused: our lease
  *                     (owner_ttl_ms) passed and another caller took over;
  *   COORD_ETIMEOUT    a follower waited wait_ms without a result;
  *   COORD_ETOO_LARGE  work's result does not fit a frame (the followers get
  *                     a FAILED "TOO_LARGE"); a key too long to keep a record
  *                     is not an error: the result is then delivered unkept;
+ *   COORD_ECONNECT    c is NULL and the policy is COORD_FALLBACK_FAIL;
  *   other negatives   as coord_flight_join, or connection errors (a lost
  *                     connection while we own the flight lets a follower
  *                     take over).
  * On a non-zero return *out is zeroed (role NONE).  *out is overwritten,
- * not freed.  work must not be NULL. */
+ * not freed.  work must not be NULL; c may be NULL (see fallback). */
 COORD_API int coord_once(coord_t *c, const void *key, size_t key_len,
                          const coord_flight_opts *o, uint64_t keep_ms,
                          coord_work_fn work, void *ud, coord_flight *out);
@@ -552,7 +697,12 @@ COORD_API int coord_record_purge(coord_t *c, const void *prefix, size_t prefix_l
  * Workstreams are any bytes, at most 200 together with the scope
  * (COORD_EINVALID_OPTIONS); a NULL pointer is fine with length 0.  Every
  * string and byte argument is copied into the request: the caller keeps
- * ownership of all of them. */
+ * ownership of all of them.
+ *
+ * Leadership never falls back: without a broker there is no leader (every
+ * call returns COORD_ECONNECT or COORD_ECLOSED), and a process must never
+ * act as leader on its own: that is how two leaders write at once.  Only
+ * coord_once's safe reads may run uncoordinated (COORD_FALLBACK_RUN). */
 
 typedef struct coord_leader_opts {
     uint64_t lease_ms;    /* renew within this or lose leadership

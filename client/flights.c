@@ -1,8 +1,10 @@
 /* flights.c - libcoord's single-flight and completion-record calls:
- * flight.join (blocking and async), flight.complete, flight.fail,
- * flight.list, reading flight.abort events, coord_once on top of them, and
- * record.get/list/purge.  Built on the public request/reply calls of
- * client.c, like locks.c. */
+ * flight.join (blocking and async, with stale-while-revalidate),
+ * flight.complete, flight.fail (with a backoff), flight.list, the kill
+ * switch (flight.disable/enable/disabled), reading flight.abort and
+ * flight.updated events, coord_once on top of them (with its fallback when
+ * the broker cannot be reached), and record.get/list/purge.  Built on the
+ * public request/reply calls of client.c, like locks.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +42,7 @@ COORD_API void coord_flight_clear(coord_flight *f)
     if (!f)
         return;
     free(f->result);
+    free(f->stale_result);
     free(f->error_code);
     free(f->error_message);
     memset(f, 0, sizeof *f);
@@ -72,6 +75,10 @@ static coord_req_t *join_req(const void *key, size_t key_len, const coord_flight
             coord_req_uint(r, "max_age_ms", o->max_age_ms);
         if (o->abort_when_orphaned)
             coord_req_bool(r, "abort_when_orphaned", true);
+        if (o->stale_ms)
+            coord_req_uint(r, "stale_ms", o->stale_ms);
+        if (o->notify)
+            coord_req_bool(r, "notify", true);
     }
     return r;
 }
@@ -93,9 +100,24 @@ static int join_result(coord_t *c, const coord_reply_t *reply, coord_flight *out
     coord_map_str(m, "role", &role, &rn);
     coord_map_uint(m, "fence", &out->fence);
     if (role_is(role, rn, "owner")) {
+        coord_map st;
         if (!coord_map_uint(m, "flight", &out->flight) ||
             !coord_map_uint(m, "fence", &out->fence))
             goto bad;
+        coord_map_bool(m, "bypass", &out->bypass);
+        if (coord_map_map(m, "stale", &st)) {
+            /* the owner of a revalidation: the stale record it replaces */
+            const void *p = NULL;
+            size_t n = 0;
+            if (!coord_map_bin(st, "result", &p, &n))
+                goto bad;
+            coord_map_uint(st, "age_ms", &out->stale_age_ms);
+            coord_map_uint(st, "fence", &out->stale_fence);
+            if (!(out->stale_result = coord__dup_bytes(p, n)))
+                goto nomem;
+            out->stale_result_len = n;
+            out->revalidation = true;
+        }
         out->role = COORD_FLIGHT_OWNER;
         return 0;
     }
@@ -109,6 +131,8 @@ static int join_result(coord_t *c, const coord_reply_t *reply, coord_flight *out
         coord_map_uint(m, "age_ms", &out->age_ms);
         if (coord_map_str(m, "source", &src, &sn))
             out->from_record = role_is(src, sn, "record");
+        coord_map_bool(m, "stale", &out->stale);
+        coord_map_bool(m, "revalidating", &out->revalidating);
         out->result = coord__dup_bytes(p, n);
         if (!out->result)
             goto nomem;
@@ -117,10 +141,16 @@ static int join_result(coord_t *c, const coord_reply_t *reply, coord_flight *out
         return 0;
     }
     if (role_is(role, rn, "failed")) {
-        coord_map err;
-        if (!coord_map_map(m, "error", &err))
-            goto bad;
+        coord_map err = { NULL };
+        const char *src = NULL;
+        size_t sn = 0;
         coord_map_bool(m, "retryable", &out->retryable);
+        coord_map_uint(m, "retry_after_ms", &out->retry_after_ms);
+        if (coord_map_str(m, "source", &src, &sn))
+            out->from_backoff = role_is(src, sn, "backoff");
+        /* a backoff's answer need not repeat the failure behind it */
+        if (!coord_map_map(m, "error", &err) && !out->from_backoff)
+            goto bad;
         out->error_code = dup_str_field(err, "code");
         out->error_message = dup_str_field(err, "message");
         if (!out->error_code || !out->error_message)
@@ -212,23 +242,36 @@ COORD_API int coord_flight_complete(coord_t *c, uint64_t flight, uint64_t fence,
     return coord__call_uint(c, r, "delivered", delivered);
 }
 
-COORD_API int coord_flight_fail(coord_t *c, uint64_t flight, uint64_t fence,
-                                const char *code, const char *message,
-                                bool retryable, uint64_t keep_ms)
+COORD_API int coord_flight_fail_with(coord_t *c, uint64_t flight, uint64_t fence,
+                                     const coord_failure *f)
 {
+    static const coord_failure none;
     if (!c)
         return COORD_EINVAL;
+    if (!f)
+        f = &none;
     coord_req_t *r = coord__req_new(COORD_OP_FLIGHT_FAIL);
     if (!r)
         return COORD_ENOMEM;
     coord_req_uint(r, "flight", flight);
     coord_req_uint(r, "fence", fence);
-    coord_req_strmap2(r, "error", "code", code ? code : "FAILED",
-                      "message", message ? message : "");
-    coord_req_bool(r, "retryable", retryable);
-    if (keep_ms)
-        coord_req_uint(r, "keep_ms", keep_ms);
+    coord_req_strmap2(r, "error", "code", f->code ? f->code : "FAILED",
+                      "message", f->message ? f->message : "");
+    coord_req_bool(r, "retryable", f->retryable);
+    if (f->keep_ms)
+        coord_req_uint(r, "keep_ms", f->keep_ms);
+    if (f->retry_after_ms)
+        coord_req_uint(r, "retry_after_ms", f->retry_after_ms);
     return coord__call_free(c, r, NULL);
+}
+
+COORD_API int coord_flight_fail(coord_t *c, uint64_t flight, uint64_t fence,
+                                const char *code, const char *message,
+                                bool retryable, uint64_t keep_ms)
+{
+    coord_failure f = { .code = code, .message = message, .retryable = retryable,
+                        .keep_ms = keep_ms };
+    return coord_flight_fail_with(c, flight, fence, &f);
 }
 
 COORD_API int coord_flight_list(coord_t *c, coord_reply_t **reply)
@@ -254,87 +297,288 @@ COORD_API bool coord_event_flight_abort(const coord_reply_t *ev, coord_flight_ab
     return true;
 }
 
+COORD_API bool coord_event_flight_updated(const coord_reply_t *ev,
+                                          coord_flight_updated *out)
+{
+    if (!coord__event_is(ev, COORD_EV_FLIGHT_UPDATED))
+        return false;
+    if (!out)
+        return true;
+    memset(out, 0, sizeof *out);
+    coord_map m = coord_reply_map(ev);
+    const char *st;
+    size_t sn;
+    coord__map_bytes(m, "key", &out->key, &out->key_len);
+    coord__map_bytes(m, "status", &st, &sn);
+    out->failed = role_is(st, sn, "failed");
+    coord_map_uint(m, "fence", &out->fence);
+    return true;
+}
+
+/* ---- the kill switch ---- */
+
+static int prefix_call(coord_t *c, enum coord_op op, const void *prefix, size_t len)
+{
+    if (!c || !coord__bytes_ok(prefix, len))
+        return COORD_EINVAL;
+    coord_req_t *r = coord__req_new(op);
+    if (!r)
+        return COORD_ENOMEM;
+    coord_req_str(r, "prefix", prefix ? prefix : "", len);
+    return coord__call_free(c, r, NULL);
+}
+
+COORD_API int coord_flight_disable(coord_t *c, const void *prefix, size_t len)
+{
+    return prefix_call(c, COORD_OP_FLIGHT_DISABLE, prefix, len);
+}
+
+COORD_API int coord_flight_enable(coord_t *c, const void *prefix, size_t len)
+{
+    return prefix_call(c, COORD_OP_FLIGHT_ENABLE, prefix, len);
+}
+
+/* The bytes of a str or bin entry; false for anything else. */
+static bool entry_bytes(const msgpack_object *e, const char **b, size_t *n)
+{
+    if (e->type == MSGPACK_OBJECT_STR) {
+        *b = e->via.str.ptr;
+        *n = e->via.str.size;
+        return true;
+    }
+    if (e->type == MSGPACK_OBJECT_BIN) {
+        *b = e->via.bin.ptr;
+        *n = e->via.bin.size;
+        return true;
+    }
+    return false;
+}
+
+COORD_API int coord_flight_disabled(coord_t *c, coord_prefix **prefixes, size_t *n)
+{
+    if (prefixes)
+        *prefixes = NULL;
+    if (n)
+        *n = 0;
+    if (!c || !prefixes || !n)
+        return COORD_EINVAL;
+    coord_reply_t *reply = NULL;
+    int rc = coord__call_free(c, coord__req_new(COORD_OP_FLIGHT_DISABLED), &reply);
+    if (rc < 0)
+        return rc;
+    /* the entries are strings, which coord_map has no array getter for:
+     * read them through the codec */
+    const msgpack_object *arr = coord_map_find(reply->msg.map, "prefixes");
+    if (!arr || arr->type != MSGPACK_OBJECT_ARRAY) {
+        coord_reply_free(reply);
+        coord__set_error(c, "flight.disabled: reply without prefixes");
+        return COORD_EPROTOCOL;
+    }
+    size_t count = 0, bytes = 0;
+    const char *b;
+    size_t bn;
+    for (uint32_t i = 0; i < arr->via.array.size; i++)
+        if (entry_bytes(&arr->via.array.ptr[i], &b, &bn)) {
+            bytes += bn + 1;
+            count++;
+        }
+    if (count == 0) {
+        coord_reply_free(reply);
+        return 0;
+    }
+    coord_prefix *out = malloc(count * sizeof *out + bytes);
+    if (!out) {
+        coord_reply_free(reply);
+        coord__set_error(c, "out of memory");
+        return COORD_ENOMEM;
+    }
+    char *p = (char *)(out + count);
+    size_t j = 0;
+    for (uint32_t i = 0; i < arr->via.array.size; i++) {
+        if (!entry_bytes(&arr->via.array.ptr[i], &b, &bn))
+            continue;
+        if (bn)
+            memcpy(p, b, bn);
+        p[bn] = '\0';
+        out[j].p = p;
+        out[j].len = bn;
+        p += bn + 1;
+        j++;
+    }
+    coord_reply_free(reply);
+    *prefixes = out;
+    *n = count;
+    return 0;
+}
+
 /* ---- coord_once ---- */
 
-/* Completes (ok) or fails the flight we own with the work's outcome, and
- * fills *out with it.  Takes ownership of result, code and msg. */
-static int owner_finish(coord_t *c, const coord_flight *own, int wrc, void *result,
-                        size_t len, char *code, char *msg, uint64_t keep_ms,
-                        coord_flight *out)
+/* What a work function asked for beyond its return value
+ * (coord_work_retry_after); saved and restored around each call, so that a
+ * work function may itself call coord_once. */
+static _Thread_local struct work_tls {
+    bool in_work;
+    uint64_t retry_after_ms;
+} work_tls;
+
+COORD_API void coord_work_retry_after(uint64_t retry_after_ms)
+{
+    if (work_tls.in_work)
+        work_tls.retry_after_ms = retry_after_ms;
+}
+
+/* The work's outcome, owned here until handed to a coord_flight. */
+struct work_out {
+    int wrc;                    /* COORD_WORK_OK, _FAILED or _RETRYABLE */
+    void *result;
+    size_t len;
+    char *code, *msg;           /* failures: never NULL after run_work */
+    uint64_t retry_after_ms;
+};
+
+static void work_out_free(struct work_out *w)
+{
+    free(w->result);
+    free(w->code);
+    free(w->msg);
+    memset(w, 0, sizeof *w);
+}
+
+/* Runs work and normalises what it returned: 0, COORD_EINVAL (a length
+ * without bytes: w is then a retryable failure to report) or
+ * COORD_ENOMEM. */
+static int run_work(coord_work_fn work, void *ud, struct work_out *w)
+{
+    struct work_tls saved = work_tls;
+    memset(w, 0, sizeof *w);
+    work_tls.in_work = true;
+    work_tls.retry_after_ms = 0;
+    int wrc = work(ud, &w->result, &w->len, &w->code, &w->msg);
+    uint64_t after = work_tls.retry_after_ms;
+    work_tls = saved;
+    int rc = 0;
+    if (wrc == COORD_WORK_OK && !w->result && w->len) {
+        free(w->code);
+        free(w->msg);
+        w->code = coord__dup_bytes("WORK_FAILED", 11);
+        w->msg = coord__dup_bytes("work returned no result bytes", 29);
+        w->len = 0;
+        wrc = COORD_WORK_RETRYABLE;
+        rc = COORD_EINVAL;
+    }
+    if (wrc != COORD_WORK_OK && wrc != COORD_WORK_RETRYABLE)
+        wrc = COORD_WORK_FAILED;
+    w->wrc = wrc;
+    if (wrc == COORD_WORK_OK) {
+        free(w->code);
+        free(w->msg);
+        w->code = w->msg = NULL;
+        /* the work's buffer has no room for our NUL: make some */
+        char *p = w->result ? realloc(w->result, w->len + 1) : malloc(1);
+        if (!p)
+            return COORD_ENOMEM;
+        p[w->len] = '\0';
+        w->result = p;
+        return rc;
+    }
+    free(w->result);
+    w->result = NULL;
+    w->len = 0;
+    w->retry_after_ms = wrc == COORD_WORK_RETRYABLE ? after : 0;
+    /* the defaults, and the broker's limits on a failure */
+    char *code = w->code && w->code[0] ? w->code : NULL;
+    char *cc, *mc;
+    const char *cs = cut_str(code ? code : "WORK_FAILED", MAX_ERR_CODE, &cc);
+    const char *ms = cut_str(w->msg ? w->msg : "", MAX_ERR_MESSAGE, &mc);
+    char *c2 = coord__dup_bytes(cs, strlen(cs)), *m2 = coord__dup_bytes(ms, strlen(ms));
+    free(cc);
+    free(mc);
+    free(w->code);
+    free(w->msg);
+    w->code = c2;
+    w->msg = m2;
+    return c2 && m2 ? rc : COORD_ENOMEM;
+}
+
+/* Moves the work's outcome into *out (role RESULT or FAILED, ran). */
+static void work_to_flight(struct work_out *w, coord_flight *out)
+{
+    out->ran = true;
+    if (w->wrc == COORD_WORK_OK) {
+        out->role = COORD_FLIGHT_RESULT;
+        out->result = w->result;
+        out->result_len = w->len;
+        w->result = NULL;
+    } else {
+        out->role = COORD_FLIGHT_FAILED;
+        out->error_code = w->code;
+        out->error_message = w->msg;
+        out->retryable = w->wrc == COORD_WORK_RETRYABLE;
+        out->retry_after_ms = w->retry_after_ms;
+        w->code = w->msg = NULL;
+    }
+    work_out_free(w);
+}
+
+/* The broker cannot be reached (the fallback's trigger). */
+static bool unreachable(int rc)
+{
+    return rc == COORD_ECONNECT || rc == COORD_ECLOSED || rc == COORD_ESHUTTING_DOWN;
+}
+
+/* COORD_FALLBACK_RUN: the work runs here, uncoordinated. */
+static int run_local(coord_work_fn work, void *ud, coord_flight *out)
+{
+    struct work_out w;
+    int rc = run_work(work, ud, &w);
+    if (rc == COORD_ENOMEM) {
+        work_out_free(&w);
+        return rc;
+    }
+    w.retry_after_ms = 0;       /* nobody to back off */
+    work_to_flight(&w, out);
+    out->fallback = true;
+    return 0;
+}
+
+/* Completes (ok) or fails the flight we own with the work's outcome;
+ * 0 or the error of the call. */
+static int owner_deliver(coord_t *c, const coord_flight *own, const struct work_out *w,
+                         uint64_t keep_ms)
 {
     int rc;
-    if (wrc == COORD_WORK_OK) {
-        free(code);
-        free(msg);
-        rc = coord_flight_complete(c, own->flight, own->fence, result, len, keep_ms, NULL);
+    if (w->wrc == COORD_WORK_OK) {
+        rc = coord_flight_complete(c, own->flight, own->fence, w->result, w->len,
+                                   keep_ms, NULL);
         if (rc == COORD_ETOO_LARGE && keep_ms)
             /* the key cannot be stored as a record (or the result is too
              * big, which the next try tells): deliver it unkept */
-            rc = coord_flight_complete(c, own->flight, own->fence, result, len, 0, NULL);
+            rc = coord_flight_complete(c, own->flight, own->fence, w->result, w->len,
+                                       0, NULL);
         if (rc == COORD_ETOO_LARGE) {
             /* nobody must wait for a result that can never travel */
             char text[160];
             snprintf(text, sizeof text, "the owner's result of %zu bytes does not fit "
-                     "a frame", len);
+                     "a frame", w->len);
             coord_flight_fail(c, own->flight, own->fence, "TOO_LARGE", text, false, 0);
             coord__set_error(c, "%s", text);
         }
-        if (rc < 0) {
-            free(result);
-            return rc;
-        }
-        out->role = COORD_FLIGHT_RESULT;
-        if (!result) {
-            out->result = coord__dup_bytes("", 0);
-        } else {
-            /* the work's buffer has no room for our NUL: make some */
-            char *p = realloc(result, len + 1);
-            if (p)
-                p[len] = '\0';
-            else
-                free(result);
-            out->result = p;
-        }
-        if (!out->result) {
-            coord__set_error(c, "out of memory (the result was delivered)");
-            return COORD_ENOMEM;
-        }
-        out->result_len = len;
-        out->fence = own->fence;
-        out->flight = own->flight;
-        out->ran = true;
-        return 0;
+        return rc;
     }
-
-    free(result);
-    bool retryable = wrc == COORD_WORK_RETRYABLE;
-    char *cc, *mc;
-    const char *cs = cut_str(code && code[0] ? code : "WORK_FAILED", MAX_ERR_CODE, &cc);
-    const char *ms = cut_str(msg ? msg : "", MAX_ERR_MESSAGE, &mc);
+    bool retryable = w->wrc == COORD_WORK_RETRYABLE;
     /* a retryable failure is never served from a record: don't let it
-     * replace an older good one */
-    rc = coord_flight_fail(c, own->flight, own->fence, cs, ms, retryable,
-                           retryable ? 0 : keep_ms);
-    if (rc == COORD_ETOO_LARGE && keep_ms && !retryable)
-        rc = coord_flight_fail(c, own->flight, own->fence, cs, ms, retryable, 0);
-    if (rc == 0) {
-        out->role = COORD_FLIGHT_FAILED;
-        out->error_code = coord__dup_bytes(cs, strlen(cs));
-        out->error_message = coord__dup_bytes(ms, strlen(ms));
-        out->retryable = retryable;
-        out->fence = own->fence;
-        out->flight = own->flight;
-        out->ran = true;
-        if (!out->error_code || !out->error_message) {
-            coord_flight_clear(out);
-            coord__set_error(c, "out of memory");
-            rc = COORD_ENOMEM;
-        }
+     * replace an older good one; nor may a failed revalidation replace the
+     * stale record */
+    coord_failure f = {
+        .code = w->code, .message = w->msg, .retryable = retryable,
+        .keep_ms = retryable || own->revalidation ? 0 : keep_ms,
+        .retry_after_ms = w->retry_after_ms,
+    };
+    rc = coord_flight_fail_with(c, own->flight, own->fence, &f);
+    if (rc == COORD_ETOO_LARGE && f.keep_ms) {
+        f.keep_ms = 0;
+        rc = coord_flight_fail_with(c, own->flight, own->fence, &f);
     }
-    free(cc);
-    free(mc);
-    free(code);
-    free(msg);
     return rc;
 }
 
@@ -344,32 +588,54 @@ COORD_API int coord_once(coord_t *c, const void *key, size_t key_len,
 {
     if (out)
         memset(out, 0, sizeof *out);
-    if (!c || !work || !out || !coord__bytes_ok(key, key_len))
+    if (!work || !out || !coord__bytes_ok(key, key_len))
         return COORD_EINVAL;
+    bool fall_back = o && o->fallback == COORD_FALLBACK_RUN;
+    if (!c)
+        return fall_back ? run_local(work, ud, out) : COORD_ECONNECT;
     coord_flight f;
     int rc = coord_flight_join(c, key, key_len, o, &f);
     if (rc < 0)
-        return rc;
+        return fall_back && unreachable(rc) ? run_local(work, ud, out) : rc;
     if (f.role != COORD_FLIGHT_OWNER) {
-        *out = f;               /* a follower's (or a record's) outcome */
+        *out = f;               /* a follower's, a record's or a backoff's */
         return 0;
     }
-    void *result = NULL;
-    size_t len = 0;
-    char *code = NULL, *msg = NULL;
-    int wrc = work(ud, &result, &len, &code, &msg);
-    if (wrc == COORD_WORK_OK && !result && len) {
-        free(code);
-        free(msg);
-        coord_flight_fail(c, f.flight, f.fence, "WORK_FAILED",
-                          "work returned no result bytes", true, 0);
-        coord__set_error(c, "coord_once: work returned len %zu without a result", len);
-        return COORD_EINVAL;
+    struct work_out w;
+    int wrc = run_work(work, ud, &w);
+    if (wrc == COORD_ENOMEM) {
+        /* nothing to deliver: closing c (or the lease) hands the flight on */
+        work_out_free(&w);
+        coord_flight_clear(&f);
+        coord__set_error(c, "out of memory");
+        return COORD_ENOMEM;
     }
-    rc = owner_finish(c, &f, wrc, result, len, code, msg, keep_ms, out);
-    if (rc < 0)
-        memset(out, 0, sizeof *out);
-    return rc;
+    rc = owner_deliver(c, &f, &w, keep_ms);
+    if (wrc == COORD_EINVAL) {
+        coord__set_error(c, "coord_once: work returned a length without a result");
+        rc = COORD_EINVAL;
+    } else if (rc < 0 && fall_back && unreachable(rc)) {
+        rc = 0;                 /* ours, shared with nobody */
+        out->fallback = true;
+    }
+    if (rc < 0) {
+        work_out_free(&w);
+        coord_flight_clear(&f);
+        return rc;
+    }
+    work_to_flight(&w, out);
+    out->flight = out->fallback ? 0 : f.flight;
+    out->fence = out->fallback ? 0 : f.fence;
+    out->bypass = f.bypass;
+    /* the owner of a revalidation keeps the stale copy it replaced */
+    out->revalidation = f.revalidation;
+    out->stale_result = f.stale_result;
+    out->stale_result_len = f.stale_result_len;
+    out->stale_age_ms = f.stale_age_ms;
+    out->stale_fence = f.stale_fence;
+    f.stale_result = NULL;
+    coord_flight_clear(&f);
+    return 0;
 }
 
 /* ---- records ---- */

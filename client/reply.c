@@ -189,6 +189,31 @@ COORD_API bool coord_map_map(coord_map m, const char *key, coord_map *out)
     return true;
 }
 
+COORD_API bool coord_map_double(coord_map m, const char *key, double *out)
+{
+    const msgpack_object *v = find(m, key);
+    double d;
+    if (!v)
+        return false;
+    switch (v->type) {
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+        d = v->via.f64;
+        break;
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        d = (double)v->via.u64;
+        break;
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+        d = (double)v->via.i64;
+        break;
+    default:
+        return false;
+    }
+    if (out)
+        *out = d;
+    return true;
+}
+
 COORD_API size_t coord_map_array_len(coord_map m, const char *key)
 {
     const msgpack_object *v = find(m, key);

@@ -13,7 +13,9 @@
 static const struct ctl_command commands[] = {
     { "status", "", "is the broker up? version, pid, uptime, epoch, connections "
                     "(exit 1 when not running; never starts it)", cmd_status },
-    { "stats",  "", "the broker's counters", cmd_stats },
+    { "stats",  "", "the broker's counters, then the latency table (lock_wait,\n"
+                    "lock_hold, flight_run, follower_wait, leader_transition: count,\n"
+                    "p50, p99, max since the broker started)", cmd_stats },
     { "ping",   "[-c COUNT]", "round trip time to the broker", cmd_ping },
     { "locks",  "", "held and pending locks (like navigator.locks.query())",
                     cmd_locks },
@@ -26,9 +28,14 @@ static const struct ctl_command commands[] = {
                 "lock is lost (stolen, expired, broker gone).  Exit status: CMD's\n"
                 "(128+N when killed by signal N; 1 instead of 0 when the lock was\n"
                 "lost)", cmd_lock },
-    { "flights", "", "running flights: owner, fence, followers, age", cmd_flights },
-    { "once",   "[--keep SECONDS] [--wait SECONDS] [--ttl SECONDS]\n"
-                "(KEY | --key-from-request REQUEST-FLAGS) -- CMD...",
+    { "flights", "[disable PREFIX | enable PREFIX]",
+                "running flights: owner, fence, followers, age; then the disabled\n"
+                "prefixes.  disable: the single-flight kill switch for the keys\n"
+                "starting with PREFIX (\"\" every key of the scope): every new\n"
+                "`once` runs CMD itself and keeps no record; durable until enable",
+                cmd_flights },
+    { "once",   "[--keep SECONDS [--stale SECONDS]] [--wait SECONDS] [--ttl SECONDS]\n"
+                "[--fallback fail|run] (KEY | --key-from-request REQUEST-FLAGS) -- CMD...",
                 "single-flight CMD: one caller per KEY runs it, every concurrent\n"
                 "caller prints its stdout and exits with its status (128+N when\n"
                 "killed by signal N).  --keep reuse a successful result that long\n"
@@ -37,7 +44,17 @@ static const struct ctl_command commands[] = {
                 "it CMD's process group gets SIGTERM and a waiting caller takes\n"
                 "over.  CMD sees COORD_FLIGHT, COORD_FLIGHT_FENCE, COORD_FLIGHT_KEY.\n"
                 "--key-from-request: the key is `coordctl key`'s for the request\n"
-                "flags given (--method, --url, ... as for key, without --explain)",
+                "flags given (--method, --url, ... as for key, without --explain).\n"
+                "--stale: a result older than --keep, by at most SECONDS more, is\n"
+                "printed at once (exit 0) while one caller runs CMD again and\n"
+                "prints the fresh output.  Backoff: CMD writes a number of seconds\n"
+                "to the file $COORD_RETRY_AFTER_FILE and exits 75 (EX_TEMPFAIL):\n"
+                "its waiting callers, and every caller until that time is up, exit\n"
+                "75 at once with the failure on stderr (75 alone is a result).\n"
+                "--fallback run: when the broker cannot be reached (not running\n"
+                "and not startable, or gone while waiting), run CMD here without\n"
+                "coordination (COORD_FLIGHT_FALLBACK=1; a line on stderr says so);\n"
+                "fail (the default): exit 3",
                 cmd_once },
     { "key",    "--method M --url U [--body-file F] [--content-type T]\n"
                 "[--header 'Name: value']... --user U [--tenant T] --auth-gen N\n"

@@ -15,6 +15,21 @@
  * not start this way (a library caller used the same key) is refused by
  * `once` with exit status 1.
  *
+ * Backoff convention: CMD asks the callers to back off (an upstream said
+ * "429, retry after N") by writing N, a number of seconds, to the file
+ * named by $COORD_RETRY_AFTER_FILE and exiting 75 (EX_TEMPFAIL, sysexits.h).
+ * The file is a memfd of ours passed as /dev/fd/N (nothing to clean up, no
+ * name another process could write to); both halves are needed, so neither
+ * a stray 75 nor a stray write starts a backoff.  The flight then fails
+ * retryable with retry_after_ms, and every caller of the key, the owner
+ * included, exits 75 until the time is up.  An exit 75 without a number is
+ * an ordinary result.
+ *
+ * --fallback run: when the broker cannot be reached (no broker and
+ * autostart failed or is off, or the connection dropped while we waited for
+ * an owner), CMD runs here, uncoordinated, with COORD_FLIGHT_FALLBACK=1, and
+ * coordctl says so on stderr.
+ *
  * The owner waits for three things at once with poll(): CMD's stdout pipe
  * (copied to our stdout as it comes and kept for the result), the signalfd
  * of ctl_child_start (ctl-run.c) with SIGCHLD and the signals to forward to
@@ -28,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "coordctl.h"
@@ -38,6 +54,8 @@
 #define ONCE_DEFAULT_TTL_MS (600ull * 1000)   /* 10 minutes */
 #define ONCE_MAX_RETRIES 10                   /* retryable failures in a row */
 #define ONCE_KILL_AFTER_MS 10000              /* SIGKILL this long after SIGTERM */
+#define ONCE_EXIT_TEMPFAIL 75                 /* EX_TEMPFAIL: the backoff convention */
+#define ONCE_RETRY_AFTER_MAX 64               /* bytes of the number CMD writes */
 
 /* ---- helpers ---- */
 
@@ -63,8 +81,9 @@ struct once {
     struct ctl *ctl;
     const char *key;            /* from argv */
     char *shown;                /* escaped, for messages */
-    uint64_t keep_ms;
+    uint64_t keep_ms;           /* how long a success is kept (--keep + --stale) */
     uint64_t flight, fence;     /* while we own it */
+    int retry_fd;               /* memfd behind $COORD_RETRY_AFTER_FILE, or -1 */
     bool aborted;               /* flight.abort "deadline" came */
     bool conn_ok;
     /* CMD's stdout, after the two header bytes */
@@ -128,6 +147,89 @@ static int print_result(struct once *o, const coord_flight *f)
     return r[1];
 }
 
+/* What CMD wrote to $COORD_RETRY_AFTER_FILE: true and *ms when it is a
+ * positive number of seconds (white space around it is fine). */
+static bool retry_after(struct once *o, uint64_t *ms)
+{
+    char b[ONCE_RETRY_AFTER_MAX + 1];
+    if (o->retry_fd < 0)
+        return false;
+    ssize_t n = pread(o->retry_fd, b, sizeof b - 1, 0);
+    if (n <= 0)
+        return false;
+    b[n] = '\0';
+    char *s = b, *e = b + n;
+    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
+        s++;
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
+        *--e = '\0';
+    if (!ctl_parse_seconds(s, ms) || *ms == 0) {
+        fprintf(stderr, "coordctl: once: %s: $COORD_RETRY_AFTER_FILE holds no positive "
+                        "number of seconds: no backoff\n", o->shown);
+        return false;
+    }
+    return true;
+}
+
+/* CMD without the broker (--fallback run): its stdout is ours; returns its
+ * exit status. */
+static int run_local(struct once *o, char **cmd)
+{
+    const char *const env[] = {
+        "COORD_FLIGHT_KEY", o->key, "COORD_FLIGHT_FALLBACK", "1", NULL,
+    };
+    if (!ctl_child_env("once", env))
+        return CTL_EXIT_FAIL;
+    fflush(stdout);
+    struct ctl_child ch;
+    if (ctl_child_start(&ch, "once", cmd, -1, false) < 0)
+        return CTL_EXIT_FAIL;
+    while (ctl_child_running(&ch)) {
+        struct pollfd p = { .fd = ch.sfd, .events = POLLIN };
+        int n = poll(&p, 1, ctl_child_poll_ms(&ch));
+        if (n < 0 && errno != EINTR) {
+            fprintf(stderr, "coordctl: once: poll: %s\n", strerror(errno));
+            ctl_child_stop(&ch, SIGKILL);
+            break;
+        }
+        if (n > 0)
+            ctl_child_signals(&ch);
+    }
+    ctl_child_end(&ch);
+    return ctl_exit_code(ch.wstatus);
+}
+
+/* Says why we run CMD without the broker (code and its text), then
+ * does. */
+static int fall_back(struct once *o, char **cmd, int code, const char *text)
+{
+    fprintf(stderr, "coordctl: once: %s: the broker cannot be reached (%s: %s): "
+                    "running the command without coordination\n", o->shown,
+            ctl_code_name(code), text);
+    return run_local(o, cmd);
+}
+
+/* A FAILED outcome on stderr; exits 75 when callers are to back off (the
+ * convention), else 1. */
+static int print_failure(struct once *o, const coord_flight *f)
+{
+    char *code = ctl_escape(f->error_code, strlen(f->error_code));
+    char *msg = ctl_escape(f->error_message, strlen(f->error_message));
+    char after[64] = "";
+    if (f->retry_after_ms)
+        snprintf(after, sizeof after, " (retry after %.3f s)",
+                 (double)f->retry_after_ms / 1000.0);
+    if (f->from_backoff && !(code && code[0]))
+        fprintf(stderr, "coordctl: once: %s: backing off%s\n", o->shown, after);
+    else
+        fprintf(stderr, "coordctl: once: %s: %s%s: %s: %s\n", o->shown,
+                f->from_backoff ? "backing off" : "the owner failed", after,
+                code ? code : "?", msg ? msg : "?");
+    free(code);
+    free(msg);
+    return f->retry_after_ms ? ONCE_EXIT_TEMPFAIL : CTL_EXIT_FAIL;
+}
+
 /* Runs cmd as the owner, shares its output and status; returns coordctl's
  * exit status. */
 static int run_owner(struct once *o, char **cmd)
@@ -136,8 +238,14 @@ static int run_owner(struct once *o, char **cmd)
     char id[32], fence[32];
     snprintf(id, sizeof id, "%llu", (unsigned long long)o->flight);
     snprintf(fence, sizeof fence, "%llu", (unsigned long long)o->fence);
+    char retry_file[32] = "";
+    /* no memfd (an old kernel): no backoff, the rest works */
+    o->retry_fd = memfd_create("coord-retry-after", 0);
+    if (o->retry_fd >= 0)
+        snprintf(retry_file, sizeof retry_file, "/dev/fd/%d", o->retry_fd);
     const char *const env[] = {
         "COORD_FLIGHT", id, "COORD_FLIGHT_FENCE", fence, "COORD_FLIGHT_KEY", o->key,
+        o->retry_fd >= 0 ? "COORD_RETRY_AFTER_FILE" : NULL, retry_file,
         NULL,
     };
     if (!ctl_child_env("once", env))
@@ -266,6 +374,21 @@ static int run_owner(struct once *o, char **cmd)
             ctl_fail_call(o->ctl, "flight.fail", rc);
         return code;
     }
+    uint64_t retry_after_ms;
+    if (code == ONCE_EXIT_TEMPFAIL && retry_after(o, &retry_after_ms)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "the command asked to retry after %.3f s (exit %d)",
+                 (double)retry_after_ms / 1000.0, code);
+        coord_failure fl = { .code = "TEMPFAIL", .message = msg, .retryable = true,
+                             .retry_after_ms = retry_after_ms };
+        int rc = coord_flight_fail_with(c, o->flight, o->fence, &fl);
+        if (rc == COORD_EFENCED)
+            fprintf(stderr, "coordctl: once: %s: the owner's time (--ttl) was up before "
+                            "the command ended: its backoff was not used\n", o->shown);
+        else if (rc < 0)
+            ctl_fail_call(o->ctl, "flight.fail", rc);
+        return code;
+    }
     o->buf[0] = ONCE_FORMAT;
     o->buf[1] = (char)(unsigned char)code;
     /* --keep stores only a success: a failed run is shared with those
@@ -297,13 +420,15 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
         { "keep", required_argument, NULL, 'k' },
         { "wait", required_argument, NULL, 'w' },
         { "ttl", required_argument, NULL, 't' },
+        { "stale", required_argument, NULL, 's' },
+        { "fallback", required_argument, NULL, 'f' },
         { "key-from-request", no_argument, NULL, 'K' },
         CTL_KEY_LONGOPTS,
         { NULL, 0, NULL, 0 },
     };
     struct ctl_key_args ka = CTL_KEY_ARGS_INIT;
-    bool from_request = false;
-    uint64_t keep_ms = 0, wait_ms = 0, ttl_ms = ONCE_DEFAULT_TTL_MS;
+    bool from_request = false, run_fallback = false;
+    uint64_t keep_ms = 0, wait_ms = 0, stale_ms = 0, ttl_ms = ONCE_DEFAULT_TTL_MS;
     const char *wait_arg = NULL;
     int opt;
     optind = 1;
@@ -325,6 +450,18 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
                 return ctl_usage(ctl, "--ttl needs a positive number of seconds, not %s",
                                  optarg);
             break;
+        case 's':
+            if (!ctl_parse_seconds(optarg, &stale_ms))
+                return ctl_usage(ctl, "--stale needs a number of seconds, not %s", optarg);
+            break;
+        case 'f':
+            if (!strcmp(optarg, "run"))
+                run_fallback = true;
+            else if (!strcmp(optarg, "fail"))
+                run_fallback = false;
+            else
+                return ctl_usage(ctl, "--fallback is fail or run, not %s", optarg);
+            break;
         case 'K':
             from_request = true;
             break;
@@ -340,6 +477,8 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
             return ctl_usage(ctl, "unknown flag %s", argv[optind - 1]);
         }
     }
+    if (stale_ms && !keep_ms)
+        return ctl_usage(ctl, "--stale needs --keep (a result must be kept to be stale)");
     const char *key;
     char **cmd;
     int rc;
@@ -364,16 +503,29 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
     memset(&o, 0, sizeof o);
     o.ctl = ctl;
     o.key = key;
-    o.keep_ms = keep_ms;
+    /* a success stays usable for --keep, then stale for --stale */
+    o.keep_ms = keep_ms + stale_ms;
+    o.retry_fd = -1;
     o.conn_ok = true;
-    rc = ctl_connect_shown(ctl, key, &o.shown);
-    if (rc)
+    if (!(o.shown = ctl_escape(key, strlen(key)))) {
+        fprintf(stderr, "coordctl: once: out of memory\n");
+        return CTL_EXIT_FAIL;
+    }
+    rc = ctl_try_connect(ctl, false);
+    if (rc < 0) {
+        if (run_fallback && rc == COORD_ECONNECT)
+            rc = fall_back(&o, cmd, rc, coord_error_message(NULL));
+        else
+            rc = ctl_fail_connect(ctl, rc);
+        free(o.shown);
         return rc;
+    }
 
     int64_t deadline = wait_ms ? ctl_mono_ms() + (int64_t)wait_ms : -1;
     int retries = 0;
     for (;;) {
-        coord_flight_opts fo = { .owner_ttl_ms = ttl_ms, .max_age_ms = keep_ms };
+        coord_flight_opts fo = { .owner_ttl_ms = ttl_ms, .max_age_ms = keep_ms,
+                                 .stale_ms = stale_ms };
         if (deadline >= 0) {
             int64_t left = deadline - ctl_mono_ms();
             fo.wait_ms = left > 0 ? (uint64_t)left : 1;
@@ -386,23 +538,20 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
             fprintf(stderr, "coordctl: once: %s: no result within %s s\n", o.shown,
                     wait_arg);
             rc = CTL_EXIT_FAIL;
+        } else if (rc < 0 && run_fallback &&
+                   (rc == COORD_ECLOSED || rc == COORD_ESHUTTING_DOWN)) {
+            rc = fall_back(&o, cmd, rc, coord_error_message(ctl->c));
         } else if (rc < 0) {
             rc = ctl_fail_call(ctl, "flight.join", rc);
         } else if (f.role == COORD_FLIGHT_RESULT) {
             rc = print_result(&o, &f);
         } else if (f.role == COORD_FLIGHT_FAILED) {
-            if (f.retryable && ++retries < ONCE_MAX_RETRIES &&
+            if (f.retryable && !f.retry_after_ms && ++retries < ONCE_MAX_RETRIES &&
                 (deadline < 0 || ctl_mono_ms() < deadline)) {
                 coord_flight_clear(&f);
                 continue;          /* the next owner may do better */
             }
-            char *code = ctl_escape(f.error_code, strlen(f.error_code));
-            char *msg = ctl_escape(f.error_message, strlen(f.error_message));
-            fprintf(stderr, "coordctl: once: %s: the owner failed: %s: %s\n", o.shown,
-                    code ? code : "?", msg ? msg : "?");
-            free(code);
-            free(msg);
-            rc = CTL_EXIT_FAIL;
+            rc = print_failure(&o, &f);
         } else {
             o.flight = f.flight;
             o.fence = f.fence;
@@ -414,6 +563,8 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
     /* close here: the event callback points at o, which lives on this stack */
     coord_close(ctl->c);
     ctl->c = NULL;
+    if (o.retry_fd >= 0)
+        close(o.retry_fd);
     free(o.buf);
     free(o.shown);
     return rc;
@@ -480,8 +631,99 @@ static int flights_table(coord_map m)
     return ctl_rows_print(&t, "flights");
 }
 
+/* The disabled prefixes, one line each, after the flights table. */
+static int print_disabled(struct ctl *ctl)
+{
+    coord_prefix *p = NULL;
+    size_t n = 0;
+    int rc = coord_flight_disabled(ctl->c, &p, &n);
+    if (rc == COORD_EUNKNOWN_OP)
+        return CTL_EXIT_OK;        /* a broker without the kill switch */
+    if (rc < 0)
+        return ctl_fail_call(ctl, "flight.disabled", rc);
+    for (size_t i = 0; i < n; i++) {
+        char *e = ctl_escape(p[i].p, p[i].len);
+        printf("single-flight disabled for prefix \"%s\"%s\n", e ? e : "?",
+               p[i].len ? "" : " (every key)");
+        free(e);
+    }
+    free(p);
+    return CTL_EXIT_OK;
+}
+
+/* --json: flight.list's object with "disabled": [prefixes] added. */
+static int flights_json(struct ctl *ctl, coord_reply_t *list)
+{
+    char *j = coord_map_json(coord_reply_map(list));
+    coord_reply_free(list);
+    coord_req_t *r = coord_req_new("flight.disabled");
+    coord_reply_t *reply = NULL;
+    int rc = r ? coord_call(ctl->c, r, &reply) : COORD_ENOMEM;
+    coord_req_free(r);
+    char *arr = NULL;
+    if (rc == 0) {
+        coord_map m = coord_reply_map(reply);
+        for (size_t i = 0; i < coord_map_size(m); i++) {
+            const char *k;
+            size_t kn;
+            if (coord_map_entry(m, i, &k, &kn) == COORD_TYPE_ARRAY && kn == 8 &&
+                !memcmp(k, "prefixes", 8))
+                arr = coord_map_value_json(m, i);
+        }
+        coord_reply_free(reply);
+    }
+    size_t jn = j ? strlen(j) : 0;
+    if (!j || jn < 2 || (rc == 0 && !arr)) {
+        free(j);
+        free(arr);
+        fprintf(stderr, "coordctl: flights: out of memory\n");
+        return CTL_EXIT_FAIL;
+    }
+    if (rc < 0 && rc != COORD_EUNKNOWN_OP) {
+        free(j);
+        return ctl_fail_call(ctl, "flight.disabled", rc);
+    }
+    if (arr)
+        printf("%.*s%s\"disabled\":%s}\n", (int)(jn - 1), j, jn > 2 ? "," : "", arr);
+    else
+        puts(j);
+    free(j);
+    free(arr);
+    return CTL_EXIT_OK;
+}
+
+/* coordctl flights disable|enable PREFIX */
+static int flights_switch(struct ctl *ctl, int argc, char **argv, bool disable)
+{
+    if (argc < 3)
+        return ctl_usage(ctl, "%s needs a PREFIX (\"\" for every key)", argv[1]);
+    if (argc > 3)
+        return ctl_usage(ctl, "unexpected argument %s", argv[3]);
+    int rc = ctl_connect(ctl);
+    if (rc)
+        return rc;
+    const char *prefix = argv[2];
+    rc = disable ? coord_flight_disable(ctl->c, prefix, strlen(prefix))
+                 : coord_flight_enable(ctl->c, prefix, strlen(prefix));
+    if (rc < 0)
+        return ctl_fail_call(ctl, disable ? "flight.disable" : "flight.enable", rc);
+    if (ctl->json) {
+        printf("{}\n");
+    } else {
+        char *e = ctl_escape(prefix, strlen(prefix));
+        printf("single-flight %s for prefix \"%s\"%s\n", disable ? "disabled" : "enabled",
+               e ? e : "?", prefix[0] ? "" : " (every key)");
+        free(e);
+    }
+    return CTL_EXIT_OK;
+}
+
 int cmd_flights(struct ctl *ctl, int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "disable"))
+        return flights_switch(ctl, argc, argv, true);
+    if (argc > 1 && !strcmp(argv[1], "enable"))
+        return flights_switch(ctl, argc, argv, false);
     if (argc > 1)
         return ctl_usage(ctl, "unexpected argument %s", argv[1]);
     int rc = ctl_connect(ctl);
@@ -491,7 +733,10 @@ int cmd_flights(struct ctl *ctl, int argc, char **argv)
     rc = coord_flight_list(ctl->c, &reply);
     if (rc < 0)
         return ctl_fail_call(ctl, "flight.list", rc);
-    return show(ctl, reply, "flights", flights_table);
+    if (ctl->json)
+        return flights_json(ctl, reply);
+    rc = show(ctl, reply, "flights", flights_table);
+    return rc ? rc : print_disabled(ctl);
 }
 
 /* ---- coordctl records ---- */

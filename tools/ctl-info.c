@@ -1,4 +1,6 @@
-/* ctl-info.c - coordctl's introspection commands: status, stats, ping. */
+/* ctl-info.c - coordctl's introspection commands: status, stats (its
+ * counters as name/value lines, then the latency histograms as a table),
+ * ping. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +85,56 @@ int cmd_status(struct ctl *ctl, int argc, char **argv)
     return rc;
 }
 
+/* Removes the rows whose names start with prefix (shown otherwise). */
+static void drop_rows(struct ctl_table *t, const char *prefix)
+{
+    size_t k = 0, n = strlen(prefix);
+    for (size_t i = 0; i < t->n; i++) {
+        if (!strncmp(t->rows[i].name, prefix, n)) {
+            free(t->rows[i].name);
+            free(t->rows[i].value);
+        } else {
+            t->rows[k++] = t->rows[i];
+        }
+    }
+    t->n = k;
+}
+
+/* A latency figure in ms, "-" when absent. */
+static char *ms_cell(coord_map m, const char *key)
+{
+    double d;
+    if (!coord_map_double(m, key, &d))
+        return strdup("-");
+    return ctl_strdupf("%.3f ms", d);
+}
+
+/* stats' latency: one row per kind, {count, p50_ms, p99_ms, max_ms}, in
+ * the order the broker sent them. */
+static int latency_table(coord_map lat)
+{
+    static const char *const titles[] = { "LATENCY", "COUNT", "P50", "P99", "MAX" };
+    struct ctl_rows t = { .ncols = 5, .titles = titles };
+    for (size_t i = 0; i < coord_map_size(lat); i++) {
+        const char *k;
+        size_t kn;
+        coord_map e;
+        if (coord_map_entry(lat, i, &k, &kn) != COORD_TYPE_MAP ||
+            !coord_map_map_at(lat, i, &e))
+            continue;
+        char **row = ctl_rows_add(&t);
+        if (!row)
+            break;
+        row[0] = ctl_escape(k, kn);
+        row[1] = ctl_uint_cell(e, "count");
+        row[2] = ms_cell(e, "p50_ms");
+        row[3] = ms_cell(e, "p99_ms");
+        row[4] = ms_cell(e, "max_ms");
+        ctl_rows_check(&t, row);
+    }
+    return ctl_rows_print(&t, "stats");
+}
+
 int cmd_stats(struct ctl *ctl, int argc, char **argv)
 {
     int rc = no_args(ctl, argc, argv);
@@ -96,8 +148,16 @@ int cmd_stats(struct ctl *ctl, int argc, char **argv)
         rc = ctl_print_json(m);
     } else {
         struct ctl_table t = { 0 };
+        coord_map lat;
+        bool has_lat = coord_map_map(m, "latency", &lat);
         ctl_table_add_map(&t, m, "");
+        if (has_lat)
+            drop_rows(&t, "latency.");
         rc = ctl_table_print(&t);
+        if (rc == CTL_EXIT_OK && has_lat) {
+            putchar('\n');
+            rc = latency_table(lat);
+        }
     }
     coord_reply_free(reply);
     return rc;

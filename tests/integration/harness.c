@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "harness.h"
+#include "proc.h"
 
 
 uint64_t now_ms(void)
@@ -26,6 +27,7 @@ uint64_t now_ms(void)
 }
 
 static void kill_tracked(void);
+static void forget_names(void);
 
 int run_tests(int argc, char **argv, const struct test_case *tests)
 {
@@ -43,6 +45,7 @@ int run_tests(int argc, char **argv, const struct test_case *tests)
         uint64_t t0 = now_ms();
         t->fn();
         kill_tracked();
+        forget_names();
         int bad = check_failures != before;
         fprintf(stderr, "%s %s (%llu ms)\n", bad ? "FAIL" : "ok  ", t->name,
                 (unsigned long long)(now_ms() - t0));
@@ -134,8 +137,15 @@ pid_t broker_spawn(struct broker_proc *bp, const char *const *extra, bool foregr
         args[n++] = bp->data;
         args[n++] = "--ready-fd";
         args[n++] = "3";
-        for (int i = 0; extra && extra[i] && n < 62; i++)
+        bool level = false;
+        for (int i = 0; extra && extra[i] && n < 60; i++) {
+            level = level || strcmp(extra[i], "--log-level") == 0;
             args[n++] = extra[i];
+        }
+        if (!level) {
+            args[n++] = "--log-level";
+            args[n++] = "debug";
+        }
         args[n] = NULL;
         close(pfd[0]);
         /* a test that dies or fails early must not leave brokers behind */
@@ -159,7 +169,80 @@ pid_t broker_spawn(struct broker_proc *bp, const char *const *extra, bool foregr
     }
     close(pfd[1]);
     *ready_fd = pfd[0];
+    bp->names_plain = false;
+    for (int i = 0; extra && extra[i] && extra[i + 1]; i++)
+        if (strcmp(extra[i], "--log-names") == 0 && strcmp(extra[i + 1], "plain") == 0)
+            bp->names_plain = true;
     return pid;
+}
+
+/* ---- names sent, and the logs that must not hold them ---- */
+
+#define MAX_NAMES 4096
+static char *names[MAX_NAMES];
+static size_t nnames;
+
+static void note_names(const uint8_t *body, size_t len)
+{
+    static const char *const keys[] = { "name", "key", "channel", "workstream", "op_id",
+                                        "scope", "client", "prefix", NULL };
+    coord_msg msg;
+    if (coord_msg_init(&msg) != 0)
+        return;
+    if (coord_msg_parse(&msg, body, len) == COORD_FRAME_OK) {
+        for (int k = 0; keys[k]; k++) {
+            const msgpack_object *v = coord_map_find(msg.map, keys[k]);
+            if (!v || (v->type != MSGPACK_OBJECT_STR && v->type != MSGPACK_OBJECT_BIN))
+                continue;
+            const char *p = v->via.str.ptr;
+            size_t n = v->via.str.size;
+            bool printable = n >= 4;
+            for (size_t i = 0; printable && i < n; i++)
+                printable = p[i] > 0x20 && p[i] < 0x7f && p[i] != '"';
+            bool known = false;
+            for (size_t i = 0; printable && i < nnames && !known; i++)
+                known = strlen(names[i]) == n && memcmp(names[i], p, n) == 0;
+            if (printable && !known && nnames < MAX_NAMES)
+                names[nnames++] = strndup(p, n);
+        }
+    }
+    coord_msg_destroy(&msg);
+}
+
+static void forget_names(void)
+{
+    while (nnames)
+        free(names[--nnames]);
+}
+
+/* A name shows in a log line only as a value: after '=' or inside quotes,
+ * up to a space, a quote or the end of the line. */
+static const char *leaked(const char *log, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = strstr(log, name); p; p = strstr(p + 1, name)) {
+        char before = p > log ? p[-1] : '\n', after = p[n];
+        if ((before == '=' || before == '"') &&
+            (after == ' ' || after == '"' || after == '\n' || after == '\0'))
+            return p;
+    }
+    return NULL;
+}
+
+static void check_log(const struct broker_proc *bp)
+{
+    if (bp->names_plain || !nnames)
+        return;
+    size_t len = 0;
+    char *log = slurp(bp->log, &len);
+    for (size_t i = 0; log && i < nnames; i++) {
+        if (leaked(log, names[i])) {
+            check_failures++;
+            fprintf(stderr, "%s: the broker log holds the name \"%s\" (logs carry names "
+                    "only as keyed hashes)\n", bp->log, names[i]);
+        }
+    }
+    free(log);
 }
 
 bool broker_await_ready(int ready_fd, int timeout_ms)
@@ -225,6 +308,8 @@ void broker_cleanup(struct broker_proc *bp)
 {
     if (bp->pid > 0)
         broker_kill(bp, SIGKILL);
+    if (bp->dir[0])
+        check_log(bp);
     if (bp->dir[0] && !getenv("COORD_TEST_KEEP"))
         nftw(bp->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     bp->dir[0] = '\0';
@@ -379,6 +464,8 @@ int rcl_send(struct rcl *c)
 {
     if (coord_enc_end(&c->enc) == 0)
         return -1;
+    if (c->out.len > COORD_FRAME_HEADER)
+        note_names(c->out.data + COORD_FRAME_HEADER, c->out.len - COORD_FRAME_HEADER);
     return rcl_write(c, c->out.data, c->out.len);
 }
 

@@ -30,6 +30,7 @@ struct broker_proc {
     char sock[300];
     char data[300];
     char log[300];
+    bool names_plain;   /* started with --log-names plain: its log is not checked */
 };
 
 /* The coordd binary under test ($COORD_BROKER, set by meson).  With
@@ -52,6 +53,12 @@ pid_t broker_spawn(struct broker_proc *bp, const char *const *extra, bool foregr
                    long nofile, int *ready_fd);
 /* True when "ready" came on ready_fd within timeout_ms; closes it. */
 bool broker_await_ready(int ready_fd, int timeout_ms);
+/* Every broker the harness starts logs at debug level (unless the test
+ * gives --log-level), and every name a test sends through rcl_send (lock
+ * names, keys, channels, workstreams, op ids, scopes, client names of 4
+ * bytes or more) is remembered: when the broker is cleaned up, its log
+ * must not hold any of them as a value (redacted logs). */
+
 /* Sends sig and waits; returns the wait status. */
 int broker_kill(struct broker_proc *bp, int sig);
 /* Removes the temp dir. */

@@ -14,6 +14,9 @@ EXPECT = {
     "once.py": "b'token-abc' runs: 1",
     "leader.py": "disabled: campaign refused",
     "channels.py": "lifecycle: -locks released db-migrate",
+    "stale.py": "served: b'config v1' stale revalidating",
+    "backoff_async.py": "fallback: b'computed here' local",
+    "request_key.py": "refused: header",
 }
 
 

@@ -6,15 +6,17 @@ v1 through the sans-I/O ``coord.core``.
 """
 from . import aio
 from .client import Client, Flight, Leadership, Lock, Subscription, connect
-from .errors import (Aborted, BadFrame, BadRequest, ConnectError, ConnectionLost, CoordError,
+from .errors import (Aborted, Backoff, BadFrame, BadRequest, ConnectError, ConnectionLost, CoordError,
                      Disabled, Fenced, FencedError, FlightFailed, HelloRequired,
                      InvalidOptions, LeadershipLost, Limit, LockLost, NameReserved, NotFound,
-                     ProtocolError, ProtoVersion, ShuttingDown, Storage, Timeout, TooLarge,
-                     UnknownLock, UnknownOp)
-from .handles import State
-from .messages import (FlightEntry, LeaderInfo, Lifecycle, LockEntry, LockState, Message,
-                       Record, RecordEntry)
+                     ProtocolError, ProtoVersion, RequestKeyError, RetryAfter, ShuttingDown,
+                     Storage,
+                     Timeout, TooLarge, UnknownLock, UnknownOp)
+from .handles import Result, State
+from .messages import (FlightEntry, Latency, LeaderInfo, Lifecycle, LockEntry, LockState,
+                       Message, Record, RecordEntry, Stale, Stats, Updated)
 from .paths import default_socket_path
+from .requestkey import request_key
 
 __version__ = "0.1.0"
 
@@ -33,4 +35,6 @@ __all__ = [
     "ConnectError", "ConnectionLost", "ProtocolError", "LockLost", "LeadershipLost",
     "FlightFailed", "LockEntry", "LockState", "FlightEntry", "Record", "RecordEntry",
     "LeaderInfo", "Message", "Lifecycle", "default_socket_path",
+    "request_key", "RequestKeyError", "Result", "RetryAfter", "Backoff", "Stale", "Updated",
+    "Latency", "Stats",
 ]

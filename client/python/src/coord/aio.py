@@ -18,9 +18,10 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional
 
 from . import messages as m
 from .core import DEFAULT_MAX_FRAME, Core, Event, Reply
-from .errors import (Aborted, ConnectError, ConnectionLost, CoordError, Fenced, FlightFailed,
-                     LeadershipLost, LockLost, NotFound, ProtocolError, Timeout)
-from .handles import State, owner_failure
+from .client import _UNREACHABLE, _fail_fields
+from .errors import (Aborted, Backoff, ConnectError, ConnectionLost, CoordError, Fenced,
+                     FlightFailed, LeadershipLost, LockLost, NotFound, ProtocolError, Timeout)
+from .handles import Result, State, owner_failure
 from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MAX_BACKOFF, MIN_HELLO_TIMEOUT,
                     MAX_SPAWNS, autostart, check_peer, check_socket_path, default_socket_path,
                     instance_id, program_name)
@@ -138,6 +139,23 @@ class _AConn:
                 await asyncio.wait_for(asyncio.shield(self.task), 5)
             except (asyncio.TimeoutError, Exception):
                 self.task.cancel()
+
+
+def _notify_task(fn: Callable[[m.Updated], Any]) -> Callable[[Any], None]:
+    """A Future callback that calls fn(updated) on the loop (a coroutine
+    function as a task of its own)."""
+    def done(fut: "asyncio.Future[m.Updated]") -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        r = fn(fut.result())
+        if asyncio.iscoroutine(r):
+            _NOTIFY_TASKS.add(asyncio.ensure_future(r))
+            for t in [t for t in _NOTIFY_TASKS if t.done()]:
+                _NOTIFY_TASKS.discard(t)
+    return done
+
+
+_NOTIFY_TASKS: "set[asyncio.Future[Any]]" = set()   # strong refs while they run
 
 
 async def _wait(conn: _AConn, call: _ACall, owner: Any, give_back: GiveBack) -> Reply:
@@ -334,9 +352,10 @@ class Lock:
 
 
 class Flight:
-    """asyncio form of ``coord.Flight``."""
+    """asyncio form of ``coord.Flight`` (``updated`` is an
+    ``asyncio.Future``)."""
 
-    def __init__(self, client: "Client", conn: _AConn, j: m.Joined) -> None:
+    def __init__(self, client: "Client", conn: Optional[_AConn], j: m.Joined) -> None:
         self._client = client
         self._conn = conn
         self.role = j.role
@@ -348,8 +367,22 @@ class Flight:
         self.retryable = j.retryable
         self.age = j.age
         self.source = j.source
+        self.stale = j.stale
+        self.revalidating = j.revalidating
+        self.bypass = j.bypass
+        self.retry_after = j.retry_after
+        self.updated: Optional["asyncio.Future[m.Updated]"] = None
         self.aborted = asyncio.Event()
         self.abort_reason: Optional[str] = None
+
+    def _updated(self, u: m.Updated) -> None:
+        if self.updated is not None and not self.updated.done():
+            self.updated.set_result(u)
+
+    def _watch_lost(self, exc: BaseException) -> None:
+        if self.updated is not None and not self.updated.done():
+            self.updated.set_exception(exc)
+            self.updated.exception()      # retrieved: no "never retrieved" warning
 
     def _abort(self, reason: str) -> None:
         self.abort_reason = reason
@@ -360,7 +393,7 @@ class Flight:
             raise Aborted(f"flight {self.key!r} aborted: {self.abort_reason}")
 
     async def _end(self, op: str, fields: Dict[str, Any]) -> int:
-        if self.role != "owner":
+        if self.role != "owner" or self._conn is None:
             raise RuntimeError("only the owner completes or fails a flight")
         self._client._router.flights.pop(self.flight, None)
         r = await self._conn.call(op, dict(flight=self.flight, fence=self.fence, **fields))
@@ -373,10 +406,9 @@ class Flight:
                                                    "keep_ms": m.ms(keep, "keep")})
 
     async def fail(self, code: str, message: str = "", retryable: bool = False,
-                   keep: Optional[float] = None) -> int:
-        return await self._end("flight.fail", {"error": {"code": code, "message": message},
-                                               "retryable": retryable,
-                                               "keep_ms": m.ms(keep, "keep")})
+                   keep: Optional[float] = None, retry_after: Optional[float] = None) -> int:
+        return await self._end("flight.fail", _fail_fields(code, message, retryable, keep,
+                                                           retry_after))
 
 
 class _FlightAPI:
@@ -386,10 +418,12 @@ class _FlightAPI:
 
     async def join(self, key: m.Name, *, ttl: Optional[float] = 30.0,
                    wait: Optional[float] = None, max_age: Optional[float] = None,
-                   abort_when_orphaned: bool = False) -> Flight:
+                   abort_when_orphaned: bool = False, stale: Optional[float] = None,
+                   notify: bool = False) -> Flight:
         k = m.name(key, "key")
         fields = m.flight_join(k, ttl=ttl, wait=wait, max_age=max_age,
-                               abort_when_orphaned=abort_when_orphaned)
+                               abort_when_orphaned=abort_when_orphaned, stale=stale,
+                               notify=notify)
         c = self._c
         conn = await c._ensure()
         box: List[Flight] = []
@@ -399,6 +433,9 @@ class _FlightAPI:
                 f = Flight(c, conn, m.joined(k, r.body))
                 if f.role == "owner":
                     c._router.flights[f.flight] = f
+                elif notify and f.stale is not None and f.revalidating:
+                    f.updated = conn.loop.create_future()
+                    c._router.watch(k, f)
                 box.append(f)
 
         def give_back(r: Reply) -> Optional[_ACall]:
@@ -419,11 +456,20 @@ class _FlightAPI:
         return await f.complete(result, keep)
 
     async def fail(self, f: Flight, code: str, message: str = "", retryable: bool = False,
-                   keep: Optional[float] = None) -> int:
-        return await f.fail(code, message, retryable, keep)
+                   keep: Optional[float] = None, retry_after: Optional[float] = None) -> int:
+        return await f.fail(code, message, retryable, keep, retry_after)
 
     async def list(self) -> List[m.FlightEntry]:
         return m.flight_list(await self._c.call("flight.list"))
+
+    async def disable(self, prefix: m.Name = "") -> None:
+        await self._c.call("flight.disable", prefix=m.name(prefix, "prefix"))
+
+    async def enable(self, prefix: m.Name = "") -> None:
+        await self._c.call("flight.enable", prefix=m.name(prefix, "prefix"))
+
+    async def disabled(self) -> List[Union[str, bytes]]:
+        return m.prefixes(await self._c.call("flight.disabled"))
 
 
 class _RecordAPI:
@@ -901,8 +947,8 @@ class Client:
         await self.call("ping")
         return time.monotonic() - t
 
-    async def stats(self) -> Dict[str, Any]:
-        return await self.call("stats")
+    async def stats(self) -> m.Stats:
+        return m.Stats(await self.call("stats"))
 
     def lock(self, name: m.Name, mode: str = "exclusive", *, timeout: Optional[float] = None,
              lease: Optional[float] = None, steal: bool = False) -> Lock:
@@ -918,20 +964,40 @@ class Client:
 
     async def once(self, key: m.Name, fn: Callable[[Flight], Awaitable[m.Payload]], *,
                    ttl: float = 30.0, wait: Optional[float] = None, keep: Optional[float] = None,
-                   max_age: Optional[float] = None, retries: int = 3,
-                   abort_when_orphaned: bool = False) -> bytes:
-        """As ``coord.Client.once``; fn is a coroutine function."""
+                   max_age: Optional[float] = None, stale: Optional[float] = None,
+                   notify: Union[bool, Callable[[m.Updated], Any]] = False,
+                   fallback: str = "fail", retries: int = 3,
+                   abort_when_orphaned: bool = False) -> Result:
+        """As ``coord.Client.once``; fn is a coroutine function, and a
+        ``notify`` function (plain or coroutine) runs on the loop."""
+        if fallback not in ("fail", "run"):
+            raise ValueError(f"fallback must be 'fail' or 'run', not {fallback!r}")
+        k = m.name(key, "key")
+        store = keep + stale if keep and stale else keep
         deadline = None if wait is None else time.monotonic() + wait
         tries = 0
         while True:
             left = None if deadline is None else max(0.001, deadline - time.monotonic())
-            f = await self.flight.join(key, ttl=ttl, wait=left,
-                                       max_age=keep if max_age is None else max_age,
-                                       abort_when_orphaned=abort_when_orphaned)
+            try:
+                f = await self.flight.join(k, ttl=ttl, wait=left,
+                                           max_age=keep if max_age is None else max_age,
+                                           abort_when_orphaned=abort_when_orphaned,
+                                           stale=stale, notify=bool(notify))
+            except _UNREACHABLE as e:
+                if fallback != "run":
+                    raise
+                return await self._run_local(k, fn, e)
             if f.role == "result":
-                return f.result or b""
+                if f.updated is not None and callable(notify):
+                    f.updated.add_done_callback(_notify_task(notify))
+                return Result(f.result or b"", "stale" if f.stale else f.source,
+                              fence=f.fence, age=f.age, revalidating=f.revalidating,
+                              updated=f.updated)
             if f.role == "failed":
                 assert f.error is not None
+                if f.retry_after is not None:
+                    raise Backoff(f.error.code, f.error.message, f.retry_after,
+                                  f.source or "live")
                 if f.retryable and tries < retries and (deadline is None
                                                         or time.monotonic() < deadline):
                     tries += 1
@@ -940,10 +1006,11 @@ class Client:
             try:
                 out = m.payload(await fn(f), "result")
             except BaseException as e:
-                code, msg, retryable = owner_failure(e)
-                call = f._conn.fire("flight.fail", {"flight": f.flight, "fence": f.fence,
-                                                    "error": {"code": code, "message": msg},
-                                                    "retryable": retryable})
+                code, msg, retryable, retry_after = owner_failure(e)
+                assert f._conn is not None
+                call = f._conn.fire("flight.fail", dict(flight=f.flight, fence=f.fence,
+                                                        **_fail_fields(code, msg, retryable,
+                                                                       None, retry_after)))
                 self._router.flights.pop(f.flight, None)
                 if call is not None and isinstance(e, Exception):
                     try:
@@ -951,8 +1018,19 @@ class Client:
                     except CoordError:
                         pass
                 raise
-            await f.complete(out, keep)
-            return out
+            try:
+                await f.complete(out, store)
+            except _UNREACHABLE as e:
+                if fallback != "run":
+                    raise
+                return Result(out, "local", reason=f"ran as the owner, then: {e}")
+            return Result(out, "bypass" if f.bypass else "owner", fence=f.fence)
+
+    async def _run_local(self, key: Union[str, bytes],
+                         fn: Callable[[Flight], Awaitable[m.Payload]],
+                         why: BaseException) -> Result:
+        f = Flight(self, None, m.Joined(role="local", key=key, fence=0))
+        return Result(m.payload(await fn(f), "result"), "local", reason=str(why))
 
     async def publish(self, channel: m.Name, data: m.Payload) -> int:
         return m.uint(await self.call("sub.publish", channel=m.name(channel, "channel"),

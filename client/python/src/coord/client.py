@@ -14,6 +14,7 @@ back (released, resigned, failed as retryable).
 """
 from __future__ import annotations
 
+import concurrent.futures
 import heapq
 import itertools
 import os
@@ -24,9 +25,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from . import messages as m
 from .core import DEFAULT_MAX_FRAME, Core, Event, Reply
-from .errors import (ConnectError, ConnectionLost, CoordError, Fenced, FlightFailed,
-                     LeadershipLost, LockLost, NotFound, ProtocolError, Timeout)
-from .handles import State, owner_failure
+from .errors import (Backoff, ConnectError, ConnectionLost, CoordError, Fenced, FlightFailed,
+                     LeadershipLost, LockLost, NotFound, ProtocolError, ShuttingDown, Timeout)
+from .handles import Result, State, owner_failure
 from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MIN_HELLO_TIMEOUT,
                     default_socket_path, instance_id, open_socket, program_name)
 
@@ -425,9 +426,16 @@ class Lock:
 class Flight:
     """The settled role of a join.  As the owner (``role == "owner"``):
     ``fence``, ``aborted`` (set on ``flight.abort``: deadline, orphaned,
-    connection lost), ``complete`` and ``fail``."""
+    connection lost), ``complete`` and ``fail``; ``stale`` (a ``Stale``)
+    when this owner revalidates a stale record, ``bypass`` when the key's
+    prefix is disabled (no deduplication, no record).  As a result:
+    ``result``, ``source``, ``age``, and ``stale`` / ``revalidating`` /
+    ``updated`` (a ``concurrent.futures.Future`` of the ``Updated``, with
+    ``notify``) when it was served stale.  Failed: ``error``,
+    ``retryable``, ``retry_after`` (seconds, in a backoff).  ``role ==
+    "local"``: ``once(fallback="run")`` runs fn without the broker."""
 
-    def __init__(self, client: "Client", conn: _Conn, j: m.Joined) -> None:
+    def __init__(self, client: "Client", conn: Optional[_Conn], j: m.Joined) -> None:
         self._client = client
         self._conn = conn
         self.role = j.role
@@ -439,9 +447,22 @@ class Flight:
         self.retryable = j.retryable
         self.age = j.age
         self.source = j.source
+        self.stale = j.stale
+        self.revalidating = j.revalidating
+        self.bypass = j.bypass
+        self.retry_after = j.retry_after
+        self.updated: Optional["concurrent.futures.Future[m.Updated]"] = None
         self.aborted = threading.Event()
         self.abort_reason: Optional[str] = None
         self.done = False
+
+    def _updated(self, u: m.Updated) -> None:
+        if self.updated is not None and not self.updated.done():
+            self.updated.set_result(u)
+
+    def _watch_lost(self, exc: BaseException) -> None:
+        if self.updated is not None and not self.updated.done():
+            self.updated.set_exception(exc)
 
     def _abort(self, reason: str) -> None:
         self.abort_reason = reason
@@ -454,7 +475,7 @@ class Flight:
             raise Aborted(f"flight {self.key!r} aborted: {self.abort_reason}")
 
     def _end(self, op: str, fields: Dict[str, Any]) -> int:
-        if self.role != "owner":
+        if self.role != "owner" or self._conn is None:
             raise RuntimeError("only the owner completes or fails a flight")
         self.done = True
         self._client._router.flights.pop(self.flight, None)
@@ -470,13 +491,39 @@ class Flight:
                                              "keep_ms": m.ms(keep, "keep")})
 
     def fail(self, code: str, message: str = "", retryable: bool = False,
-             keep: Optional[float] = None) -> int:
-        return self._end("flight.fail", {"error": {"code": code, "message": message},
-                                         "retryable": retryable,
-                                         "keep_ms": m.ms(keep, "keep")})
+             keep: Optional[float] = None, retry_after: Optional[float] = None) -> int:
+        """Fails the flight; ``retry_after`` seconds (needs ``retryable``)
+        starts a backoff: joins of the key get this failure at once for
+        that long."""
+        return self._end("flight.fail", _fail_fields(code, message, retryable, keep,
+                                                     retry_after))
 
     def __repr__(self) -> str:
         return f"<coord.Flight {self.key!r} {self.role} fence={self.fence}>"
+
+
+def _fail_fields(code: str, message: str, retryable: bool, keep: Optional[float],
+                 retry_after: Optional[float]) -> Dict[str, Any]:
+    if retry_after is not None and not retryable:
+        raise ValueError("retry_after needs retryable=True")
+    return {"error": {"code": code, "message": message}, "retryable": retryable,
+            "retry_after_ms": m.ms(retry_after, "retry_after") or None,
+            "keep_ms": m.ms(keep, "keep")}
+
+
+def _notify_thread(fn: Callable[[m.Updated], Any]) -> Callable[[Any], None]:
+    """A Future callback that runs fn(updated) in a thread of its own (so
+    that fn may call the client: the reader thread resolves the future)."""
+    def done(fut: "concurrent.futures.Future[m.Updated]") -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        threading.Thread(target=fn, args=(fut.result(),), name="coord-notify",
+                         daemon=True).start()
+    return done
+
+
+# What "the broker cannot be reached" means for once(fallback="run").
+_UNREACHABLE = (ConnectError, ConnectionLost, ShuttingDown)
 
 
 class _FlightAPI:
@@ -487,12 +534,19 @@ class _FlightAPI:
         self._waiting: Optional[Tuple[_Conn, _Call]] = None
 
     def join(self, key: m.Name, *, ttl: Optional[float] = 30.0, wait: Optional[float] = None,
-             max_age: Optional[float] = None, abort_when_orphaned: bool = False) -> Flight:
+             max_age: Optional[float] = None, abort_when_orphaned: bool = False,
+             stale: Optional[float] = None, notify: bool = False) -> Flight:
         """Joins the flight of key; returns when the role is settled.
-        ``Timeout`` when ``wait`` passed with no result."""
+        ``Timeout`` when ``wait`` passed with no result.  ``stale``
+        seconds: a record older than ``max_age`` but within ``stale``
+        more is served at once (``f.stale``, ``f.revalidating``) or, when
+        nobody revalidates it, makes this caller the owner of its
+        revalidation (``f.stale`` holds it); ``notify``: a caller served
+        stale gets ``f.updated`` resolved when the revalidation ends."""
         k = m.name(key, "key")
         fields = m.flight_join(k, ttl=ttl, wait=wait, max_age=max_age,
-                               abort_when_orphaned=abort_when_orphaned)
+                               abort_when_orphaned=abort_when_orphaned, stale=stale,
+                               notify=notify)
         c = self._c
         conn = c._ensure()
         box: List[Flight] = []
@@ -502,6 +556,9 @@ class _FlightAPI:
                 f = Flight(c, conn, m.joined(k, r.body))
                 if f.role == "owner":
                     c._router.flights[f.flight] = f
+                elif notify and f.stale is not None and f.revalidating:
+                    f.updated = concurrent.futures.Future()
+                    c._router.watch(k, f)
                 box.append(f)
 
         def give_back(r: Reply) -> None:
@@ -524,11 +581,25 @@ class _FlightAPI:
         return f.complete(result, keep)
 
     def fail(self, f: Flight, code: str, message: str = "", retryable: bool = False,
-             keep: Optional[float] = None) -> int:
-        return f.fail(code, message, retryable, keep)
+             keep: Optional[float] = None, retry_after: Optional[float] = None) -> int:
+        return f.fail(code, message, retryable, keep, retry_after)
 
     def list(self) -> List[m.FlightEntry]:
         return m.flight_list(self._c.call("flight.list"))
+
+    def disable(self, prefix: m.Name = "") -> None:
+        """The kill switch: every new join of a key starting with prefix
+        ("" = every key of the scope) owns a flight of its own at once
+        (``bypass``: no deduplication, no record written).  Durable;
+        announced on ``-flights``."""
+        self._c.call("flight.disable", prefix=m.name(prefix, "prefix"))
+
+    def enable(self, prefix: m.Name = "") -> None:
+        self._c.call("flight.enable", prefix=m.name(prefix, "prefix"))
+
+    def disabled(self) -> List[Union[str, bytes]]:
+        """The disabled prefixes of the scope."""
+        return m.prefixes(self._c.call("flight.disabled"))
 
 
 class _RecordAPI:
@@ -841,12 +912,15 @@ class Client:
     ``autostart`` starts ``coordd`` (``broker`` or ``$COORD_BROKER`` or
     ``coordd`` from PATH) when nothing listens; ``reconnect``: after the
     connection is lost, the next call connects again (held locks and
-    leaderships stay lost; subscriptions are renewed)."""
+    leaderships stay lost; subscriptions are renewed); ``lazy``: connect
+    at the first call, not here (so that ``once(fallback="run")`` works
+    when no broker can be reached at all)."""
 
     def __init__(self, socket: Optional[str] = None, *, scope: m.Name = "",
                  client: Optional[str] = None, autostart: bool = True,
                  broker: Optional[str] = None, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-                 idle_exit: int = DEFAULT_IDLE_EXIT, reconnect: bool = False) -> None:
+                 idle_exit: int = DEFAULT_IDLE_EXIT, reconnect: bool = False,
+                 lazy: bool = False) -> None:
         self.socket_path = socket or default_socket_path()
         self.scope = m.name(scope, "scope")
         self.client_name = client or program_name()
@@ -863,7 +937,8 @@ class Client:
         self.flight = _FlightAPI(self)
         self.records = _RecordAPI(self)
         self.leader = _LeaderAPI(self)
-        self._ensure()
+        if not lazy:
+            self._ensure()
 
     # ---- connection ----
 
@@ -996,8 +1071,10 @@ class Client:
         self.call("ping")
         return time.monotonic() - t
 
-    def stats(self) -> Dict[str, Any]:
-        return self.call("stats")
+    def stats(self) -> m.Stats:
+        """The broker's counters (a dict); ``.latency`` has the latency
+        percentiles as ``Latency`` (seconds)."""
+        return m.Stats(self.call("stats"))
 
     # ---- locks ----
 
@@ -1022,26 +1099,60 @@ class Client:
 
     def once(self, key: m.Name, fn: Callable[[Flight], m.Payload], *, ttl: float = 30.0,
              wait: Optional[float] = None, keep: Optional[float] = None,
-             max_age: Optional[float] = None, retries: int = 3,
-             abort_when_orphaned: bool = False) -> bytes:
+             max_age: Optional[float] = None, stale: Optional[float] = None,
+             notify: Union[bool, Callable[[m.Updated], Any]] = False,
+             fallback: str = "fail", retries: int = 3,
+             abort_when_orphaned: bool = False) -> Result:
         """fn(flight) runs in one caller per key at a time; every concurrent
-        caller gets its result (bytes).  ``keep``: store the result that
-        long; ``max_age`` (default ``keep``): accept a stored one that
-        young.  fn raising ``FlightFailed`` fails the flight with its code;
-        another exception fails it (not retryable) and is re-raised.
-        Followers raise ``FlightFailed``; a retryable failure is retried up
-        to ``retries`` times."""
+        caller gets its result, as a ``Result`` (bytes, with ``source``:
+        owner, live, record, stale, bypass or local).
+
+        ``keep``: store the result that long; ``max_age`` (default
+        ``keep``): accept a stored one that young.  ``stale``: a stored
+        result up to ``stale`` seconds older than that is served at once
+        while one caller (whose fn sees it as ``flight.stale``)
+        revalidates it; the record is then stored ``keep + stale``.
+        ``notify``: True, or a function called (in a thread of its own)
+        with the ``Updated`` when the revalidation a stale result waits
+        for ends; either way ``result.updated`` is its future.
+
+        fn raising ``FlightFailed`` fails the flight with its code,
+        ``RetryAfter(seconds)`` also starts a backoff; another exception
+        fails it (not retryable) and is re-raised.  Followers raise
+        ``FlightFailed``, or ``Backoff`` (``.retry_after``) in a backoff;
+        a retryable failure is retried up to ``retries`` times.
+        ``fallback="run"``: when the broker cannot be reached (connect or
+        autostart failed, the connection dropped while waiting, the broker
+        shuts down), fn runs here without coordination and the result
+        says ``source == "local"`` and why (``reason``)."""
+        if fallback not in ("fail", "run"):
+            raise ValueError(f"fallback must be 'fail' or 'run', not {fallback!r}")
+        k = m.name(key, "key")
+        store = keep + stale if keep and stale else keep
         deadline = None if wait is None else time.monotonic() + wait
         tries = 0
         while True:
             left = None if deadline is None else max(0.001, deadline - time.monotonic())
-            f = self.flight.join(key, ttl=ttl, wait=left,
-                                 max_age=keep if max_age is None else max_age,
-                                 abort_when_orphaned=abort_when_orphaned)
+            try:
+                f = self.flight.join(k, ttl=ttl, wait=left,
+                                     max_age=keep if max_age is None else max_age,
+                                     abort_when_orphaned=abort_when_orphaned, stale=stale,
+                                     notify=bool(notify))
+            except _UNREACHABLE as e:
+                if fallback != "run":
+                    raise
+                return self._run_local(k, fn, e)
             if f.role == "result":
-                return f.result or b""
+                if f.updated is not None and callable(notify):
+                    f.updated.add_done_callback(_notify_thread(notify))
+                return Result(f.result or b"", "stale" if f.stale else f.source,
+                              fence=f.fence, age=f.age, revalidating=f.revalidating,
+                              updated=f.updated)
             if f.role == "failed":
                 assert f.error is not None
+                if f.retry_after is not None:
+                    raise Backoff(f.error.code, f.error.message, f.retry_after,
+                                  f.source or "live")
                 if f.retryable and tries < retries and (deadline is None
                                                         or time.monotonic() < deadline):
                     tries += 1
@@ -1050,14 +1161,24 @@ class Client:
             try:
                 out = m.payload(fn(f), "result")
             except BaseException as e:
-                code, msg, retryable = owner_failure(e)
+                code, msg, retryable, retry_after = owner_failure(e)
                 try:
-                    f.fail(code, msg, retryable)
+                    f.fail(code, msg, retryable, retry_after=retry_after)
                 except CoordError:
                     pass
                 raise
-            f.complete(out, keep)
-            return out
+            try:
+                f.complete(out, store)
+            except _UNREACHABLE as e:
+                if fallback != "run":
+                    raise
+                return Result(out, "local", reason=f"ran as the owner, then: {e}")
+            return Result(out, "bypass" if f.bypass else "owner", fence=f.fence)
+
+    def _run_local(self, key: Union[str, bytes], fn: Callable[[Flight], m.Payload],
+                   why: BaseException) -> Result:
+        f = Flight(self, None, m.Joined(role="local", key=key, fence=0))
+        return Result(m.payload(fn(f), "result"), "local", reason=str(why))
 
     # ---- channels ----
 

@@ -164,6 +164,40 @@ class FlightFailed(CoordError):
         super().__init__(message, code)
 
 
+class RetryAfter(FlightFailed):
+    """Raised by an owner's function when the upstream said "retry after
+    N seconds" (an HTTP 429 or 503): ``once`` fails the flight as
+    retryable with ``retry_after_ms``, so that for that long every join of
+    the key gets the failure at once (``Backoff``) instead of running fn
+    again.  ``once`` re-raises it to the owner."""
+
+    def __init__(self, seconds: float, message: str = "", code: str = "RETRY_AFTER") -> None:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or \
+                not seconds > 0:
+            raise ValueError("RetryAfter needs a number of seconds > 0")
+        self.retry_after = float(seconds)
+        super().__init__(code, message, retryable=True)
+
+
+class Backoff(FlightFailed):
+    """The key is in a backoff: its owner failed with ``retry_after``
+    (``RetryAfter``), and this join came within that time (``source``
+    "backoff") or was waiting for that owner (``source`` "live").
+    ``retry_after``: seconds left; ``error_code`` / ``message``: the
+    owner's failure."""
+    code = "BACKOFF"
+
+    def __init__(self, error_code: str, message: str, retry_after: float,
+                 source: str = "backoff") -> None:
+        self.error_code = error_code
+        self.retryable = True
+        self.retry_after = retry_after
+        self.source = source
+        CoordError.__init__(self, f"{error_code}: {message} (retry after {retry_after:g} s)"
+                            if message else f"{error_code} (retry after {retry_after:g} s)")
+        self.message = message
+
+
 def from_reply(code: object, message: object) -> CoordError:
     """The exception for an error reply (``code`` as sent by the broker)."""
     c = code if isinstance(code, str) else str(code)
@@ -175,3 +209,14 @@ def from_reply(code: object, message: object) -> CoordError:
 
 
 WIRE_CODES = tuple(_BY_CODE)
+
+
+class RequestKeyError(CoordError, ValueError):
+    """``request_key`` refused the request (it has no canonical key):
+    ``field`` names the input (method, url, body, header, user, freshness,
+    auth_gen, ...); the message starts with it."""
+    code = "INVALID_REQUEST"
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)

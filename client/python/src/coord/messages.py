@@ -103,8 +103,14 @@ def lock_acquire(nm: Name, mode: str, *, if_available: bool = False, steal: bool
 
 
 def flight_join(key: Name, *, ttl: Optional[float], wait: Optional[float],
-                max_age: Optional[float], abort_when_orphaned: bool) -> Dict[str, Any]:
+                max_age: Optional[float], abort_when_orphaned: bool,
+                stale: Optional[float] = None, notify: bool = False) -> Dict[str, Any]:
     f: Dict[str, Any] = {"key": name(key, "key")}
+    s = ms(stale, "stale")
+    if s:
+        f["stale_ms"] = s
+    if notify:
+        f["notify"] = True
     t = ms(ttl, "ttl")
     if t:
         f["owner_ttl_ms"] = t
@@ -185,9 +191,29 @@ def _error(x: Any) -> FlightError:
 
 
 @dataclass
+class Stale:
+    """A stored result older than ``max_age`` but within ``stale``: what
+    a revalidation's owner is given, or what a caller was served."""
+    result: bytes
+    age: float                      # seconds since it was made
+    fence: int                      # the fence of the flight that made it
+
+
+@dataclass
+class Updated:
+    """``flight.updated``: the revalidation of ``key`` that a caller
+    served stale was waiting for ended: ``status`` "completed" (the record
+    is fresh now: ``records.get`` or join again) or "failed" (the stale
+    record stays); ``fence`` is the revalidation's."""
+    key: Union[str, bytes]
+    status: str
+    fence: int
+
+
+@dataclass
 class Joined:
     """The settled role of a ``flight.join``."""
-    role: str                       # "owner" | "result" | "failed"
+    role: str                       # "owner" | "result" | "failed" | "local"
     key: Union[str, bytes]
     fence: int
     flight: int = 0                 # owner only
@@ -195,19 +221,71 @@ class Joined:
     error: Optional[FlightError] = None
     retryable: bool = False
     age: float = 0.0
-    source: str = ""                # "live" | "record"
+    source: str = ""                # "live" | "record" | "backoff"
+    stale: Optional[Stale] = None   # owner of a revalidation, or a stale result
+    revalidating: bool = False      # stale result: a revalidation runs
+    bypass: bool = False            # owner: the key's prefix is disabled
+    retry_after: Optional[float] = None   # failed: a backoff, seconds left
 
 
 def joined(key: Union[str, bytes], body: Dict[str, Any]) -> Joined:
     role = str(body.get("role", ""))
     j = Joined(role=role, key=key, fence=uint(body, "fence"), flight=uint(body, "flight"),
                age=uint(body, "age_ms") / 1000.0, source=str(body.get("source", "")))
-    if role == "result":
+    if role == "owner":
+        j.bypass = body.get("bypass") is True
+        st = body.get("stale")
+        if isinstance(st, dict):
+            j.stale = Stale(as_bytes(st.get("result")), uint(st, "age_ms") / 1000.0,
+                            uint(st, "fence"))
+    elif role == "result":
         j.result = as_bytes(body.get("result"))
+        if body.get("stale") is True:
+            j.stale = Stale(j.result, j.age, j.fence)
+            j.revalidating = body.get("revalidating") is True
     elif role == "failed":
         j.error = _error(body.get("error"))
         j.retryable = bool(body.get("retryable"))
+        j.retry_after = secs(body.get("retry_after_ms"))
     return j
+
+
+def prefixes(body: Dict[str, Any]) -> List[Union[str, bytes]]:
+    """``flight.disabled``: the disabled prefixes (str, or bytes when not
+    UTF-8)."""
+    return [p for p in body.get("prefixes") or [] if isinstance(p, (str, bytes))]
+
+
+@dataclass
+class Latency:
+    """One of ``stats().latency``: how many, and the median, 99th
+    percentile and maximum in seconds (from the broker's histogram: exact
+    below 64 us, then within 3.2%)."""
+    count: int
+    p50: float
+    p99: float
+    max: float
+
+
+def _num(d: Dict[str, Any], k: str) -> float:
+    v = d.get(k)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
+
+
+class Stats(dict):
+    """``stats()``: the broker's map as it came, plus ``latency``: the
+    named latencies (lock_wait, lock_hold, flight_run, follower_wait,
+    leader_transition) as ``Latency``; empty when the broker left them out
+    (``truncated``: a small max_frame)."""
+
+    @property
+    def latency(self) -> Dict[str, Latency]:
+        lat = self.get("latency")
+        if not isinstance(lat, dict):
+            return {}
+        return {k: Latency(uint(v, "count"), _num(v, "p50_ms") / 1000.0,
+                           _num(v, "p99_ms") / 1000.0, _num(v, "max_ms") / 1000.0)
+                for k, v in lat.items() if isinstance(v, dict)}
 
 
 @dataclass
@@ -335,8 +413,9 @@ def channel_item(ev: Event) -> Union[Message, Lifecycle, None]:
 
 class Router:
     """Which live handle an event concerns.  Handles implement
-    ``_lost(reason)`` (locks, leaderships), ``_abort(reason)`` (flights)
-    and ``_push(item)`` / ``_closed(exc)`` (subscriptions).  Registration
+    ``_lost(reason)`` (locks, leaderships), ``_abort(reason)`` (flights),
+    ``_updated(u)`` / ``_watch_lost(exc)`` (flights served stale with
+    notify) and ``_push(item)`` / ``_closed(exc)`` (subscriptions).  Registration
     happens where the reply is read, before any later event is handled."""
 
     def __init__(self) -> None:
@@ -344,10 +423,25 @@ class Router:
         self.flights: Dict[int, Any] = {}
         self.leaders: Dict[Tuple[bytes, int], Any] = {}
         self.subs: Dict[bytes, List[Any]] = {}
+        # key -> the watches (notify) of callers served stale, oldest
+        # first: the broker sends one flight.updated per watch, in order
+        self.watches: Dict[bytes, List[Any]] = {}
+
+    def watch(self, key: Any, w: Any) -> None:
+        self.watches.setdefault(name_key(key), []).append(w)
 
     def dispatch(self, ev: Event) -> None:
         b = ev.body
-        if ev.name == "lock.lost":
+        if ev.name == "flight.updated":
+            k = name_key(b.get("key"))
+            ws = self.watches.get(k)
+            if ws:
+                w = ws.pop(0)
+                if not ws:
+                    del self.watches[k]
+                w._updated(Updated(b.get("key", b""), str(b.get("status", "")),
+                                   uint(b, "fence")))
+        elif ev.name == "lock.lost":
             h = self.locks.pop(uint(b, "lock"), None)
             if h is not None:
                 h._lost(str(b.get("reason", "lost")))
@@ -371,6 +465,10 @@ class Router:
         locks, self.locks = self.locks, {}
         leaders, self.leaders = self.leaders, {}
         flights, self.flights = self.flights, {}
+        watches, self.watches = self.watches, {}
+        for ws in watches.values():
+            for w in ws:
+                w._watch_lost(exc)
         for h in locks.values():
             h._lost("disconnected")
         for h in leaders.values():
