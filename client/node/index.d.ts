@@ -133,21 +133,21 @@ export interface OnceContext {
 
 export interface OnceResult<T> {
   value: T;
-  source: 'owner' | 'live' | 'record' | 'local';
+  source: 'owner' | 'bypass' | 'live' | 'record' | 'stale' | 'local';
   fence: number | undefined;
   ageMs: number;
-  /** A record served inside the stale window. */
+  /** A record served inside the stale window (source 'stale'). */
   stale: boolean;
   /** Stale, and a revalidation runs meanwhile. */
   revalidating: boolean;
   /** Owner only: followers the result reached. */
   delivered?: number;
-  /** Owner only: the kill switch was on for the key. */
+  /** Owner only: the kill switch was on for the key (source 'bypass'). */
   bypass?: boolean;
   /** Owner only: this run revalidated a stale record. */
   revalidated?: boolean;
   /** 'local' only: why the broker could not be used. */
-  error?: Error;
+  reason?: Error;
 }
 
 export type JoinResult =

@@ -25,7 +25,7 @@ const updated = new Promise((r) => other.addEventListener('flight.updated', (e) 
 const served = await other.once(key, () => { throw new Error('not called: served stale'); }, {
   ...swr, onUpdated: ({ status }) => console.log(`onUpdated: ${status}`),
 });
-console.log(`served ${served.source} stale=${served.stale} revalidating=${served.revalidating} ${JSON.stringify(served.value)}`);
+console.log(`served ${served.source} (revalidating: ${served.revalidating}) ${JSON.stringify(served.value)}`);
 release();
 console.log('revalidated by', (await revalidation).source);
 console.log('flight.updated:', (await updated).status);

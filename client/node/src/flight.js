@@ -4,22 +4,27 @@
 // once(): joins the flight of `key`.  The first caller (or a follower promoted
 // when the owner was lost) runs fn({fence, flight, key, signal, stale,
 // bypass}); everyone else waits for its result.  Result: {value, source,
-// fence, ageMs, stale, revalidating} with source
-//   'owner'   fn ran here (also: delivered, bypass, revalidated);
+// fence, ageMs, stale, revalidating} with source (the same words as the
+// Python client's)
+//   'owner'   fn ran here (also: delivered, revalidated);
+//   'bypass'  fn ran here, the kill switch on for the key (bypass: true);
 //   'live'    another caller's run, delivered now;
-//   'record'  a stored completion record: younger than maxAge, or (stale:
-//             true) older but inside the stale window, served at once;
-//             revalidating tells whether a revalidation runs meanwhile;
+//   'record'  a stored completion record younger than maxAge;
+//   'stale'   a stored record older than that but inside the stale window,
+//             served at once (stale: true); revalidating tells whether a
+//             revalidation runs meanwhile;
 //   'local'   fn ran here without coordination: the broker could not be
-//             reached and options.fallback is 'run' (also: error, the
-//             reason).
+//             reached and options.fallback is 'run' (also: reason, the
+//             error).
+// With stale and keep, the record is kept keep + stale ms (as the Python
+// client does), so that it can still be served stale.
 // fn's signal aborts on flight.abort (ttl passed: "deadline"; all followers
 // left with abortWhenOrphaned: "orphaned"), on options.signal and on
 // connection loss.
 //
 // Stale-while-revalidate (options.stale, ms): a completed record older than
-// maxAge but younger than maxAge + stale is served at once (source 'record',
-// stale: true) while one caller revalidates it: that caller is the owner and
+// maxAge but younger than maxAge + stale is served at once (source 'stale')
+// while one caller revalidates it: that caller is the owner and
 // its fn gets ctx.stale = {value, ageMs, fence} (the stale record).  With
 // options.notify or options.onUpdated, a caller served stale while a
 // revalidation runs is told when it ends: onUpdated({key, status:
@@ -43,7 +48,7 @@
 // fails; the connection is gone; or it drops while this caller waits or
 // runs), 'fail' (the default) rejects with that error (ConnectError,
 // ClosedError, or SHUTTING_DOWN), 'run' runs fn here without coordination
-// and resolves with source 'local'.  A client closed by close() always
+// and resolves with source 'local' (reason: the error).  A client closed by close() always
 // rejects.  An owner whose connection drops keeps fn's value: 'run' resolves
 // it as 'local', 'fail' rejects.
 //
@@ -62,6 +67,9 @@ import { anySignal, ms, str, withSignal } from './util.js';
 
 // Retryable failures in a row before once() reports the last one (as coordctl once).
 const MAX_RETRIES = 10;
+
+// The broker's limit of keep_ms (366 days): keep + stale is lowered to it.
+const MAX_KEEP_MS = 31_622_400_000;
 
 // Error codes that mean "the broker cannot be reached" for the fallback policy.
 const UNREACHABLE = new Set(['CONNECT', 'CLOSED', 'SHUTTING_DOWN']);
@@ -280,10 +288,10 @@ function retryAfterOf(e) {
 
 const unreachable = (client, e) => !client._closedByUser && e instanceof Error && UNREACHABLE.has(e.code);
 
-async function runLocal(key, fn, options, error) {
+async function runLocal(key, fn, options, reason) {
   const signal = options.signal ?? new AbortController().signal;
   const value = await fn({ key, fence: undefined, flight: undefined, signal, stale: undefined, bypass: false, local: true });
-  return { value, source: 'local', fence: undefined, ageMs: 0, stale: false, revalidating: false, error };
+  return { value, source: 'local', fence: undefined, ageMs: 0, stale: false, revalidating: false, reason };
 }
 
 export async function once(client, key, fn, options = {}) {
@@ -291,6 +299,7 @@ export async function once(client, key, fn, options = {}) {
   if (typeof fn !== 'function') throw new TypeError('once: fn must be a function');
   const { raw = false, fallback = 'fail' } = options;
   if (fallback !== 'fail' && fallback !== 'run') throw new TypeError("once: fallback must be 'fail' or 'run'");
+  ms(options.keep, 'keep');                  // refused before anything runs
   let retries = 0;
   for (;;) {
     let j;
@@ -301,8 +310,8 @@ export async function once(client, key, fn, options = {}) {
       throw e;
     }
     if (j.role === 'result') {
-      return { value: unpackValue(j.result, raw), source: j.source, fence: j.fence, ageMs: j.ageMs,
-        stale: j.stale, revalidating: j.revalidating };
+      return { value: unpackValue(j.result, raw), source: j.stale ? 'stale' : j.source, fence: j.fence,
+        ageMs: j.ageMs, stale: j.stale, revalidating: j.revalidating };
     }
     if (j.role === 'failed') {
       const info = { fence: j.fence, source: j.source, ageMs: j.ageMs };
@@ -338,7 +347,7 @@ async function own(client, key, fn, options, j) {
   const lost = cut();
   if (lost) {
     if (fallback === 'run')
-      return { value, source: 'local', fence: j.fence, ageMs: 0, stale: false, revalidating: false, error: lost };
+      return { value, source: 'local', fence: j.fence, ageMs: 0, stale: false, revalidating: false, reason: lost };
     throw lost;
   }
   let bytes;
@@ -349,13 +358,16 @@ async function own(client, key, fn, options, j) {
     throw e;
   }
   let delivered;
+  const keep = ms(options.keep, 'keep');
+  const stale = ms(options.stale, 'stale');
   try {
-    ({ delivered } = await client.flight.complete(j.flight, j.fence, bytes, { keep: options.keep }));
+    ({ delivered } = await client.flight.complete(j.flight, j.fence, bytes,
+      { keep: keep && stale ? Math.min(keep + stale, MAX_KEEP_MS) : keep }));
   } catch (e) {
     if (fallback === 'run' && unreachable(client, e))
-      return { value, source: 'local', fence: j.fence, ageMs: 0, stale: false, revalidating: false, error: e };
+      return { value, source: 'local', fence: j.fence, ageMs: 0, stale: false, revalidating: false, reason: e };
     throw e;
   }
-  return { value, source: 'owner', fence: j.fence, ageMs: 0, stale: false, revalidating: false, delivered,
-    bypass: j.bypass, revalidated: !!j.stale };
+  return { value, source: j.bypass ? 'bypass' : 'owner', fence: j.fence, ageMs: 0, stale: false, revalidating: false,
+    delivered, bypass: j.bypass, revalidated: !!j.stale };
 }

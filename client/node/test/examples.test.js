@@ -16,7 +16,7 @@ const expected = {
   'once.js': [/fetching \(fence \d+\)/, /owner record "dark"/, /record: completed/],
   'leader.js': [/leading generation \d+: LEADER/, /applied true, duplicate true/, /cursor \{"offset":100\}/, /info idle/],
   'watch.js': [/-locks granted watched/, /-locks released watched/, /locks held now: 0/],
-  'swr.js': [/revalidating, stale copy \{"tempC":21\}/, /served record stale=true revalidating=true \{"tempC":21\}/,
+  'swr.js': [/revalidating, stale copy \{"tempC":21\}/, /served stale \(revalidating: true\) \{"tempC":21\}/,
     /onUpdated: completed/, /revalidated by owner/, /flight.updated: completed/, /now: \{"tempC":22\}/,
     /owner: HTTP 429/, /backing off \(backoff\), retry in 30 s/],
   'request-key.js': [/^request-v1:[0-9a-f]{64}$/m, /^request-v1\|POST\|https:\/\/api\.example\.com\/v1\/search\?a=1&b=2\|/m,

@@ -55,7 +55,7 @@ test('stale-while-revalidate: one revalidation owner gets the stale value, other
   const served = await c.once(key, () => assert.fail('a stale caller ran'), {
     stale: 60000, onUpdated: (u) => { updates.push(u); updated.resolve(u); },
   });
-  assert.equal(served.source, 'record');
+  assert.equal(served.source, 'stale');
   assert.equal(served.stale, true);
   assert.equal(served.revalidating, true);
   assert.deepEqual(served.value, { v: 1 });
@@ -79,6 +79,9 @@ test('stale-while-revalidate: one revalidation owner gets the stale value, other
   assert.equal(fresh.source, 'record');
   assert.equal(fresh.stale, false);
   assert.deepEqual(fresh.value, { v: 2 });
+  // with stale, the revalidated record is kept keep + stale
+  const rec = await c.records.get(key);
+  assert.ok(rec.expiresMs - rec.createdMs >= 120000 - 1000, `${rec.expiresMs - rec.createdMs}`);
 });
 
 test('a failed revalidation keeps the stale record and notifies "failed"', async () => {
@@ -144,7 +147,7 @@ test('backoff inside the stale window: served stale with revalidating false, nob
   await a.once(key, () => 'cached', { keep: 60000 });
   await assert.rejects(b.once(key, () => { throw new RetryAfterError(60000); }, { stale: 60000 }), RetryAfterError);
   const r = await c.once(key, () => assert.fail('ran during the backoff'), { stale: 60000 });
-  assert.equal(r.source, 'record');
+  assert.equal(r.source, 'stale');
   assert.equal(r.stale, true);
   assert.equal(r.revalidating, false);
   assert.equal(r.value, 'cached');
@@ -173,8 +176,8 @@ test('kill switch: disable(prefix) makes every join an owner (bypass), no record
   await both.promise;              // both run at once: no deduplication (else this times out)
   go.resolve();
   const [r1, r2] = await Promise.all([p1, p2]);
-  assert.equal(r1.source, 'owner');
-  assert.equal(r2.source, 'owner');
+  assert.equal(r1.source, 'bypass');
+  assert.equal(r2.source, 'bypass');
   assert.equal(r1.bypass, true);
   assert.equal(r2.bypass, true);
   assert.equal(await c.records.get(key), null, 'a bypassed flight writes no record');
@@ -183,6 +186,7 @@ test('kill switch: disable(prefix) makes every join an owner (bypass), no record
   assert.ok(!(await a.flight.disabled()).includes(prefix));
   const r3 = await a.once(key, () => 'normal');
   assert.equal(r3.bypass, false);
+  assert.equal(r3.source, 'owner');
   await assert.rejects(a.flight.disable('-'.repeat(2000)), { code: 'INVALID_OPTIONS' });
 });
 
@@ -208,7 +212,7 @@ test('fallback: the connection drops while waiting → run locally (run) / Close
   const r = await local;
   assert.equal(r.source, 'local');
   assert.deepEqual(r.value, { fence: undefined, isLocal: true });
-  assert.ok(r.error instanceof ClosedError);
+  assert.ok(r.reason instanceof ClosedError);
   await failingR;
   await ownerR;
   // the client is gone for good: 'run' runs at once, 'fail' rejects
@@ -234,7 +238,7 @@ test('fallback: an owner whose connection drops keeps its value with "run"', asy
   const r = await p;
   assert.equal(r.source, 'local');
   assert.equal(r.value, 42);
-  assert.ok(r.error instanceof ClosedError);
+  assert.ok(r.reason instanceof ClosedError);
   await x.close();
 });
 
@@ -247,7 +251,7 @@ test('fallback: reconnect (autostart) fails → run locally, or reject with the 
   const r = await x.once(uniq('fb-connect'), () => 'here', { fallback: 'run' });
   assert.equal(r.source, 'local');
   assert.equal(r.value, 'here');
-  assert.ok(r.error instanceof ConnectError);
+  assert.ok(r.reason instanceof ConnectError);
   await assert.rejects(x.once(uniq('fb-connect'), () => 'x'), (e) => e instanceof ConnectError &&
     /cannot start the broker/.test(e.message));
   await x.close();
