@@ -91,42 +91,102 @@ export interface OnceOptions {
   keep?: number;
   /** Accept a record no older than this, ms. */
   maxAge?: number;
+  /** Serve a completed record older than maxAge but younger than maxAge + stale at once, while one caller revalidates it, ms. */
+  stale?: number;
+  /** Be told (client 'flight.updated' event) when the revalidation this caller was served stale for ends. */
+  notify?: boolean;
+  /** Called once when that revalidation ends (implies notify); status 'lost' when the connection is lost first. */
+  onUpdated?: (update: FlightUpdate) => void;
   abortWhenOrphaned?: boolean;
   signal?: AbortSignal;
   /** Values are Uint8Array as is (default: MessagePack-encoded values). */
   raw?: boolean;
   /** Whether a throwing fn's failure is retryable by followers. */
   retryable?: boolean | ((err: unknown) => boolean);
+  /** When the broker cannot be reached: 'fail' (default) rejects with the error, 'run' runs fn here (source 'local'). */
+  fallback?: 'fail' | 'run';
+}
+
+export interface FlightUpdate {
+  key: string;
+  status: 'completed' | 'failed' | 'lost';
+  /** The revalidation's fence (not with 'lost'). */
+  fence?: number;
+  /** 'lost' only: the connection's error. */
+  error?: Error;
 }
 
 export interface OnceContext {
-  fence: number;
-  flight: number;
+  /** undefined when running locally (fallback 'run'). */
+  fence: number | undefined;
+  flight: number | undefined;
   key: string;
   /** Aborted on flight.abort (deadline, orphaned), options.signal, connection loss. */
   signal: AbortSignal;
+  /** A revalidation: the stale record being revalidated. */
+  stale?: { value: unknown; ageMs: number; fence: number };
+  /** The key's prefix is disabled (kill switch): no deduplication, no record. */
+  bypass: boolean;
+  /** Running without coordination (fallback 'run'). */
+  local?: true;
 }
 
 export interface OnceResult<T> {
   value: T;
-  source: 'owner' | 'live' | 'record';
-  fence: number;
+  source: 'owner' | 'bypass' | 'live' | 'record' | 'stale' | 'local';
+  fence: number | undefined;
   ageMs: number;
+  /** A record served inside the stale window (source 'stale'). */
+  stale: boolean;
+  /** Stale, and a revalidation runs meanwhile. */
+  revalidating: boolean;
   /** Owner only: followers the result reached. */
   delivered?: number;
+  /** Owner only: the kill switch was on for the key (source 'bypass'). */
+  bypass?: boolean;
+  /** Owner only: this run revalidated a stale record. */
+  revalidated?: boolean;
+  /** 'local' only: why the broker could not be used. */
+  reason?: Error;
 }
 
 export type JoinResult =
-  | { role: 'owner'; key: string; flight: number; fence: number; signal: AbortSignal }
-  | { role: 'result'; key: string; result: Uint8Array; fence: number; ageMs: number; source: 'live' | 'record' }
-  | { role: 'failed'; key: string; error: { code: string; message: string }; retryable: boolean; fence?: number; ageMs?: number; source?: string };
+  | { role: 'owner'; key: string; flight: number; fence: number; signal: AbortSignal; bypass: boolean; stale?: { result: Uint8Array; ageMs: number; fence: number } }
+  | { role: 'result'; key: string; result: Uint8Array; fence: number; ageMs: number; source: 'live' | 'record'; stale: boolean; revalidating: boolean }
+  | { role: 'failed'; key: string; error: { code: string; message: string }; retryable: boolean; retryAfter?: number; fence?: number; ageMs?: number; source?: 'live' | 'record' | 'backoff' };
 
 export interface Flight {
-  join(key: string, options?: Omit<OnceOptions, 'keep' | 'raw' | 'retryable'>): Promise<JoinResult>;
+  join(key: string, options?: Omit<OnceOptions, 'keep' | 'raw' | 'retryable' | 'fallback'>): Promise<JoinResult>;
   complete(flight: number, fence: number, result: Uint8Array, options?: { keep?: number }): Promise<{ delivered: number }>;
-  fail(flight: number, fence: number, error: { code?: string; message?: string }, options?: { retryable?: boolean; keep?: number }): Promise<{ delivered: number }>;
+  fail(flight: number, fence: number, error: { code?: string; message?: string }, options?: { retryable?: boolean; retryAfter?: number; keep?: number }): Promise<{ delivered: number }>;
   list(): Promise<Array<{ key: string; flight: number; fence: number; ownerConn: number; ownerPid?: number; followers: number; ageMs: number; completing?: boolean }>>;
+  /** Kill switch: joins of keys under prefix ('' = all) bypass single-flight until enable(prefix). */
+  disable(prefix: string): Promise<void>;
+  enable(prefix: string): Promise<void>;
+  disabled(): Promise<string[] & { truncated?: true }>;
 }
+
+export interface RequestKeyInput {
+  method: string;
+  url: string;
+  /** A string (its UTF-8) or bytes; absent = no body, '' = an empty body (hashed). */
+  body?: string | Uint8Array | ArrayBuffer | ArrayBufferView | null;
+  contentType?: string | null;
+  /** [name, value] pairs (order kept for repeated names), a Map/Headers, or an object. */
+  headers?: Iterable<readonly [string, string]> | Record<string, string> | null;
+  user: string;
+  tenant?: string | null;
+  /** The user's credential generation (0 when none): never a token. */
+  authGen: number | bigint;
+  accept?: string | null;
+  locale?: string | null;
+  freshness?: 'cache-ok' | 'revalidate' | 'network-only' | null;
+  api?: string | null;
+}
+
+export declare function requestKey(request: RequestKeyInput): { key: string; canonical: string };
+
+export interface LatencyHistogram { count: number; p50Ms: number; p99Ms: number; maxMs: number; }
 
 export interface RecordEntry {
   key: string;
@@ -203,10 +263,13 @@ export declare class Client extends EventTarget {
   readonly clientId: string;
   readonly closed: boolean;
   once<T>(key: string, fn: (ctx: OnceContext) => T | PromiseLike<T>, options?: OnceOptions): Promise<OnceResult<Awaited<T>>>;
+  /** The canonical request key of an HTTP request (needs no broker). */
+  requestKey(request: RequestKeyInput): { key: string; canonical: string };
   leader<T>(workstream: string, fn: (leader: Leader | null) => T | PromiseLike<T>): Promise<Awaited<T>>;
   leader<T>(workstream: string, options: LeaderOptions, fn: (leader: Leader | null) => T | PromiseLike<T>): Promise<Awaited<T>>;
   watch(channels: string | string[], options?: { signal?: AbortSignal }): Watch;
-  stats(): Promise<Record<string, any>>;
+  /** The broker's counters, camelCase; latency: {lockWait, lockHold, flightRun, followerWait, leaderTransition}. */
+  stats(): Promise<Record<string, any> & { latency?: Record<'lockWait' | 'lockHold' | 'flightRun' | 'followerWait' | 'leaderTransition', LatencyHistogram> }>;
   ping(): Promise<void>;
   close(): Promise<void>;
 }
@@ -228,6 +291,21 @@ export declare class FlightFailedError extends CoordError {
   readonly fence?: number;
   readonly source?: string;
   readonly ageMs?: number;
+}
+/** Joins during a backoff (source 'backoff') and followers of the failing run (source 'live'). */
+export declare class BackoffError extends FlightFailedError {
+  /** ms left of the backoff. */
+  readonly retryAfter: number;
+}
+/** Thrown by a once() function to ask for a backoff of retryAfter ms. */
+export declare class RetryAfterError extends Error {
+  constructor(retryAfter: number, message?: string, options?: { code?: string; cause?: unknown });
+  readonly retryAfter: number;
+  readonly code: string;
+}
+/** requestKey(): the input has no key; field names which. */
+export declare class RequestKeyError extends TypeError {
+  readonly field: string;
 }
 export declare const WIRE_CODES: readonly string[];
 export declare const CLIENT_CODES: readonly string[];

@@ -15,7 +15,9 @@
 // a script that forgets close() still exits when it is done.
 //
 // Events: 'disconnect' and 'reconnect' (CustomEvent, detail {error} /
-// {conn, epoch}) on the client, an EventTarget.
+// {conn, epoch}) on the client, an EventTarget; 'flight.updated' (detail
+// {key, status, fence}) when a revalidation this client was served stale
+// for ended (flight.js).
 import { openConnection } from './connection.js';
 import { ClosedError, CoordError } from './errors.js';
 import { LockManager } from './locks.js';
@@ -26,6 +28,7 @@ import { Leaders, leader } from './leader.js';
 import { watch } from './watch.js';
 import { camel } from './util.js';
 import { wireName } from './wire.js';
+import { requestKey } from './request-key.js';
 
 // Reconnect backoff: first retry soon (a broker restart takes milliseconds),
 // then at most once a second so that a broker that is gone costs little.
@@ -111,8 +114,22 @@ export class Client extends EventTarget {
     for (const w of [...this.#watchers]) w._fail(err);
   }
 
+  // The outcome of the reconnect loop's next attempt: resolves when it
+  // connected, rejects with its error (ConnectError: connect or autostart
+  // failed) when it did not.  For calls that must not wait for the broker
+  // to come back (once() with its fallback policy).
+  #attempt = null;
+
+  #nextAttempt() {
+    let resolve, reject;
+    const promise = new Promise((a, b) => { resolve = a; reject = b; });
+    promise.catch(() => {});
+    this.#attempt = { promise, resolve, reject };
+  }
+
   async #reconnectLoop() {
     let delay = RECONNECT_FIRST_MS;
+    this.#nextAttempt();
     while (this.#state === 'reconnecting') {
       try {
         const { conn, box } = await Client._open(this.#opts, null);
@@ -120,28 +137,45 @@ export class Client extends EventTarget {
         box.client = this;
         this.#adopt(conn);
         this.#state = 'open';
+        this.#attempt.resolve();
         for (const ch of this.#subs.keys())
           conn.call('sub.subscribe', { channel: wireName(ch) }).catch(() => {});
         this.dispatchEvent(new CustomEvent('reconnect', { detail: { conn: conn.info.conn, epoch: conn.info.epoch } }));
         return;
-      } catch {
+      } catch (e) {
+        const a = this.#attempt;
+        this.#nextAttempt();
+        a.reject(e);
         await new Promise((r) => setTimeout(r, delay));
         delay = Math.min(delay * 2, RECONNECT_MAX_MS);
       }
     }
   }
 
-  async #current() {
-    while (this.#state === 'reconnecting') await this.#ready;
+  /** The current connection; while reconnecting, waits for the reconnect
+   * (or, with attempt, for the next attempt only: rejects with its error). */
+  async #current(attempt = false) {
+    while (this.#state === 'reconnecting') {
+      if (attempt) await this.#attempt.promise;
+      else await this.#ready;
+    }
     if (this.#state === 'closed') throw this.#closeError;
     return this.#conn;
   }
 
+  /** True once close() was called (not when the connection was lost). */
+  get _closedByUser() { return this.#closedByUser; }
+
+  #closedByUser = false;
+
   /** Closes the client: pending calls reject with ClosedError, held things are lost. */
   close() {
+    this.#closedByUser = true;
     if (this.#state === 'closed') return Promise.resolve();
     const err = new ClosedError('the client was closed');
+    const reconnecting = this.#state === 'reconnecting';
     this.#state = 'closed';
+    if (reconnecting) this.#attempt?.reject(err);
     this.#closeError = err;
     const conn = this.#conn;
     this.#loseAll(err);
@@ -190,10 +224,11 @@ export class Client extends EventTarget {
 
   // ---- requests ----
 
-  /** Sends a request that may wait; resolves {conn, rid, promise}. */
-  async _request(op, fields) {
-    const conn = await this.#current();
-    const { rid, promise } = conn.request(op, fields);
+  /** Sends a request that may wait; resolves {conn, rid, promise}.
+   * onReply: see Connection.request; attempt: see #current. */
+  async _request(op, fields, { onReply, attempt = false } = {}) {
+    const conn = await this.#current(attempt);
+    const { rid, promise } = conn.request(op, fields, onReply);
     return { conn, rid, promise };
   }
 
@@ -222,6 +257,7 @@ export class Client extends EventTarget {
     switch (m.ev) {
       case 'lock.lost': this.locks._lost(m); break;
       case 'flight.abort': this.flight._abort(m); break;
+      case 'flight.updated': this.flight._updated(m); break;
       case 'leader.lost': this.leaders._lost(m); break;
       case 'message': {
         const set = this.#channels.get(m.channel);
@@ -289,6 +325,9 @@ export class Client extends EventTarget {
 
   /** Single-flight: see flight.js. */
   once(key, fn, options) { return once(this, key, fn, options); }
+
+  /** The canonical request key of an HTTP request: see request-key.js (needs no broker). */
+  requestKey(request) { return requestKey(request); }
 
   /** Leadership: see leader.js. */
   leader(workstream, options, fn) { return leader(this, workstream, options, fn); }

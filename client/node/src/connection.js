@@ -233,7 +233,11 @@ export class Connection {
       const p = this.pending.get(m.rid);
       if (!p) continue;
       this.pending.delete(m.rid);
-      if (m.ok === true) p.resolve(m);
+      if (m.ok === true) {
+        // before any later frame of this chunk (an event it announces) is read
+        try { p.onReply?.(m); } catch { /* the hook's own problem */ }
+        p.resolve(m);
+      }
       else p.reject(CoordError.from(typeof m.code === 'string' ? m.code : 'PROTOCOL', m.message));
     }
   }
@@ -257,12 +261,14 @@ export class Connection {
     this._closed();
   }
 
-  /** Sends a request; returns {rid, promise} (promise: the ok reply). */
-  request(op, fields) {
+  /** Sends a request; returns {rid, promise} (promise: the ok reply).
+   * onReply(reply), if given, is called synchronously when the ok reply is
+   * read, before the frames after it (so that it can expect their events). */
+  request(op, fields, onReply) {
     if (this.closed) return { rid: 0, promise: Promise.reject(this.closeError) };
     const rid = this.nextRid++;
     if (this.nextRid > 0xffffffff) this.nextRid = 1;
-    const promise = new Promise((resolve, reject) => this.pending.set(rid, { resolve, reject }));
+    const promise = new Promise((resolve, reject) => this.pending.set(rid, { resolve, reject, onReply }));
     this.socket.write(encodeFrame({ op, rid, ...fields }));
     return { rid, promise };
   }

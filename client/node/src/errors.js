@@ -67,3 +67,43 @@ export class FlightFailedError extends CoordError {
 
   get name() { return 'FlightFailedError'; }
 }
+
+/** A join during a backoff (flight.fail with retryAfter): the failure that
+ * started it, `retryAfter` the ms left, `source` 'backoff'.  Also what a
+ * follower of the failing run gets (`source` 'live', `retryAfter` the whole
+ * backoff). */
+export class BackoffError extends FlightFailedError {
+  constructor(code, message, { retryAfter, ...rest } = {}) {
+    super(code, message, { retryable: true, ...rest });
+    this.retryAfter = retryAfter;
+  }
+
+  get name() { return 'BackoffError'; }
+}
+
+/** Thrown by a once() function to ask for a backoff: flight.fail with
+ * retryable and retry_after_ms = `retryAfter` (ms); the others' joins get a
+ * BackoffError until it has passed.  `code` defaults to 'RETRY_AFTER'. */
+export class RetryAfterError extends Error {
+  constructor(retryAfter, message = `retry after ${retryAfter} ms`, { code = 'RETRY_AFTER', cause } = {}) {
+    super(message, cause === undefined ? undefined : { cause });
+    if (!Number.isFinite(retryAfter) || retryAfter < 0)
+      throw new TypeError('RetryAfterError: retryAfter must be a non-negative number of milliseconds');
+    this.retryAfter = retryAfter;
+    this.code = code;
+  }
+
+  get name() { return 'RetryAfterError'; }
+}
+
+/** requestKey(): an input that has no key.  `field` names it ('method',
+ * 'url', 'body', 'header', 'user', 'freshness', or another input's name for a
+ * wrong type), as the vectors' `error_field` does. */
+export class RequestKeyError extends TypeError {
+  constructor(field, message) {
+    super(message);
+    this.field = field;
+  }
+
+  get name() { return 'RequestKeyError'; }
+}

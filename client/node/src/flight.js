@@ -1,17 +1,56 @@
 // flight.js - single-flight: client.once(key, fn, options) and the lower-level
-// client.flight.join / complete / fail / list.
+// client.flight.join / complete / fail / list / disable / enable / disabled.
 //
 // once(): joins the flight of `key`.  The first caller (or a follower promoted
-// when the owner was lost) runs fn({fence, flight, signal}); everyone else
-// waits for its result.  Result: {value, source, fence, ageMs} with source
-// 'owner' (fn ran here), 'live' (another caller's run, delivered now) or
-// 'record' (a stored completion record, maxAge).  fn's signal aborts on
-// flight.abort (ttl passed: "deadline"; all followers left with
-// abortWhenOrphaned: "orphaned"), on options.signal and on connection loss.
-// A throwing fn becomes flight.fail {code: err.code or err.name, message}
-// (options.retryable: boolean or err => boolean) and the error is rethrown to
-// the owner; followers get a FlightFailedError, and once() joins again
-// itself when the failure was retryable (up to MAX_RETRIES times).
+// when the owner was lost) runs fn({fence, flight, key, signal, stale,
+// bypass}); everyone else waits for its result.  Result: {value, source,
+// fence, ageMs, stale, revalidating} with source (the same words as the
+// Python client's)
+//   'owner'   fn ran here (also: delivered, revalidated);
+//   'bypass'  fn ran here, the kill switch on for the key (bypass: true);
+//   'live'    another caller's run, delivered now;
+//   'record'  a stored completion record younger than maxAge;
+//   'stale'   a stored record older than that but inside the stale window,
+//             served at once (stale: true); revalidating tells whether a
+//             revalidation runs meanwhile;
+//   'local'   fn ran here without coordination: the broker could not be
+//             reached and options.fallback is 'run' (also: reason, the
+//             error).
+// With stale and keep, the record is kept keep + stale ms (as the Python
+// client does), so that it can still be served stale.
+// fn's signal aborts on flight.abort (ttl passed: "deadline"; all followers
+// left with abortWhenOrphaned: "orphaned"), on options.signal and on
+// connection loss.
+//
+// Stale-while-revalidate (options.stale, ms): a completed record older than
+// maxAge but younger than maxAge + stale is served at once (source 'stale')
+// while one caller revalidates it: that caller is the owner and
+// its fn gets ctx.stale = {value, ageMs, fence} (the stale record).  With
+// options.notify or options.onUpdated, a caller served stale while a
+// revalidation runs is told when it ends: onUpdated({key, status:
+// 'completed' | 'failed', fence}) once, and the client's 'flight.updated'
+// event (detail the same) for every such notice.  onUpdated gets status
+// 'lost' (and error) when the connection is lost first; while one is due the
+// process is kept alive.
+//
+// Failures: a throwing fn becomes flight.fail {code: err.code or err.name,
+// message} (options.retryable: boolean or err => boolean) and the error is
+// rethrown to the owner; followers get a FlightFailedError, and once() joins
+// again itself when the failure was retryable (up to MAX_RETRIES times).
+// Backoff: a fn that throws a RetryAfterError(ms) (or any error with a
+// numeric `retryAfter`, ms) fails the flight retryable with retry_after_ms;
+// its followers, and every join during the backoff, reject with a
+// BackoffError (a FlightFailedError: .retryAfter the ms left, .source
+// 'backoff', or 'live' for the followers of the failing run).
+//
+// Fallback (options.fallback): when the broker cannot be reached (the client
+// is reconnecting and its next attempt to connect, autostart included,
+// fails; the connection is gone; or it drops while this caller waits or
+// runs), 'fail' (the default) rejects with that error (ConnectError,
+// ClosedError, or SHUTTING_DOWN), 'run' runs fn here without coordination
+// and resolves with source 'local' (reason: the error).  A client closed by close() always
+// rejects.  An owner whose connection drops keeps fn's value: 'run' resolves
+// it as 'local', 'fail' rejects.
 //
 // Values: by default fn's return value is MessagePack-encoded and followers'
 // values are decoded (any value msgpack carries).  With `raw: true` fn must
@@ -20,47 +59,70 @@
 //
 // Options (ms unless said): ttl (owner_ttl_ms, default 30000), wait (wait_ms,
 // default ttl; 0 = no limit), keep (keep_ms of the completion record, default
-// 0), maxAge (accept a record this young), abortWhenOrphaned, signal, raw,
-// retryable.
-import { FencedError, FlightFailedError } from './errors.js';
+// 0), maxAge (accept a record this young), stale, notify, onUpdated,
+// abortWhenOrphaned, signal, raw, retryable, fallback.
+import { BackoffError, FencedError, FlightFailedError } from './errors.js';
 import { packValue, unpackValue, wireName } from './wire.js';
 import { anySignal, ms, str, withSignal } from './util.js';
 
 // Retryable failures in a row before once() reports the last one (as coordctl once).
 const MAX_RETRIES = 10;
 
+// The broker's limit of keep_ms (366 days): keep + stale is lowered to it.
+const MAX_KEEP_MS = 31_622_400_000;
+
+// Error codes that mean "the broker cannot be reached" for the fallback policy.
+const UNREACHABLE = new Set(['CONNECT', 'CLOSED', 'SHUTTING_DOWN']);
+
 function joinFields(key, o) {
   const f = { key: wireName(key) };
   const ttl = ms(o.ttl, 'ttl');
   const wait = ms(o.wait, 'wait');
   const maxAge = ms(o.maxAge, 'maxAge');
+  const stale = ms(o.stale, 'stale');
   if (ttl !== undefined) f.owner_ttl_ms = ttl;
   if (wait !== undefined) f.wait_ms = wait;
   if (maxAge !== undefined) f.max_age_ms = maxAge;
+  if (stale !== undefined) f.stale_ms = stale;
+  if (o.notify || o.onUpdated) f.notify = true;
   if (o.abortWhenOrphaned) f.abort_when_orphaned = true;
   return f;
+}
+
+function errorFields(error) {
+  return { code: `${error?.code ?? 'ERROR'}`, message: `${error?.message ?? ''}` };
 }
 
 export class Flight {
   #client;
   #owned = new Map();       // flight id -> {ac, h}
+  #updates = new Map();     // key -> [waiter {onUpdated, h}], oldest first
 
   constructor(client) { this.#client = client; }
 
   /**
-   * flight.join: resolves {role: 'owner', flight, fence, signal} |
-   * {role: 'result', result, fence, ageMs, source} | {role: 'failed', error,
-   * retryable, fence, ageMs, source}.  An owner must call complete() or fail()
-   * (or close the client).
+   * flight.join: resolves {role: 'owner', flight, fence, signal, stale?,
+   * bypass} | {role: 'result', result, fence, ageMs, source, stale,
+   * revalidating} | {role: 'failed', error, retryable, retryAfter?, fence,
+   * ageMs, source}.  An owner must call complete() or fail() (or close the
+   * client).  options: ttl, wait, maxAge, stale, notify, onUpdated,
+   * abortWhenOrphaned, signal; attempt (internal: see Client#current).
    */
   async join(key, options = {}) {
     key = str(key, 'flight.join');
-    const { signal } = options;
+    const { signal, onUpdated } = options;
+    if (onUpdated !== undefined && typeof onUpdated !== 'function')
+      throw new TypeError('flight.join: onUpdated must be a function');
     signal?.throwIfAborted();
     const client = this.#client;
     const release = client._hold();
     try {
-      const req = await client._request('flight.join', joinFields(key, options));
+      const onReply = onUpdated && ((r) => {
+        if (r.role === 'result' && r.stale === true && r.revalidating === true && !signal?.aborted)
+          this.#expectUpdate(key, onUpdated);
+      });
+      const req = await client._request('flight.join', joinFields(key, options),
+        { onReply, attempt: !!options.attempt });
       const r = await withSignal(req, signal, (late) => {
         // we left, but the join made us owner: hand the flight on
         if (late.role === 'owner')
@@ -71,15 +133,21 @@ export class Flight {
         const flight = client._id(r.flight, 'flight');
         const fence = client._id(r.fence, 'fence');
         const ac = new AbortController();
-        const h = { lose: (err) => { this.#owned.delete(flight); ac.abort(err); } };
+        const h = { lose: (err) => { this.#owned.delete(flight); client._forget(h); ac.abort(err); } };
         this.#owned.set(flight, { ac, h });
         client._remember(h);
-        return { role: 'owner', key, flight, fence, signal: ac.signal };
+        const o = { role: 'owner', key, flight, fence, signal: ac.signal, bypass: r.bypass === true };
+        if (r.stale && typeof r.stale === 'object')
+          o.stale = { result: r.stale.result, ageMs: r.stale.age_ms, fence: r.stale.fence };
+        return o;
       }
       const base = { key, fence: r.fence === undefined ? undefined : client._id(r.fence, 'fence'),
         ageMs: r.age_ms, source: r.source };
-      if (r.role === 'result') return { role: 'result', result: r.result, ...base };
-      return { role: 'failed', error: r.error || { code: 'UNKNOWN', message: '' }, retryable: !!r.retryable, ...base };
+      if (r.role === 'result')
+        return { role: 'result', result: r.result, ...base, stale: r.stale === true, revalidating: r.revalidating === true };
+      const o = { role: 'failed', error: r.error || { code: 'UNKNOWN', message: '' }, retryable: !!r.retryable, ...base };
+      if (r.retry_after_ms !== undefined) o.retryAfter = r.retry_after_ms;
+      return o;
     } finally {
       release();
     }
@@ -106,9 +174,14 @@ export class Flight {
     }
   }
 
-  /** flight.fail: error {code, message}; resolves {delivered}. */
-  async fail(flight, fence, error = {}, { retryable = false, keep } = {}) {
-    const f = { flight, fence, error: { code: `${error.code ?? 'ERROR'}`, message: `${error.message ?? ''}` }, retryable: !!retryable };
+  /** flight.fail: error {code, message}; options retryable, retryAfter (ms:
+   * a backoff; implies retryable), keep.  Resolves {delivered}. */
+  async fail(flight, fence, error = {}, { retryable, retryAfter, keep } = {}) {
+    const after = ms(retryAfter, 'retryAfter');
+    if (after !== undefined && retryable === false)
+      throw new TypeError('flight.fail: retryAfter needs a retryable failure');
+    const f = { flight, fence, error: errorFields(error), retryable: after !== undefined || !!retryable };
+    if (after !== undefined) f.retry_after_ms = after;
     const k = ms(keep, 'keep');
     if (k) f.keep_ms = k;
     try {
@@ -128,6 +201,24 @@ export class Flight {
     }));
   }
 
+  /** The kill switch: joins of keys under prefix ('' = all) bypass
+   * single-flight (each caller owns, no record) until enable(prefix). */
+  async disable(prefix) {
+    await this.#client._call('flight.disable', { prefix: wireName(str(prefix, 'flight.disable')) });
+  }
+
+  async enable(prefix) {
+    await this.#client._call('flight.enable', { prefix: wireName(str(prefix, 'flight.enable')) });
+  }
+
+  /** The scope's disabled prefixes (an array; .truncated when cut short). */
+  async disabled() {
+    const r = await this.#client._call('flight.disabled', {});
+    const out = [...(r.prefixes || [])];
+    if (r.truncated) out.truncated = true;
+    return out;
+  }
+
   /** flight.abort from the broker. */
   _abort(ev) {
     const o = this.#owned.get(ev.flight);
@@ -135,6 +226,51 @@ export class Flight {
     const e = new FencedError(`flight aborted: ${ev.reason}`);
     e.reason = ev.reason;
     o.ac.abort(e);
+  }
+
+  // A caller served stale with onUpdated: its notice is due (kept alive).
+  #expectUpdate(key, onUpdated) {
+    const client = this.#client;
+    const w = { onUpdated };
+    w.lose = (err) => {
+      this.#dropWaiter(key, w);
+      client._forget(w);
+      call(onUpdated, { key, status: 'lost', fence: undefined, error: err });
+    };
+    let list = this.#updates.get(key);
+    if (!list) this.#updates.set(key, (list = []));
+    list.push(w);
+    client._remember(w);
+  }
+
+  #dropWaiter(key, w) {
+    const list = this.#updates.get(key);
+    if (!list) return;
+    const i = list.indexOf(w);
+    if (i >= 0) list.splice(i, 1);
+    if (!list.length) this.#updates.delete(key);
+  }
+
+  /** flight.updated from the broker: the oldest waiter of the key, then the event. */
+  _updated(ev) {
+    const detail = { key: ev.key, status: ev.status, fence: ev.fence };
+    const w = this.#updates.get(ev.key)?.[0];
+    if (w) {
+      this.#dropWaiter(ev.key, w);
+      this.#client._forget(w);
+      call(w.onUpdated, { ...detail });
+    }
+    this.#client.dispatchEvent(new CustomEvent('flight.updated', { detail }));
+  }
+}
+
+// Calls a user callback; what it throws is reported as an uncaught exception
+// (as an EventTarget listener's would be), never into the client.
+function call(cb, arg) {
+  try {
+    cb(arg);
+  } catch (e) {
+    process.nextTick(() => { throw e; });
   }
 }
 
@@ -144,39 +280,94 @@ function errorCode(e) {
   return 'ERROR';
 }
 
+/** The backoff an error asks for (RetryAfterError, or any numeric retryAfter), in ms. */
+function retryAfterOf(e) {
+  const v = e?.retryAfter;
+  return typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.min(Math.floor(v), 86_400_000) : undefined;
+}
+
+const unreachable = (client, e) => !client._closedByUser && e instanceof Error && UNREACHABLE.has(e.code);
+
+async function runLocal(key, fn, options, reason) {
+  const signal = options.signal ?? new AbortController().signal;
+  const value = await fn({ key, fence: undefined, flight: undefined, signal, stale: undefined, bypass: false, local: true });
+  return { value, source: 'local', fence: undefined, ageMs: 0, stale: false, revalidating: false, reason };
+}
+
 export async function once(client, key, fn, options = {}) {
   key = str(key, 'once');
   if (typeof fn !== 'function') throw new TypeError('once: fn must be a function');
-  const { signal, raw = false, retryable = false } = options;
+  const { raw = false, fallback = 'fail' } = options;
+  if (fallback !== 'fail' && fallback !== 'run') throw new TypeError("once: fallback must be 'fail' or 'run'");
+  ms(options.keep, 'keep');                  // refused before anything runs
   let retries = 0;
   for (;;) {
-    const j = await client.flight.join(key, options);
-    if (j.role === 'result')
-      return { value: unpackValue(j.result, raw), source: j.source, fence: j.fence, ageMs: j.ageMs };
-    if (j.role === 'failed') {
-      if (j.retryable && ++retries < MAX_RETRIES) continue;
-      throw new FlightFailedError(j.error.code, j.error.message, j);
-    }
-    // owner
-    const fnSignal = signal ? anySignal(j.signal, signal) : j.signal;
-    let value;
+    let j;
     try {
-      value = await fn({ fence: j.fence, flight: j.flight, key, signal: fnSignal });
+      j = await client.flight.join(key, { ...options, attempt: true });
     } catch (e) {
-      const again = typeof retryable === 'function' ? !!retryable(e) : !!retryable;
+      if (fallback === 'run' && unreachable(client, e)) return runLocal(key, fn, options, e);
+      throw e;
+    }
+    if (j.role === 'result') {
+      return { value: unpackValue(j.result, raw), source: j.stale ? 'stale' : j.source, fence: j.fence,
+        ageMs: j.ageMs, stale: j.stale, revalidating: j.revalidating };
+    }
+    if (j.role === 'failed') {
+      const info = { fence: j.fence, source: j.source, ageMs: j.ageMs };
+      if (j.retryAfter !== undefined)
+        throw new BackoffError(j.error.code, j.error.message, { ...info, retryAfter: j.retryAfter });
+      if (j.retryable && ++retries < MAX_RETRIES) continue;
+      throw new FlightFailedError(j.error.code, j.error.message, { ...info, retryable: j.retryable });
+    }
+    return own(client, key, fn, options, j);
+  }
+}
+
+// once() as the owner j: runs fn, completes or fails the flight.
+async function own(client, key, fn, options, j) {
+  const { signal, raw = false, retryable = false, fallback = 'fail' } = options;
+  // the connection dropped under us: nothing can reach the broker any more
+  const cut = () => (j.signal.aborted && unreachable(client, j.signal.reason) ? j.signal.reason : null);
+  const fnSignal = signal ? anySignal(j.signal, signal) : j.signal;
+  let value;
+  try {
+    const stale = j.stale ? { value: unpackValue(j.stale.result, raw), ageMs: j.stale.ageMs, fence: j.stale.fence } : undefined;
+    value = await fn({ fence: j.fence, flight: j.flight, key, signal: fnSignal, stale, bypass: j.bypass });
+  } catch (e) {
+    if (!cut()) {
+      const after = retryAfterOf(e);
+      const again = after !== undefined || (typeof retryable === 'function' ? !!retryable(e) : !!retryable);
       const msg = e && e.message !== undefined ? `${e.message}` : `${e}`;
       await client.flight.fail(j.flight, j.fence, { code: errorCode(e), message: msg.slice(0, 4096) },
-        { retryable: again }).catch(() => {});
-      throw e;
+        { retryable: again, retryAfter: after }).catch(() => {});
     }
-    let bytes;
-    try {
-      bytes = packValue(value, raw, 'the value of once()');
-    } catch (e) {
-      await client.flight.fail(j.flight, j.fence, { code: 'BAD_VALUE', message: e.message }).catch(() => {});
-      throw e;
-    }
-    const { delivered } = await client.flight.complete(j.flight, j.fence, bytes, { keep: options.keep });
-    return { value, source: 'owner', fence: j.fence, ageMs: 0, delivered };
+    throw e;
   }
+  const lost = cut();
+  if (lost) {
+    if (fallback === 'run')
+      return { value, source: 'local', fence: j.fence, ageMs: 0, stale: false, revalidating: false, reason: lost };
+    throw lost;
+  }
+  let bytes;
+  try {
+    bytes = packValue(value, raw, 'the value of once()');
+  } catch (e) {
+    await client.flight.fail(j.flight, j.fence, { code: 'BAD_VALUE', message: e.message }).catch(() => {});
+    throw e;
+  }
+  let delivered;
+  const keep = ms(options.keep, 'keep');
+  const stale = ms(options.stale, 'stale');
+  try {
+    ({ delivered } = await client.flight.complete(j.flight, j.fence, bytes,
+      { keep: keep && stale ? Math.min(keep + stale, MAX_KEEP_MS) : keep }));
+  } catch (e) {
+    if (fallback === 'run' && unreachable(client, e))
+      return { value, source: 'local', fence: j.fence, ageMs: 0, stale: false, revalidating: false, reason: e };
+    throw e;
+  }
+  return { value, source: j.bypass ? 'bypass' : 'owner', fence: j.fence, ageMs: 0, stale: false, revalidating: false,
+    delivered, bypass: j.bypass, revalidated: !!j.stale };
 }

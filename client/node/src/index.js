@@ -6,6 +6,8 @@ export { Lock, LockManager } from './locks.js';
 export { Leader, LeaderState } from './leader.js';
 export {
   CoordError, FencedError, TimeoutError, DisabledError, NotFoundError, ClosedError,
-  ConnectError, AbortedError, FlightFailedError, WIRE_CODES, CLIENT_CODES,
+  ConnectError, AbortedError, FlightFailedError, BackoffError, RetryAfterError, RequestKeyError,
+  WIRE_CODES, CLIENT_CODES,
 } from './errors.js';
+export { requestKey } from './request-key.js';
 export { wtf8Encode, wtf8Decode } from './wire.js';
