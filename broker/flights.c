@@ -623,6 +623,22 @@ struct join_args {
     bool orphan_abort, notify;
 };
 
+/* A joining caller, owner or follower to be; NULL when out of memory. */
+static struct member *member_new(struct conn *c, const struct join_args *a)
+{
+    struct member *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    m->conn = c;
+    m->owner_ttl_ms = a->ttl;
+    m->abort_when_orphaned = a->orphan_abort;
+    m->joined_ms = broker_now_ms(F.b);
+    m->joined_us = now_us();
+    list_init(&m->link);
+    list_init(&m->p.link);
+    return m;
+}
+
 /* c becomes the owner of a new flight for skey (taken over).  A bypass
  * flight (kill switch) is not found by other joins.  stale: the record a
  * revalidation owner is given, or NULL. */
@@ -635,7 +651,7 @@ static void start_flight(struct conn *c, uint64_t rid, uint8_t *skey, size_t skl
         reply_conn_limit(c, rid, "flights owned", LIMIT_CONN_FLIGHTS);
         return;
     }
-    struct member *m = calloc(1, sizeof *m);
+    struct member *m = member_new(c, a);
     struct flight *fl = m ? calloc(1, sizeof *fl) : NULL;
     if (!fl) {
         free(m);
@@ -643,13 +659,6 @@ static void start_flight(struct conn *c, uint64_t rid, uint8_t *skey, size_t skl
         conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
         return;
     }
-    m->conn = c;
-    m->owner_ttl_ms = a->ttl;
-    m->abort_when_orphaned = a->orphan_abort;
-    m->joined_ms = broker_now_ms(F.b);
-    m->joined_us = now_us();
-    list_init(&m->link);
-    list_init(&m->p.link);
     fl->skey = skey;
     fl->by_key.key = skey;
     fl->by_key.keylen = sklen;
@@ -698,18 +707,11 @@ static void start_flight(struct conn *c, uint64_t rid, uint8_t *skey, size_t skl
 
 static void follow(struct conn *c, uint64_t rid, struct flight *fl, const struct join_args *a)
 {
-    struct member *m = calloc(1, sizeof *m);
+    struct member *m = member_new(c, a);
     if (!m) {
         conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
         return;
     }
-    m->conn = c;
-    m->owner_ttl_ms = a->ttl;
-    m->abort_when_orphaned = a->orphan_abort;
-    m->joined_ms = broker_now_ms(F.b);
-    m->joined_us = now_us();
-    list_init(&m->link);
-    list_init(&m->p.link);
     m->f = fl;
     m->p.abort = follower_abort;
     m->p.drop = follower_drop;
