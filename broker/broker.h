@@ -116,7 +116,7 @@ struct pending {
     struct conn *conn;
     struct list link;            /* conn.pending */
     struct hentry by_rid;        /* the broker's (conn, rid) index */
-    struct { const struct conn *conn; uint64_t rid; } hkey;
+    struct pending_key { const struct conn *conn; uint64_t rid; } hkey;
     int op;                      /* enum coord_op, for logs */
     /* Remove from the owning table and reply with code (ABORTED on cancel,
      * SHUTTING_DOWN at exit).  Must call pending_finish. */

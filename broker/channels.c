@@ -22,7 +22,6 @@ struct channel {
     struct list subs;
     unsigned nsubs;
     int system;                    /* index into system_names, or -1 */
-    bool fanning_out;              /* kept alive while we walk subs */
 };
 
 struct sub {
@@ -122,7 +121,7 @@ static void sub_remove(struct sub *s)
     if (ch->system >= 0)
         C.system_subs[ch->system]--;
     free(s);
-    if (ch->nsubs == 0 && !ch->fanning_out)
+    if (ch->nsubs == 0)
         channel_free(ch);
 }
 
@@ -137,18 +136,16 @@ static uint64_t fan_out(struct channel *ch, const struct conn *except)
 {
     uint64_t n = 0;
     struct list *pos, *tmp;
-    ch->fanning_out = true;
     list_for_each_safe(pos, tmp, &ch->subs) {
         struct sub *s = list_entry(pos, struct sub, ch_link);
         if (s->conn == except)
             continue;
-        /* may cut the subscriber off (output cap), which removes s */
+        /* a subscriber past its output cap is only marked (conn_cut): its
+         * subscriptions go at the loop turn's safe point, not during this
+         * walk, and C.scratch stays this message */
         if (conn_send_bytes(s->conn, C.scratch.data, C.scratch.len) == 0)
             n++;
     }
-    ch->fanning_out = false;
-    if (ch->nsubs == 0)
-        channel_free(ch);
     C.delivered += n;
     return n;
 }

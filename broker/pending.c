@@ -6,6 +6,14 @@
 #include "broker.h"
 #include "errors.h"
 
+/* The index key of (c, rid), padding zeroed: the table hashes its bytes. */
+static void pending_key_set(struct pending_key *k, const struct conn *c, uint64_t rid)
+{
+    memset(k, 0, sizeof *k);
+    k->conn = c;
+    k->rid = rid;
+}
+
 int pending_check(struct conn *c, uint64_t rid)
 {
     if (c->npending >= c->b->opt.max_pending) {
@@ -30,9 +38,7 @@ int pending_start(struct conn *c, struct pending *p, uint64_t rid, int op)
     p->rid = rid;
     p->conn = c;
     p->op = op;
-    memset(&p->hkey, 0, sizeof p->hkey);
-    p->hkey.conn = c;
-    p->hkey.rid = rid;
+    pending_key_set(&p->hkey, c, rid);
     p->by_rid.key = (const uint8_t *)&p->hkey;
     p->by_rid.keylen = sizeof p->hkey;
     if (hashmap_put(&c->b->pending, &p->by_rid) < 0) {
@@ -57,10 +63,8 @@ struct pending *pending_find(struct conn *c, uint64_t rid)
 {
     if (c->npending == 0)
         return NULL;
-    struct { const struct conn *conn; uint64_t rid; } k;
-    memset(&k, 0, sizeof k);
-    k.conn = c;
-    k.rid = rid;
+    struct pending_key k;
+    pending_key_set(&k, c, rid);
     struct hentry *e = hashmap_get(&c->b->pending, &k, sizeof k);
     return e ? list_entry(e, struct pending, by_rid) : NULL;
 }

@@ -15,10 +15,27 @@
 static struct broker_proc bp;
 static coord_msg m;
 
-/* Pipelines n frames built by make(i) and reads n replies, counting the
+/* One request of a pipeline: op, and the name field it sets to
+ * "<prefix><i>". */
+struct named_op {
+    const char *op, *field, *prefix;
+};
+static const struct named_op subs_op = { "sub.subscribe", "channel", "c" };
+static const struct named_op locks_op = { "lock.acquire", "name", "l" };
+static const struct named_op flights_op = { "flight.join", "key", "f" };
+static const struct named_op infos_op = { "leader.info", "workstream", "w" };
+
+static void make(coord_enc *e, const struct named_op *o, uint64_t i)
+{
+    char name[32];
+    int n = snprintf(name, sizeof name, "%s%llu", o->prefix, (unsigned long long)i);
+    coord_enc_kv_cstr(e, "op", o->op);
+    coord_enc_kv_str(e, o->field, name, (size_t)n);
+}
+
+/* Pipelines n frames of o and reads n replies, counting the
  * ones that are ok:false with code. */
-typedef void (*make_fn)(coord_enc *e, uint64_t i);
-static uint64_t pipeline(struct rcl *c, uint64_t n, make_fn make, const char *code,
+static uint64_t pipeline(struct rcl *c, uint64_t n, const struct named_op *o, const char *code,
                          uint64_t *first_code_at)
 {
     coord_buf b;
@@ -26,7 +43,7 @@ static uint64_t pipeline(struct rcl *c, uint64_t n, make_fn make, const char *co
     coord_buf_init(&b);
     for (uint64_t i = 1; i <= n; i++) {
         coord_enc_begin(&e, &b);
-        make(&e, i);
+        make(&e, o, i);
         coord_enc_kv_uint(&e, "rid", i);
         coord_enc_end(&e);
     }
@@ -49,38 +66,6 @@ static uint64_t pipeline(struct rcl *c, uint64_t n, make_fn make, const char *co
     return hits;
 }
 
-static void make_sub(coord_enc *e, uint64_t i)
-{
-    char name[32];
-    int n = snprintf(name, sizeof name, "c%llu", (unsigned long long)i);
-    coord_enc_kv_cstr(e, "op", "sub.subscribe");
-    coord_enc_kv_str(e, "channel", name, (size_t)n);
-}
-
-static void make_lock(coord_enc *e, uint64_t i)
-{
-    char name[32];
-    int n = snprintf(name, sizeof name, "l%llu", (unsigned long long)i);
-    coord_enc_kv_cstr(e, "op", "lock.acquire");
-    coord_enc_kv_str(e, "name", name, (size_t)n);
-}
-
-static void make_flight(coord_enc *e, uint64_t i)
-{
-    char name[32];
-    int n = snprintf(name, sizeof name, "f%llu", (unsigned long long)i);
-    coord_enc_kv_cstr(e, "op", "flight.join");
-    coord_enc_kv_str(e, "key", name, (size_t)n);
-}
-
-static void make_info(coord_enc *e, uint64_t i)
-{
-    char name[32];
-    int n = snprintf(name, sizeof name, "w%llu", (unsigned long long)i);
-    coord_enc_kv_cstr(e, "op", "leader.info");
-    coord_enc_kv_str(e, "workstream", name, (size_t)n);
-}
-
 /* 65,536 of each per connection; the next one is LIMIT, and the broker
  * and every other connection go on. */
 static void test_per_connection_caps(void)
@@ -88,11 +73,11 @@ static void test_per_connection_caps(void)
     start_or_exit(&bp, NULL);
     struct rcl *c = connect_or_exit(&bp, NULL), *other = connect_or_exit(&bp, NULL);
     uint64_t at;
-    CHECK_EQ_U(pipeline(c, 65537, make_sub, "LIMIT", &at), 1);
+    CHECK_EQ_U(pipeline(c, 65537, &subs_op, "LIMIT", &at), 1);
     CHECK_EQ_U(at, 65537);
-    CHECK_EQ_U(pipeline(c, 65537, make_lock, "LIMIT", &at), 1);
+    CHECK_EQ_U(pipeline(c, 65537, &locks_op, "LIMIT", &at), 1);
     CHECK_EQ_U(at, 65537);
-    CHECK_EQ_U(pipeline(c, 65537, make_flight, "LIMIT", &at), 1);
+    CHECK_EQ_U(pipeline(c, 65537, &flights_op, "LIMIT", &at), 1);
     CHECK_EQ_U(at, 65537);
     CHECK_EQ_U(rcl_stat(other, "locks_held"), 65536);
     CHECK_EQ_U(rcl_stat(other, "flights"), 65536);
@@ -116,7 +101,7 @@ static void test_idle_workstreams_forgotten(void)
     start_or_exit(&bp, NULL);
     struct rcl *c = connect_or_exit(&bp, NULL);
     uint64_t at;
-    CHECK_EQ_U(pipeline(c, 20000, make_info, "STORAGE", &at), 0);
+    CHECK_EQ_U(pipeline(c, 20000, &infos_op, "STORAGE", &at), 0);
     CHECK_EQ_U(rcl_stat(c, "workstreams"), 0);
     /* a led one stays, and is forgotten once its leader resigns */
     coord_enc *e = rcl_begin(c, "leader.campaign", 1);
@@ -476,10 +461,7 @@ static void test_bystander_while_pipelining(void)
     coord_buf_init(&b);
     for (uint64_t i = 1; i <= 200000; i++) {
         coord_enc_begin(&e, &b);
-        if (i <= 100000)
-            make_sub(&e, i);
-        else
-            make_lock(&e, i);
+        make(&e, i <= 100000 ? &subs_op : &locks_op, i);
         coord_enc_kv_uint(&e, "rid", i);
         coord_enc_end(&e);
     }
