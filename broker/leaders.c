@@ -566,17 +566,26 @@ static void run_resign(struct lreq *q, struct workstream *ws)
     conn_reply_ok(c, q->job.rid);
 }
 
+/* The ops whose fields are {workstream} or {workstream, generation}: read
+ * them (in that order, so the first bad one is named) and run q. */
+static void workstream_op(struct conn *c, uint64_t rid, coord_fields *f, struct lreq *q,
+                          bool generation)
+{
+    coord_bytes name = { NULL, 0 };
+    coord_field_str(f, "workstream", true, &name);
+    if (generation)
+        coord_field_uint(f, "generation", true, &q->generation);
+    if (!fields_ok(c, rid, f))
+        return;
+    with_workstream(c, rid, name, q);
+}
+
 /* {workstream, generation} of renew and resign */
 static void live_op(struct conn *c, uint64_t rid, coord_fields *f,
                     void (*run)(struct lreq *, struct workstream *))
 {
-    coord_bytes name = { NULL, 0 };
     struct lreq q = { .run = run };
-    coord_field_str(f, "workstream", true, &name);
-    coord_field_uint(f, "generation", true, &q.generation);
-    if (!fields_ok(c, rid, f))
-        return;
-    with_workstream(c, rid, name, &q);
+    workstream_op(c, rid, f, &q, true);
 }
 
 void op_leader_renew(struct conn *c, uint64_t rid, coord_fields *f)
@@ -758,12 +767,8 @@ static void run_info(struct lreq *q, struct workstream *ws)
 
 void op_leader_info(struct conn *c, uint64_t rid, coord_fields *f)
 {
-    coord_bytes name = { NULL, 0 };
     struct lreq q = { .run = run_info };
-    coord_field_str(f, "workstream", true, &name);
-    if (!fields_ok(c, rid, f))
-        return;
-    with_workstream(c, rid, name, &q);
+    workstream_op(c, rid, f, &q, false);
 }
 
 static void switch_done(struct ll_req *req)
@@ -804,22 +809,14 @@ static void run_switch(struct lreq *q, struct workstream *ws)
     ll_submit(W.ledger, &call->req);
 }
 
-static void leader_switch(struct conn *c, uint64_t rid, coord_fields *f, bool disable)
-{
-    coord_bytes name = { NULL, 0 };
-    struct lreq q = { .run = run_switch, .disable = disable };
-    coord_field_str(f, "workstream", true, &name);
-    if (!fields_ok(c, rid, f))
-        return;
-    with_workstream(c, rid, name, &q);
-}
-
 void op_leader_disable(struct conn *c, uint64_t rid, coord_fields *f)
 {
-    leader_switch(c, rid, f, true);
+    struct lreq q = { .run = run_switch, .disable = true };
+    workstream_op(c, rid, f, &q, false);
 }
 
 void op_leader_enable(struct conn *c, uint64_t rid, coord_fields *f)
 {
-    leader_switch(c, rid, f, false);
+    struct lreq q = { .run = run_switch, .disable = false };
+    workstream_op(c, rid, f, &q, false);
 }
