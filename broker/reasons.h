@@ -13,7 +13,13 @@
     X(REASON_RESIGNED, "resigned")         /* leader.resign */ \
     X(REASON_DEADLINE, "deadline")         /* a flight owner past owner_ttl_ms */ \
     X(REASON_ORPHANED, "orphaned")         /* a flight's last follower left */ \
-    X(REASON_DISCONNECT, "disconnect")     /* a flight owner's connection closed */
+    X(REASON_DISCONNECT, "disconnect")     /* a flight owner's connection closed */ \
+    X(REASON_INCIDENT, "incident")         /* leadership broken by an incident steal */ \
+    X(REASON_MAX_HOLD, "max_hold")         /* a term past its descriptor's max hold */ \
+    X(REASON_REQUESTED, "requested")       /* a drain asked by another connection */ \
+    X(REASON_SELF, "self")                 /* a drain the leader announced */ \
+    X(REASON_RESTART, "restart")           /* a term live when its broker stopped */ \
+    X(REASON_LEDGER_UNAVAILABLE, "ledger-unavailable") /* a remote ledger out of reach */
 
 enum reason {
 #define REASON_ENUM(id, name) id,

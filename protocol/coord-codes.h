@@ -30,6 +30,11 @@
     X(DISABLED,       -15, "DISABLED",        "workstream disabled")           \
     X(STORAGE,        -16, "STORAGE",         "storage error")                 \
     X(SHUTTING_DOWN,  -17, "SHUTTING_DOWN",   "broker is shutting down")       \
+    X(PROTOCOL_PINNED,-18, "PROTOCOL_PINNED", "protocol older than the workstream's pin") \
+    X(POLICY,         -19, "POLICY",          "forbidden by the workstream's descriptor") \
+    X(READ_ONLY,      -20, "READ_ONLY",       "workstream is in a read-only rollout mode") \
+    X(DRAINING,       -21, "DRAINING",        "leader is draining")            \
+    X(UNAVAILABLE,    -22, "UNAVAILABLE",     "ledger unavailable (outcome unknown)") \
     X(CONNECT,        -50, NULL,              "cannot reach the broker")       \
     X(CLOSED,         -51, NULL,              "connection to the broker closed") \
     X(PROTOCOL,       -52, NULL,              "broker sent a malformed reply") \

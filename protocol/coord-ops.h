@@ -40,6 +40,14 @@
     X(LEADER_INFO,      "leader.info")              \
     X(LEADER_DISABLE,   "leader.disable")           \
     X(LEADER_ENABLE,    "leader.enable")            \
+    X(LEADER_DEFINE,    "leader.define")            \
+    X(LEADER_DESCRIBE,  "leader.describe")          \
+    X(LEADER_DRAIN,     "leader.drain")             \
+    X(LEADER_HISTORY,   "leader.history")           \
+    X(LEADER_CLAIM,     "leader.claim")             \
+    X(LEADER_ABANDON,   "leader.abandon")           \
+    X(LEADER_PENDING,   "leader.pending")           \
+    X(LEADER_CHECK,     "leader.check")             \
     X(SUB_SUBSCRIBE,    "sub.subscribe")            \
     X(SUB_UNSUBSCRIBE,  "sub.unsubscribe")          \
     X(SUB_PUBLISH,      "sub.publish")
@@ -50,6 +58,8 @@
     X(FLIGHT_ABORT,     "flight.abort")             \
     X(FLIGHT_UPDATED,   "flight.updated")           \
     X(LEADER_LOST,      "leader.lost")              \
+    X(LEADER_DRAIN,     "leader.drain")             \
+    X(LEADER_MODE,      "leader.mode")              \
     X(MESSAGE,          "message")                  \
     X(LIFECYCLE,        "lifecycle")
 
