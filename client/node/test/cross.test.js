@@ -125,3 +125,27 @@ test('10 Node processes x 100 requests on one name: FIFO and token order', async
   }
   assert.equal(byConn.size, N);
 });
+
+test('a coordctl leader-run leader fenced by a Node incident steal; the Node leader commits', async () => {
+  const ws = 'cross-leader';
+  const ctlLeader = ctl(['leader-run', ws, '--', 'sh', '-c',
+    'trap "exit 0" TERM; echo "leading $COORD_GENERATION"; sleep 30 & wait']);
+  let err = '';
+  ctlLeader.stderr.on('data', (d) => { err += d; });
+  const out = await waitOutput(ctlLeader, '\n');
+  const ctlGen = Number(/leading (\d+)/.exec(out)[1]);
+  assert.equal((await c.leaders.info(ws)).liveGeneration, ctlGen);
+  const r = await c.leader(ws, { steal: true, incident: 'INC-cross' }, async (L) => {
+    assert.ok(L.generation > ctlGen);
+    // coordctl is told (leader.lost, reason incident) and stops its command:
+    // that exits 0 on SIGTERM, coordctl exits 1 (leadership lost)
+    assert.equal(await exitOf(ctlLeader), 1);
+    return L.commit('cross-op', 'k', 'from node');
+  });
+  assert.deepEqual(r, { applied: true });
+  assert.match(err, /lost leadership of .*\(incident\)/);
+  const hist = await c.leaders.history(ws, { limit: 2 });
+  assert.deepEqual(hist.map((t) => [t.pid, t.reason, t.incident]),
+    [[process.pid, 'resigned', 'INC-cross'], [ctlLeader.pid, 'incident', undefined]]);
+  assert.equal(hist[1].client, 'coordctl');
+});
