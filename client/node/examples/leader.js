@@ -5,7 +5,7 @@ import { connect } from 'coord-client';
 const client = await connect();
 const d = await client.leaders.define('indexer', { maxHold: 60_000, steal: 'incident-only', fallback: 'SERVER_COORDINATED' });
 console.log(`defined: max hold ${d.maxHoldMs} ms, steal ${d.steal}`);
-await client.leader('indexer', { lease: 5000, drainGrace: 2000 }, async (leader) => {
+const generation = await client.leader('indexer', { lease: 5000, drainGrace: 2000 }, async (leader) => {
   console.log(`leading generation ${leader.generation}: ${leader.state} (${leader.mode})`);
   leader.ondrain = (ev) => console.log(`asked to drain (${ev.detail.reason}): finishing`);
   // a new leader first reconciles what an earlier one claimed and never settled
@@ -18,7 +18,9 @@ await client.leader('indexer', { lease: 5000, drainGrace: 2000 }, async (leader)
   const again = await leader.commit('batch-1', 'cursor', { offset: 100 });
   console.log(`applied ${r.applied}, duplicate ${again.duplicate === true}`);
   console.log('cursor', JSON.stringify((await leader.read('cursor')).value));
+  return leader.generation;
 });
 console.log('info', (await client.leaders.info('indexer')).state);
-console.log('last term', (await client.leaders.history('indexer', { limit: 1 }))[0].reason);
+const [last] = await client.leaders.history('indexer', { limit: 1 });
+console.log(`history: generation ${last.generation} led by ${last.client}, ours: ${last.generation === generation}`);
 await client.close();

@@ -15,7 +15,7 @@ const expected = {
   'broadcast.js': [/received \{"type":"logout","user":"ada"\}/],
   'once.js': [/fetching \(fence \d+\)/, /owner record "dark"/, /record: completed/],
   'leader.js': [/defined: max hold 60000 ms, steal incident-only/, /leading generation \d+: LEADER \(active\)/,
-    /claimed true, reconcile false/, /applied true, duplicate true/, /cursor \{"offset":100\}/, /info idle/, /last term resigned/],
+    /claimed true, reconcile false/, /applied true, duplicate true/, /cursor \{"offset":100\}/, /info idle/, /history: generation \d+ led by leader\.js, ours: true/],
   'watch.js': [/-locks granted watched/, /-locks released watched/, /locks held now: 0/],
   'swr.js': [/revalidating, stale copy \{"tempC":21\}/, /served stale \(revalidating: true\) \{"tempC":21\}/,
     /onUpdated: completed/, /revalidated by owner/, /flight.updated: completed/, /now: \{"tempC":22\}/,
