@@ -367,9 +367,10 @@ int ctl_leader_define(struct ctl *ctl, int argc, char **argv)
     memset(&in, 0, sizeof in);
     const char *file = NULL;
     int opt;
-    optind = 1;
+    /* 0: a full restart, options may follow the operands */
+    optind = 0;
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, "+f:", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "f:", longopts, NULL)) != -1) {
         coord_leader_define_opts *o = &flags.o;
         switch (opt) {
         case 'P':

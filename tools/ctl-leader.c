@@ -166,9 +166,10 @@ static int leader_history(struct ctl *ctl, int argc, char **argv)
     };
     unsigned long limit = 0;
     int opt;
-    optind = 1;
+    /* 0: a full restart, options may follow the operands */
+    optind = 0;
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         char *end;
         switch (opt) {
         case 'l':

@@ -43,9 +43,10 @@ static int outbox_args(struct ctl *ctl, int argc, char **argv, int min, int max,
     };
     const char *g = NULL;
     int opt;
-    optind = 1;
+    /* 0: a full restart, options may follow the operands */
+    optind = 0;
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         char *end;
         unsigned long v;
         switch (opt) {
