@@ -415,14 +415,29 @@ static void test_drain_operator(void)
     run_free(&o);
 
     report_open(&rep);
-    ctl_start(&r, rep.wr, ARGS("leader-run", "dw", "--", "sh", "-c", reporting_cmd));
+    /* on SIGTERM, CMD reports what `coordctl leader` says meanwhile */
+    ctl_start(&r, rep.wr, ARGS("leader-run", "dw", "--", "sh", "-c",
+        "trap 'kill $! 2>/dev/null; $COORDCTL --no-autostart leader $COORD_WORKSTREAM "
+        "| grep -e ^state -e ^drain -e ^mode >&5; echo term >&5; exit 0' TERM; "
+        "echo started $COORD_GENERATION >&5; sleep 30 & wait"));
     unsigned long long g = started_gen(report_line(&rep));
+    /* a mode change reaches leader-run, which says so */
+    CHECK_EQ(ctl_run(&o, ARGS("leader", "define", "dw", "--mode", "read-only")), 0);
+    run_free(&o);
+    const char *l = run_line(&r, ERR, T);
+    CHECK(l && !strcmp(l, "coordctl: leader-run: dw: mode read-only"));
     CHECK_EQ(ctl_run(&o, ARGS("leader", "drain", "dw")), 0);
     char want[64];
     snprintf(want, sizeof want, "draining generation %llu\n", g);
     CHECK(has(&o, OUT, want));
     run_free(&o);
-    const char *l = report_line(&rep);
+    l = report_line(&rep);
+    CHECK(l && !strncmp(l, "state ", 6) && strstr(l, " draining"));
+    l = report_line(&rep);
+    CHECK(l && !strncmp(l, "drain reason ", 13) && strstr(l, " requested"));
+    l = report_line(&rep);
+    CHECK(l && !strncmp(l, "mode ", 5) && strstr(l, " read-only"));
+    l = report_line(&rep);
     CHECK(l && !strcmp(l, "term"));
     CHECK_EQ(run_finish(&r, T), 0);
     CHECK(has(&r, ERR, "coordctl: leader-run: draining dw (requested)\n"));
