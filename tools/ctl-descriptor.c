@@ -134,7 +134,7 @@ static char *file_value(char *v, const char **err)
 
 /* Parses FILE into *in.  0, or an exit status after printing the error
  * ("coordctl: leader define: FILE:LINE: ..."). */
-static int read_desc_file(struct ctl *ctl, const char *path, struct desc_input *in)
+static int read_desc_file(const char *path, struct desc_input *in)
 {
     FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "r");
     if (!f) {
@@ -160,11 +160,9 @@ static int read_desc_file(struct ctl *ctl, const char *path, struct desc_input *
         fprintf(stderr, "coordctl: leader define: %s: not a text file (NUL byte)\n", path);
         return CTL_EXIT_USAGE;
     }
-    (void)ctl;
 
     int errors = 0;
     bool seen[N_FILE_KEYS] = { false };
-    const char *schema = NULL;
     int lineno = 0;
     for (char *line = in->buf, *next; line; line = next) {
         lineno++;
@@ -222,7 +220,6 @@ static int read_desc_file(struct ctl *ctl, const char *path, struct desc_input *
         }
         unsigned bit = file_keys[k].bit;
         if (k == 0) {
-            schema = v;
             if (!v || strcmp(v, DESC_SCHEMA) != 0) {
                 char *e = v ? ctl_escape(v, strlen(v)) : NULL;
                 FILE_ERR("schema must be %s, not %s", DESC_SCHEMA,
@@ -259,7 +256,6 @@ static int read_desc_file(struct ctl *ctl, const char *path, struct desc_input *
                 DESC_SCHEMA);
         errors++;
     }
-    (void)schema;
     return errors ? CTL_EXIT_USAGE : 0;
 }
 
@@ -424,7 +420,7 @@ int ctl_leader_define(struct ctl *ctl, int argc, char **argv)
     if (file) {
         if (flags.o.set || flags.o.reset)
             return ctl_usage(ctl, "-f takes the fields from FILE (only --force beside it)");
-        rc = read_desc_file(ctl, file, &in);
+        rc = read_desc_file(file, &in);
         if (rc) {
             free(in.buf);
             return rc;
