@@ -375,6 +375,8 @@ test('claims from a stale generation are fenced; pending limit', async () => {
     for (let i = 0; i < 5; i++) await L.claim(`op-${i}`);
     const p = await op.leaders.pending(ws, { limit: 2 });
     assert.deepEqual(p.map((x) => x.opId), ['op-0', 'op-1']);
+    assert.equal(p.truncated, true);
+    assert.equal((await op.leaders.pending(ws, { limit: 5 })).truncated, undefined);
   });
   await assert.rejects(old.claim('op-9'), FencedError);
   await assert.rejects(old.abandon('op-0', 'x'), FencedError);
