@@ -764,7 +764,7 @@ class Leadership(LeaderTerm):
         if not self.leading or self._conn is None:
             return
         conn = self._conn
-        f = self._fields()
+        f = m.term(self.workstream, self.generation)
         self._forget()
         self._end(None)
         try:
