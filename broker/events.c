@@ -4,6 +4,7 @@
 #include "broker.h"
 #include "channels.h"
 #include "events.h"
+#include "leader-desc.h"
 #include "locks.h"
 #include "records.h"
 #include "skey.h"
@@ -59,6 +60,13 @@ void events_flight(const char *what, uint64_t flight, uint64_t fence,
 void events_leader(const char *what, const uint8_t *skey, size_t sklen,
                    uint64_t generation, enum reason reason)
 {
+    events_leader_ex(what, skey, sklen, generation, reason, NULL, 0, -1);
+}
+
+void events_leader_ex(const char *what, const uint8_t *skey, size_t sklen,
+                      uint64_t generation, enum reason reason,
+                      const uint8_t *incident, size_t incident_len, int mode)
+{
     if (!channels_watched(CH_LEADERS))
         return;
     size_t nlen;
@@ -68,5 +76,9 @@ void events_leader(const char *what, const uint8_t *skey, size_t sklen,
     coord_enc_kv_name(&e, "workstream", name, nlen);
     coord_enc_kv_uint(&e, "generation", generation);
     add_reason(&e, reason);
+    if (incident_len)
+        coord_enc_kv_name(&e, "incident", incident, incident_len);
+    if (mode >= 0)
+        coord_enc_kv_cstr(&e, "mode", ws_mode_name((unsigned)mode));
     finish(CH_LEADERS, &e, skey);
 }

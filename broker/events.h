@@ -20,5 +20,10 @@ void events_flight(const char *what, uint64_t flight, uint64_t fence,
 /* what: elected, renewed, lost, resigned, disabled, enabled. */
 void events_leader(const char *what, const uint8_t *skey, size_t sklen,
                    uint64_t generation, enum reason reason);
+/* The same with an incident's text (incident_len 0: none) and a rollout
+ * mode (enum ws_mode, -1: none). */
+void events_leader_ex(const char *what, const uint8_t *skey, size_t sklen,
+                      uint64_t generation, enum reason reason,
+                      const uint8_t *incident, size_t incident_len, int mode);
 
 #endif

@@ -13,12 +13,21 @@
  * (struct ll_req) and hands it to ll_submit; the backend answers through
  * req->done on the loop thread, never inside ll_submit.  A request carries
  * copies of all it needs: a backend touches only the request and its own
- * storage.  The backend is chosen at start: "local" is LMDB
- * (leader-lmdb.c, on the broker's ledger and its writer thread).
+ * storage.  The backend is chosen at start by name (leader-ledger.c):
+ * "local" is LMDB (leader-lmdb.c, on the broker's ledger and its writer
+ * thread).
  *
- * status: 0, or a negative COORD_E* code: FENCED (commit: not the stored
- * generation), DISABLED (bump of a disabled workstream), STORAGE (why in
- * req->why when known), UNAVAILABLE (a remote ledger out of reach: the
+ * What a backend decides, it decides inside its own atomic step, never from
+ * the broker's memory: the generation of a commit, claim or abandon against
+ * the stored one; the rollout mode (READ_ONLY) against the stored
+ * descriptor; the pin of a campaign against the stored pin.  Live state
+ * (who leads now, draining) is the caller's.
+ *
+ * status: 0, or a negative COORD_E* code: FENCED (commit, claim, abandon:
+ * not the stored generation), DISABLED (bump of a disabled workstream),
+ * PROTOCOL_PINNED (bump, define), READ_ONLY (commit, claim, abandon in
+ * shadow or read-only mode), LIMIT (claim past LIMIT_CLAIMS), STORAGE (why
+ * in req->why when known), UNAVAILABLE (a remote ledger out of reach: the
  * outcome of a write is then unknown). */
 #ifndef COORD_LEADER_LEDGER_H
 #define COORD_LEADER_LEDGER_H
@@ -26,14 +35,40 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "leader-desc.h"
 #include "ledger.h"
 
 enum ll_op {
-    LL_LOAD,           /* -> generation, disabled */
-    LL_BUMP,           /* generation = max(stored + 1, floor), stored; DISABLED refuses */
-    LL_COMMIT,         /* at most once per op_id, only from the stored generation */
+    LL_LOAD,           /* -> generation, disabled, descriptor */
+    LL_BUMP,           /* a term starts: generation = max(stored + 1, floor) and
+                          its history entry, stored; DISABLED refuses (unless
+                          incident), PROTOCOL_PINNED refuses; raises the ratchet */
+    LL_TERM_END,       /* the term `generation` ended (term.ended_ms, term.reason) */
+    LL_COMMIT,         /* at most once per op_id, only from the stored generation;
+                          settles its claim; key_len 0 and !has_key: no value */
     LL_READ,           /* key -> value, generation of its commit */
     LL_SET_DISABLED,   /* disable advances the generation (fences the leader) */
+    LL_DEFINE,         /* patch -> descriptor (leader-desc.h ws_desc_define) */
+    LL_CLAIM,          /* op_id claimed by generation (out: claim) */
+    LL_ABANDON,        /* op_id settled as never to be done; value = reason */
+    LL_PENDING,        /* read: unsettled claims, oldest first, at most limit */
+    LL_HISTORY,        /* read: terms, newest first, at most limit */
+};
+
+/* LL_CLAIM's answer (status 0). */
+struct ll_claim {
+    bool claimed;                  /* the caller's generation owns it now */
+    bool reconcile;                /* ... taken over from previous_generation */
+    bool applied;                  /* not claimed: committed by generation */
+    bool abandoned;                /* not claimed: abandoned */
+    uint64_t previous_generation, claimed_ms, generation;
+};
+
+/* An entry of LL_PENDING's answer. */
+struct ll_pending {
+    uint8_t *op_id;                /* into the request's answer buffer */
+    size_t op_len;
+    uint64_t generation, claimed_ms;
 };
 
 struct ll_req {
@@ -46,17 +81,32 @@ struct ll_req {
     size_t ws_len;
     uint8_t *op_id, *key, *value;
     size_t op_len, key_len, value_len;
-    uint64_t generation;           /* COMMIT: the committer's; BUMP, SET_DISABLED: floor */
+    bool has_key;                  /* COMMIT: key given (else only op_id is recorded) */
+    uint64_t generation;           /* COMMIT, CLAIM, ABANDON: the caller's;
+                                      BUMP, SET_DISABLED: floor; TERM_END: the term's */
     bool disable;                  /* SET_DISABLED */
+    bool incident;                 /* BUMP: granted even while disabled */
+    uint64_t now_ms;               /* DEFINE, CLAIM, ABANDON: wall clock */
+    uint32_t limit;                /* PENDING, HISTORY */
+    struct ws_patch patch;         /* DEFINE */
+    struct ws_term term;           /* BUMP: the new term (generation and mode are
+                                      the backend's); TERM_END: ended_ms, reason */
     /* out */
     int status;
     const char *why;               /* STORAGE: the ledger's words, or NULL */
     uint64_t out_generation;       /* LOAD, BUMP, SET_DISABLED: stored; READ: its commit's;
-                                      COMMIT duplicate: the one that applied it */
+                                      COMMIT duplicate, ABANDON applied: the one that applied it */
     bool out_disabled;             /* LOAD */
-    bool duplicate;                /* COMMIT: op_id applied before */
+    bool duplicate;                /* COMMIT: op_id applied before; ABANDON: it was applied */
+    bool out_abandoned;            /* COMMIT: op_id was abandoned (nothing done) */
+    struct ws_desc desc;           /* LOAD, BUMP, DEFINE: the stored descriptor */
+    struct ll_claim claim;         /* CLAIM */
     uint8_t *out_value;            /* READ: owned by the request */
     size_t out_value_len;
+    struct ll_pending *pending;    /* PENDING: n_out entries, owned by the request */
+    struct ws_term *terms;         /* HISTORY: n_out entries, owned by the request */
+    size_t n_out;
+    bool truncated;                /* PENDING: more than limit */
     /* the backend's */
     struct ledger_job job;
     struct ll_req *next_done;
@@ -70,14 +120,26 @@ int ll_req_init(struct ll_req *r, enum ll_op op, const uint8_t *ws, size_t ws_le
 void ll_req_free(struct ll_req *r);
 
 struct leader_ledger;
+struct broker;
 
-/* The backend named name ("local") on the broker's ledger.  0 or -1. */
-int ll_open(struct leader_ledger **out, const char *name, struct ledger *ledger,
-            uv_loop_t *loop, char *err, size_t errsize);
+/* A backend.  open reads its settings from b->opt and keeps what it needs
+ * in *state; submit answers r later through r->done, on the loop thread
+ * (never inside submit); close answers what is pending with
+ * COORD_ESHUTTING_DOWN (or lets it finish) and frees state. */
+struct ll_backend {
+    const char *name;              /* --ledger NAME, and canonical_fence */
+    int (*open)(void **state, struct broker *b, char *err, size_t errsize);
+    void (*submit)(void *state, struct ll_req *r);
+    void (*close)(void *state);
+};
+extern const struct ll_backend ll_backend_lmdb;
+
+/* The backend b->opt.leader_ledger names.  0, or -1 with err filled. */
+int ll_open(struct leader_ledger **out, struct broker *b, char *err, size_t errsize);
 void ll_submit(struct leader_ledger *l, struct ll_req *r);
 /* Its name, as descriptors report it (canonical_fence). */
 const char *ll_name(const struct leader_ledger *l);
-/* Before the ledger closes: answers what is pending. */
+/* Before the ledger closes: answers what is pending, frees l. */
 void ll_close(struct leader_ledger *l);
 
 #endif

@@ -1,73 +1,45 @@
 /* leader-lmdb.c - the "local" leader ledger: LMDB, on the broker's ledger.
  *
- * Writes (bump, commit, disable/enable) are ledger jobs: the writer thread
- * applies them in its group-committed transaction, each a pure function of
- * the request and the database, and the request is answered once the batch
- * is synced.  Reads (load, read) run in a short read transaction on the
- * loop thread; their answers are deferred to the loop's idle phase, so no
- * callback runs inside ll_submit.
+ * Writes (bump, term end, commit, claim, abandon, define, disable/enable)
+ * are ledger jobs: the writer thread applies them in its group-committed
+ * transaction, each a pure function of the request and the database, and
+ * the request is answered once the batch is synced.  Every rule that
+ * fences is decided here, inside that step: a commit's, claim's or
+ * abandon's generation against the stored one, the rollout mode against
+ * the stored descriptor, a campaign's protocol against the stored pin.
+ * Reads (load, read, pending, history) run in a short read transaction on
+ * the loop thread; their answers are deferred to the loop's idle phase, so
+ * no callback runs inside submit.
  *
- * Keys: DB_LEADERS  scoped workstream -> generation u64 BE, disabled u8
- *       DB_KV       u16 BE length, scoped workstream, key -> generation, value
- *       DB_OPS      u16 BE length, scoped workstream, op_id -> generation */
+ * Keys ("ws" is the scoped workstream, "[ws]" it with a u16 BE length first):
+ *   DB_LEADERS  ws -> generation u64, disabled u8, unsettled u32, seq u64,
+ *                     history count u32 (an older 9-byte value has the first two)
+ *   DB_DESC     ws -> descriptor (leader-desc.h)
+ *   DB_HIST     [ws] generation u64 -> term (leader-desc.h), the last LIMIT_HISTORY
+ *   DB_KV       [ws] key -> generation u64, value
+ *   DB_OPS      [ws] op_id -> generation u64 (applied)
+ *   DB_CLAIMS   [ws] op_id -> u8 state (1 claimed, 2 abandoned), generation u64,
+ *                     claimed_ms u64, seq u64, [u16 + reason (abandoned)]
+ *   DB_PENDING  [ws] seq u64 -> op_id (claimed, unsettled: oldest first) */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "broker.h"
+#include "coord-limits.h"
 #include "errors.h"
 #include "leader-ledger.h"
+#include "reasons.h"
 
-struct leader_ledger {
+struct lmdb_ll {
     struct ledger *ledger;
     uv_idle_t idle;                /* answers deferred reads */
     struct ll_req *done_head, *done_tail;
 };
 
-int ll_req_init(struct ll_req *r, enum ll_op op, const uint8_t *ws, size_t ws_len,
-                const uint8_t *op_id, size_t op_len, const uint8_t *key, size_t key_len,
-                const uint8_t *value, size_t value_len)
-{
-    memset(r, 0, sizeof *r);
-    r->op = op;
-    uint8_t *mem = malloc(ws_len + op_len + key_len + value_len + 1);
-    if (!mem)
-        return -1;
-    r->ws = mem;
-    r->ws_len = ws_len;
-    memcpy(mem, ws, ws_len);
-    mem += ws_len;
-    r->op_id = mem;
-    r->op_len = op_len;
-    if (op_len)
-        memcpy(mem, op_id, op_len);
-    mem += op_len;
-    r->key = mem;
-    r->key_len = key_len;
-    if (key_len)
-        memcpy(mem, key, key_len);
-    mem += key_len;
-    r->value = mem;
-    r->value_len = value_len;
-    if (value_len)
-        memcpy(mem, value, value_len);
-    return 0;
-}
+#define KEY_MAX 511                /* LMDB's default key size */
 
-void ll_req_free(struct ll_req *r)
-{
-    free(r->ws);
-    free(r->out_value);
-    r->ws = r->out_value = NULL;
-}
-
-const char *ll_name(const struct leader_ledger *l)
-{
-    (void)l;
-    return "local";
-}
-
-/* u16 length, scoped workstream, then name */
+/* [ws] then name */
 static size_t compose(uint8_t *out, const uint8_t *ws, size_t ws_len,
                       const uint8_t *name, size_t nlen)
 {
@@ -79,90 +51,441 @@ static size_t compose(uint8_t *out, const uint8_t *ws, size_t ws_len,
     return 2 + ws_len + nlen;
 }
 
-/* The stored generation and disabled flag (0, 0 when never stored). */
-static int get_state(struct ledger *l, MDB_txn *txn, const struct ll_req *r,
-                     uint64_t *gen, bool *disabled)
+static size_t compose_u64(uint8_t *out, const struct ll_req *r, uint64_t v)
+{
+    uint8_t b[8];
+    put_be64(b, v);
+    return compose(out, r->ws, r->ws_len, b, 8);
+}
+
+static bool has_prefix(const MDB_val *k, const uint8_t *prefix, size_t plen)
+{
+    return k->mv_size >= plen && memcmp(k->mv_data, prefix, plen) == 0;
+}
+
+/* ---- the workstream's state record ---- */
+
+struct state {
+    uint64_t generation;
+    bool disabled;
+    uint32_t unsettled;            /* claims not committed nor abandoned */
+    uint64_t seq;                  /* the last claim's place */
+    uint32_t history;              /* terms kept */
+};
+
+static uint32_t get_be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static int get_state(struct ledger *l, MDB_txn *txn, const struct ll_req *r, struct state *st)
 {
     MDB_val k = { r->ws_len, r->ws }, v;
-    *gen = 0;
-    *disabled = false;
+    memset(st, 0, sizeof *st);
     int rc = mdb_get(txn, ledger_dbi(l, DB_LEADERS), &k, &v);
     if (rc == MDB_NOTFOUND)
         return 0;
     if (rc)
         return rc;
-    if (v.mv_size != 9)
+    const uint8_t *p = v.mv_data;
+    if (v.mv_size != 9 && v.mv_size != 25)
         return MDB_CORRUPTED;
-    *gen = get_be64(v.mv_data);
-    *disabled = ((uint8_t *)v.mv_data)[8] != 0;
+    st->generation = get_be64(p);
+    st->disabled = p[8] != 0;
+    if (v.mv_size == 25) {
+        st->unsettled = get_be32(p + 9);
+        st->seq = get_be64(p + 13);
+        st->history = get_be32(p + 21);
+    }
     return 0;
 }
 
 static int put_state(struct ledger *l, MDB_txn *txn, const struct ll_req *r,
-                     uint64_t gen, bool disabled)
+                     const struct state *st)
 {
-    uint8_t buf[9];
-    put_be64(buf, gen);
-    buf[8] = disabled;
-    MDB_val k = { r->ws_len, r->ws }, v = { 9, buf };
+    uint8_t buf[25];
+    put_be64(buf, st->generation);
+    buf[8] = st->disabled;
+    put_be32(buf + 9, st->unsettled);
+    put_be64(buf + 13, st->seq);
+    put_be32(buf + 21, st->history);
+    MDB_val k = { r->ws_len, r->ws }, v = { sizeof buf, buf };
     return mdb_put(txn, ledger_dbi(l, DB_LEADERS), &k, &v, 0);
+}
+
+static int get_desc(struct ledger *l, MDB_txn *txn, const struct ll_req *r, struct ws_desc *d)
+{
+    MDB_val k = { r->ws_len, r->ws }, v;
+    int rc = mdb_get(txn, ledger_dbi(l, DB_DESC), &k, &v);
+    if (rc == MDB_NOTFOUND) {
+        ws_desc_default(d);
+        return 0;
+    }
+    if (rc)
+        return rc;
+    return ws_desc_decode(d, v.mv_data, v.mv_size) == 0 ? 0 : MDB_CORRUPTED;
+}
+
+static int put_desc(struct ledger *l, MDB_txn *txn, const struct ll_req *r,
+                    const struct ws_desc *d)
+{
+    uint8_t buf[WS_DESC_MAX];
+    MDB_val k = { r->ws_len, r->ws }, v = { ws_desc_encode(d, buf), buf };
+    return mdb_put(txn, ledger_dbi(l, DB_DESC), &k, &v, 0);
+}
+
+/* ---- claims ---- */
+
+enum { CLAIM_CLAIMED = 1, CLAIM_ABANDONED = 2 };
+
+struct claim {
+    uint8_t state;                 /* 0: none */
+    uint64_t generation, claimed_ms, seq;
+};
+
+static int get_claim(struct ledger *l, MDB_txn *txn, const struct ll_req *r, MDB_val *key,
+                     struct claim *c)
+{
+    MDB_val v;
+    memset(c, 0, sizeof *c);
+    int rc = mdb_get(txn, ledger_dbi(l, DB_CLAIMS), key, &v);
+    if (rc == MDB_NOTFOUND)
+        return 0;
+    if (rc)
+        return rc;
+    const uint8_t *p = v.mv_data;
+    if (v.mv_size < 25 || (p[0] != CLAIM_CLAIMED && p[0] != CLAIM_ABANDONED))
+        return MDB_CORRUPTED;
+    (void)r;
+    c->state = p[0];
+    c->generation = get_be64(p + 1);
+    c->claimed_ms = get_be64(p + 9);
+    c->seq = get_be64(p + 17);
+    return 0;
+}
+
+static int put_claim(struct ledger *l, MDB_txn *txn, MDB_val *key, const struct claim *c,
+                     const uint8_t *reason, size_t rlen)
+{
+    uint8_t buf[27 + LIMIT_INCIDENT];
+    buf[0] = c->state;
+    put_be64(buf + 1, c->generation);
+    put_be64(buf + 9, c->claimed_ms);
+    put_be64(buf + 17, c->seq);
+    size_t n = 25;
+    if (c->state == CLAIM_ABANDONED) {
+        if (rlen > LIMIT_INCIDENT)
+            rlen = LIMIT_INCIDENT;
+        buf[25] = (uint8_t)(rlen >> 8);
+        buf[26] = (uint8_t)rlen;
+        if (rlen)
+            memcpy(buf + 27, reason, rlen);
+        n = 27 + rlen;
+    }
+    MDB_val v = { n, buf };
+    return mdb_put(txn, ledger_dbi(l, DB_CLAIMS), key, &v, 0);
+}
+
+/* The claim leaves the pending list (settled). */
+static int unpend(struct ledger *l, MDB_txn *txn, const struct ll_req *r, struct state *st,
+                  const struct claim *c)
+{
+    uint8_t pk[KEY_MAX];
+    MDB_val k = { compose_u64(pk, r, c->seq), pk };
+    int rc = mdb_del(txn, ledger_dbi(l, DB_PENDING), &k, NULL);
+    if (rc && rc != MDB_NOTFOUND)
+        return rc;
+    if (st->unsettled)
+        st->unsettled--;
+    return 0;
+}
+
+/* ---- history ---- */
+
+static int put_term(struct ledger *l, MDB_txn *txn, const struct ll_req *r,
+                    const struct ws_term *t)
+{
+    uint8_t hk[KEY_MAX], buf[WS_TERM_MAX];
+    MDB_val k = { compose_u64(hk, r, t->generation), hk }, v = { ws_term_encode(t, buf), buf };
+    return mdb_put(txn, ledger_dbi(l, DB_HIST), &k, &v, 0);
+}
+
+/* A new term: the one before it, if its end was never written (its broker
+ * stopped), is marked restart; the oldest beyond LIMIT_HISTORY go. */
+static int history_add(struct ledger *l, MDB_txn *txn, const struct ll_req *r,
+                       struct state *st, const struct ws_term *t)
+{
+    uint8_t prefix[KEY_MAX];
+    size_t plen = compose(prefix, r->ws, r->ws_len, NULL, 0);
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(txn, ledger_dbi(l, DB_HIST), &cur);
+    if (rc)
+        return rc;
+    uint8_t hk[KEY_MAX];
+    MDB_val k = { compose_u64(hk, r, UINT64_MAX), hk }, v;
+    rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    rc = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_PREV)
+                 : rc == MDB_NOTFOUND ? mdb_cursor_get(cur, &k, &v, MDB_LAST) : rc;
+    if (rc == 0 && has_prefix(&k, prefix, plen) && k.mv_size == plen + 8) {
+        struct ws_term last;
+        if (ws_term_decode(&last, v.mv_data, v.mv_size) == 0 && last.reason == REASON_NONE) {
+            last.reason = REASON_RESTART;
+            rc = put_term(l, txn, r, &last);
+            if (rc) {
+                mdb_cursor_close(cur);
+                return rc;
+            }
+        }
+    }
+    st->history++;
+    while (st->history > LIMIT_HISTORY) {
+        k.mv_size = plen;
+        k.mv_data = prefix;
+        rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+        if (rc == MDB_NOTFOUND || (rc == 0 && !has_prefix(&k, prefix, plen)))
+            break;
+        if (rc || (rc = mdb_cursor_del(cur, 0)))
+            break;
+        st->history--;
+    }
+    mdb_cursor_close(cur);
+    if (rc && rc != MDB_NOTFOUND)
+        return rc;
+    return put_term(l, txn, r, t);
 }
 
 /* ---- writes: the writer thread ---- */
 
+static struct ll_req *req_of(struct ledger_job *job)
+{
+    return (struct ll_req *)((char *)job - offsetof(struct ll_req, job));
+}
+
+/* commit, claim, abandon: the stored generation, then the mode */
+static int writer_ok(struct ledger *l, MDB_txn *txn, struct ll_req *r, const struct state *st)
+{
+    if (st->generation == 0 || st->generation != r->generation)
+        return COORD_EFENCED;
+    struct ws_desc d;
+    int rc = get_desc(l, txn, r, &d);
+    if (rc)
+        return rc;
+    return d.mode == WS_MODE_ACTIVE ? 0 : COORD_EREAD_ONLY;
+}
+
+static int apply_bump(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct state *st)
+{
+    if (st->disabled && !r->incident)
+        return COORD_EDISABLED;
+    int rc = get_desc(l, txn, r, &r->desc);
+    if (rc)
+        return rc;
+    if ((rc = ws_desc_admit(&r->desc, &r->term.protocol)))
+        return rc;
+    if (ws_desc_grant(&r->desc, &r->term.protocol) && (rc = put_desc(l, txn, r, &r->desc)))
+        return rc;
+    st->generation = st->generation + 1 > r->generation ? st->generation + 1 : r->generation;
+    r->out_generation = st->generation;
+    r->term.generation = st->generation;
+    r->term.mode = r->desc.mode;
+    r->term.reason = REASON_NONE;
+    r->term.ended_ms = 0;
+    if ((rc = history_add(l, txn, r, st, &r->term)))
+        return rc;
+    return put_state(l, txn, r, st);
+}
+
+static int apply_term_end(struct ledger *l, MDB_txn *txn, struct ll_req *r)
+{
+    uint8_t hk[KEY_MAX];
+    MDB_val k = { compose_u64(hk, r, r->generation), hk }, v;
+    int rc = mdb_get(txn, ledger_dbi(l, DB_HIST), &k, &v);
+    if (rc == MDB_NOTFOUND)
+        return 0;                  /* trimmed away */
+    if (rc)
+        return rc;
+    struct ws_term t;
+    if (ws_term_decode(&t, v.mv_data, v.mv_size) < 0)
+        return MDB_CORRUPTED;
+    t.ended_ms = r->term.ended_ms;
+    t.reason = r->term.reason;
+    return put_term(l, txn, r, &t);
+}
+
+static int apply_commit(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct state *st)
+{
+    int rc = writer_ok(l, txn, r, st);
+    if (rc)
+        return rc;
+    uint8_t okey[KEY_MAX];
+    if (2 + r->ws_len + r->op_len > KEY_MAX || 2 + r->ws_len + r->key_len > KEY_MAX)
+        return COORD_ETOO_LARGE;
+    MDB_val ok = { compose(okey, r->ws, r->ws_len, r->op_id, r->op_len), okey }, ov;
+    rc = mdb_get(txn, ledger_dbi(l, DB_OPS), &ok, &ov);
+    if (rc == 0) {
+        r->duplicate = true;
+        r->out_generation = ov.mv_size == 8 ? get_be64(ov.mv_data) : 0;
+        return 0;
+    }
+    if (rc != MDB_NOTFOUND)
+        return rc;
+    struct claim c;
+    if ((rc = get_claim(l, txn, r, &ok, &c)))
+        return rc;
+    if (c.state == CLAIM_ABANDONED) {
+        r->out_abandoned = true;
+        return 0;
+    }
+    uint8_t g[8];
+    put_be64(g, r->generation);
+    ov.mv_size = 8;
+    ov.mv_data = g;
+    if ((rc = mdb_put(txn, ledger_dbi(l, DB_OPS), &ok, &ov, 0)))
+        return rc;
+    if (c.state == CLAIM_CLAIMED) {
+        if ((rc = unpend(l, txn, r, st, &c)) ||
+            (rc = mdb_del(txn, ledger_dbi(l, DB_CLAIMS), &ok, NULL)) ||
+            (rc = put_state(l, txn, r, st)))
+            return rc;
+    }
+    if (!r->has_key)
+        return 0;
+    /* the value is stored as generation + bytes, reserved then filled */
+    uint8_t kkey[KEY_MAX];
+    MDB_val kk = { compose(kkey, r->ws, r->ws_len, r->key, r->key_len), kkey };
+    MDB_val kv = { 8 + r->value_len, NULL };
+    if ((rc = mdb_put(txn, ledger_dbi(l, DB_KV), &kk, &kv, MDB_RESERVE)))
+        return rc;
+    memcpy(kv.mv_data, g, 8);
+    if (r->value_len)
+        memcpy((uint8_t *)kv.mv_data + 8, r->value, r->value_len);
+    return 0;
+}
+
+static int apply_claim(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct state *st)
+{
+    int rc = writer_ok(l, txn, r, st);
+    if (rc)
+        return rc;
+    if (2 + r->ws_len + r->op_len > KEY_MAX)
+        return COORD_ETOO_LARGE;
+    uint8_t okey[KEY_MAX];
+    MDB_val ok = { compose(okey, r->ws, r->ws_len, r->op_id, r->op_len), okey }, ov;
+    struct ll_claim *out = &r->claim;
+    rc = mdb_get(txn, ledger_dbi(l, DB_OPS), &ok, &ov);
+    if (rc == 0) {
+        out->applied = true;
+        out->generation = ov.mv_size == 8 ? get_be64(ov.mv_data) : 0;
+        return 0;
+    }
+    if (rc != MDB_NOTFOUND)
+        return rc;
+    struct claim c;
+    if ((rc = get_claim(l, txn, r, &ok, &c)))
+        return rc;
+    if (c.state == CLAIM_ABANDONED) {
+        out->abandoned = true;
+        return 0;
+    }
+    out->claimed = true;
+    if (c.state == CLAIM_CLAIMED && c.generation == r->generation)
+        return 0;
+    if (c.state == CLAIM_CLAIMED) {
+        /* an earlier generation claimed it and never settled: ours now,
+         * in its place in the pending list */
+        out->reconcile = true;
+        out->previous_generation = c.generation;
+        out->claimed_ms = c.claimed_ms;
+        c.generation = r->generation;
+        c.claimed_ms = r->now_ms;
+        return put_claim(l, txn, &ok, &c, NULL, 0);
+    }
+    if (st->unsettled >= LIMIT_CLAIMS)
+        return COORD_ELIMIT;
+    c.state = CLAIM_CLAIMED;
+    c.generation = r->generation;
+    c.claimed_ms = r->now_ms;
+    c.seq = ++st->seq;
+    st->unsettled++;
+    uint8_t pk[KEY_MAX];
+    MDB_val pkv = { compose_u64(pk, r, c.seq), pk }, pv = { r->op_len, r->op_id };
+    if ((rc = put_claim(l, txn, &ok, &c, NULL, 0)) ||
+        (rc = mdb_put(txn, ledger_dbi(l, DB_PENDING), &pkv, &pv, 0)))
+        return rc;
+    return put_state(l, txn, r, st);
+}
+
+static int apply_abandon(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct state *st)
+{
+    int rc = writer_ok(l, txn, r, st);
+    if (rc)
+        return rc;
+    if (2 + r->ws_len + r->op_len > KEY_MAX)
+        return COORD_ETOO_LARGE;
+    uint8_t okey[KEY_MAX];
+    MDB_val ok = { compose(okey, r->ws, r->ws_len, r->op_id, r->op_len), okey }, ov;
+    rc = mdb_get(txn, ledger_dbi(l, DB_OPS), &ok, &ov);
+    if (rc == 0) {
+        r->duplicate = true;
+        r->out_generation = ov.mv_size == 8 ? get_be64(ov.mv_data) : 0;
+        return 0;
+    }
+    if (rc != MDB_NOTFOUND)
+        return rc;
+    struct claim c;
+    if ((rc = get_claim(l, txn, r, &ok, &c)))
+        return rc;
+    if (c.state == CLAIM_ABANDONED)
+        return 0;
+    if (c.state == CLAIM_CLAIMED) {
+        if ((rc = unpend(l, txn, r, st, &c)) || (rc = put_state(l, txn, r, st)))
+            return rc;
+    }
+    c.state = CLAIM_ABANDONED;
+    c.generation = r->generation;
+    c.claimed_ms = r->now_ms;
+    return put_claim(l, txn, &ok, &c, r->value, r->value_len);
+}
+
 static int apply_write(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
 {
-    struct ll_req *r = (struct ll_req *)((char *)job - offsetof(struct ll_req, job));
-    uint64_t gen;
-    bool disabled;
-    int rc = get_state(l, txn, r, &gen, &disabled);
+    struct ll_req *r = req_of(job);
+    struct state st;
+    int rc = get_state(l, txn, r, &st);
     if (rc)
         return rc;
     switch (r->op) {
     case LL_BUMP:
-        if (disabled)
-            return COORD_EDISABLED;
-        gen = gen + 1 > r->generation ? gen + 1 : r->generation;
-        r->out_generation = gen;
-        return put_state(l, txn, r, gen, false);
+        return apply_bump(l, txn, r, &st);
+    case LL_TERM_END:
+        return apply_term_end(l, txn, r);
     case LL_SET_DISABLED:
         /* disabling advances the generation: whatever was live is fenced */
         if (r->disable)
-            gen = gen + 1 > r->generation ? gen + 1 : r->generation;
-        r->out_generation = gen;
-        return put_state(l, txn, r, gen, r->disable);
-    case LL_COMMIT: {
-        if (gen == 0 || gen != r->generation)
-            return COORD_EFENCED;
-        uint8_t okey[2 + 511];
-        if (2 + r->ws_len + r->op_len > sizeof okey || 2 + r->ws_len + r->key_len > sizeof okey)
-            return COORD_ETOO_LARGE;
-        MDB_val ok = { compose(okey, r->ws, r->ws_len, r->op_id, r->op_len), okey }, ov;
-        rc = mdb_get(txn, ledger_dbi(l, DB_OPS), &ok, &ov);
-        if (rc == 0) {
-            r->duplicate = true;
-            r->out_generation = ov.mv_size == 8 ? get_be64(ov.mv_data) : 0;
-            return 0;
-        }
-        if (rc != MDB_NOTFOUND)
+            st.generation = st.generation + 1 > r->generation ? st.generation + 1 : r->generation;
+        st.disabled = r->disable;
+        r->out_generation = st.generation;
+        return put_state(l, txn, r, &st);
+    case LL_DEFINE:
+        if ((rc = get_desc(l, txn, r, &r->desc)))
             return rc;
-        uint8_t g[8];
-        put_be64(g, r->generation);
-        ov.mv_size = 8;
-        ov.mv_data = g;
-        if ((rc = mdb_put(txn, ledger_dbi(l, DB_OPS), &ok, &ov, 0)))
+        if ((rc = ws_desc_define(&r->desc, &r->patch, r->now_ms)))
             return rc;
-        /* the value is stored as generation + bytes, reserved then filled */
-        uint8_t kkey[2 + 511];
-        MDB_val kk = { compose(kkey, r->ws, r->ws_len, r->key, r->key_len), kkey };
-        MDB_val kv = { 8 + r->value_len, NULL };
-        if ((rc = mdb_put(txn, ledger_dbi(l, DB_KV), &kk, &kv, MDB_RESERVE)))
-            return rc;
-        memcpy(kv.mv_data, g, 8);
-        if (r->value_len)
-            memcpy((uint8_t *)kv.mv_data + 8, r->value, r->value_len);
-        return 0;
-    }
+        return put_desc(l, txn, r, &r->desc);
+    case LL_COMMIT:
+        return apply_commit(l, txn, r, &st);
+    case LL_CLAIM:
+        return apply_claim(l, txn, r, &st);
+    case LL_ABANDON:
+        return apply_abandon(l, txn, r, &st);
     default:
         return MDB_INVALID;
     }
@@ -170,7 +493,7 @@ static int apply_write(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
 
 static void write_done(struct ledger_job *job, int status)
 {
-    struct ll_req *r = (struct ll_req *)((char *)job - offsetof(struct ll_req, job));
+    struct ll_req *r = req_of(job);
     r->status = status;
     r->why = job->why;
     r->done(r);
@@ -178,7 +501,143 @@ static void write_done(struct ledger_job *job, int status)
 
 /* ---- reads: the loop thread, answered from the idle phase ---- */
 
-static void read_now(struct leader_ledger *ll, struct ll_req *r)
+static int read_kv(struct ledger *l, MDB_txn *txn, struct ll_req *r)
+{
+    uint8_t kbuf[KEY_MAX];
+    MDB_val v, k = { 0, kbuf };
+    if (2 + r->ws_len + r->key_len > sizeof kbuf)
+        return MDB_NOTFOUND;
+    k.mv_size = compose(kbuf, r->ws, r->ws_len, r->key, r->key_len);
+    int rc = mdb_get(txn, ledger_dbi(l, DB_KV), &k, &v);
+    if (rc)
+        return rc;
+    if (v.mv_size < 8)
+        return MDB_CORRUPTED;
+    r->out_generation = get_be64(v.mv_data);
+    r->out_value_len = v.mv_size - 8;
+    r->out_value = malloc(r->out_value_len ? r->out_value_len : 1);
+    if (!r->out_value)
+        return ENOMEM;
+    memcpy(r->out_value, (uint8_t *)v.mv_data + 8, r->out_value_len);
+    return 0;
+}
+
+/* Unsettled claims, oldest first: the entries, then their op ids, in one
+ * allocation. */
+static int read_pending(struct ledger *l, MDB_txn *txn, struct ll_req *r)
+{
+    uint8_t prefix[KEY_MAX];
+    size_t plen = compose(prefix, r->ws, r->ws_len, NULL, 0);
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(txn, ledger_dbi(l, DB_PENDING), &cur);
+    if (rc)
+        return rc;
+    size_t cap = r->limit < 16 ? r->limit : 16, n = 0, bytes = 0;
+    struct ll_pending *out = cap ? malloc(cap * sizeof *out) : NULL;
+    uint8_t *ids = NULL;
+    MDB_val k = { plen, prefix }, v;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (!has_prefix(&k, prefix, plen))
+            break;
+        if (n == r->limit) {
+            r->truncated = true;
+            break;
+        }
+        if (n == cap || (cap && !out)) {
+            cap = cap ? cap * 2 : 16;
+            struct ll_pending *grown = out ? realloc(out, cap * sizeof *out) : NULL;
+            if (!grown) {
+                rc = ENOMEM;
+                break;
+            }
+            out = grown;
+        }
+        uint8_t *grown = realloc(ids, bytes + v.mv_size + 1);
+        if (!grown) {
+            rc = ENOMEM;
+            break;
+        }
+        ids = grown;
+        memcpy(ids + bytes, v.mv_data, v.mv_size);
+        /* the claim's generation and time */
+        struct claim c;
+        uint8_t ck[KEY_MAX];
+        if (2 + r->ws_len + v.mv_size > KEY_MAX) {
+            rc = MDB_CORRUPTED;
+            break;
+        }
+        MDB_val ckv = { compose(ck, r->ws, r->ws_len, v.mv_data, v.mv_size), ck };
+        if ((rc = get_claim(l, txn, r, &ckv, &c)))
+            break;
+        out[n].op_id = (uint8_t *)(uintptr_t)bytes;   /* an offset until the end */
+        out[n].op_len = v.mv_size;
+        out[n].generation = c.generation;
+        out[n].claimed_ms = c.claimed_ms;
+        bytes += v.mv_size;
+        n++;
+    }
+    mdb_cursor_close(cur);
+    if (rc && rc != MDB_NOTFOUND) {
+        free(out);
+        free(ids);
+        return rc;
+    }
+    /* one block: entries, then op ids */
+    struct ll_pending *all = malloc(n * sizeof *all + bytes + 1);
+    if (!all) {
+        free(out);
+        free(ids);
+        return ENOMEM;
+    }
+    uint8_t *dst = (uint8_t *)(all + n);
+    if (bytes)
+        memcpy(dst, ids, bytes);
+    for (size_t i = 0; i < n; i++) {
+        all[i] = out[i];
+        all[i].op_id = dst + (size_t)(uintptr_t)out[i].op_id;
+    }
+    free(out);
+    free(ids);
+    r->pending = all;
+    r->n_out = n;
+    return 0;
+}
+
+/* Terms newest first. */
+static int read_history(struct ledger *l, MDB_txn *txn, struct ll_req *r)
+{
+    uint8_t prefix[KEY_MAX];
+    size_t plen = compose(prefix, r->ws, r->ws_len, NULL, 0);
+    size_t limit = r->limit > LIMIT_HISTORY ? LIMIT_HISTORY : r->limit;
+    r->terms = malloc((limit ? limit : 1) * sizeof *r->terms);
+    if (!r->terms)
+        return ENOMEM;
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(txn, ledger_dbi(l, DB_HIST), &cur);
+    if (rc)
+        return rc;
+    uint8_t hk[KEY_MAX];
+    MDB_val k = { compose_u64(hk, r, UINT64_MAX), hk }, v;
+    rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    rc = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_PREV)
+                 : rc == MDB_NOTFOUND ? mdb_cursor_get(cur, &k, &v, MDB_LAST) : rc;
+    size_t n = 0;
+    for (; rc == 0 && n < limit; rc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
+        if (!has_prefix(&k, prefix, plen))
+            break;
+        if (ws_term_decode(&r->terms[n], v.mv_data, v.mv_size) < 0) {
+            rc = MDB_CORRUPTED;
+            break;
+        }
+        n++;
+    }
+    mdb_cursor_close(cur);
+    r->n_out = n;
+    return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+static void read_now(struct lmdb_ll *ll, struct ll_req *r)
 {
     MDB_txn *txn;
     int rc = ledger_read_begin(ll->ledger, &txn);
@@ -186,28 +645,26 @@ static void read_now(struct leader_ledger *ll, struct ll_req *r)
         r->status = COORD_ESTORAGE;
         return;
     }
-    if (r->op == LL_LOAD) {
-        rc = get_state(ll->ledger, txn, r, &r->out_generation, &r->out_disabled);
-    } else {
-        uint8_t kbuf[2 + 511];
-        MDB_val v, k = { 0, kbuf };
-        if (2 + r->ws_len + r->key_len > sizeof kbuf) {
-            rc = MDB_NOTFOUND;
-        } else {
-            k.mv_size = compose(kbuf, r->ws, r->ws_len, r->key, r->key_len);
-            rc = mdb_get(txn, ledger_dbi(ll->ledger, DB_KV), &k, &v);
-        }
-        if (rc == 0 && v.mv_size >= 8) {
-            r->out_generation = get_be64(v.mv_data);
-            r->out_value_len = v.mv_size - 8;
-            r->out_value = malloc(r->out_value_len ? r->out_value_len : 1);
-            if (r->out_value)
-                memcpy(r->out_value, (uint8_t *)v.mv_data + 8, r->out_value_len);
-            else
-                rc = ENOMEM;
-        } else if (rc == 0) {
-            rc = MDB_CORRUPTED;
-        }
+    struct state st;
+    switch (r->op) {
+    case LL_LOAD:
+        rc = get_state(ll->ledger, txn, r, &st);
+        r->out_generation = st.generation;
+        r->out_disabled = st.disabled;
+        if (rc == 0)
+            rc = get_desc(ll->ledger, txn, r, &r->desc);
+        break;
+    case LL_READ:
+        rc = read_kv(ll->ledger, txn, r);
+        break;
+    case LL_PENDING:
+        rc = read_pending(ll->ledger, txn, r);
+        break;
+    case LL_HISTORY:
+        rc = read_history(ll->ledger, txn, r);
+        break;
+    default:
+        rc = MDB_INVALID;
     }
     ledger_read_end(ll->ledger, txn);
     r->status = rc == 0 ? 0 : rc == MDB_NOTFOUND ? COORD_ENOT_FOUND : COORD_ESTORAGE;
@@ -215,7 +672,7 @@ static void read_now(struct leader_ledger *ll, struct ll_req *r)
 
 static void on_idle(uv_idle_t *h)
 {
-    struct leader_ledger *ll = h->data;
+    struct lmdb_ll *ll = h->data;
     struct ll_req *r = ll->done_head;
     ll->done_head = ll->done_tail = NULL;
     uv_idle_stop(&ll->idle);
@@ -226,11 +683,10 @@ static void on_idle(uv_idle_t *h)
     }
 }
 
-void ll_submit(struct leader_ledger *ll, struct ll_req *r)
+static void lmdb_submit(void *state, struct ll_req *r)
 {
-    r->status = 0;
-    r->why = NULL;
-    if (r->op == LL_LOAD || r->op == LL_READ) {
+    struct lmdb_ll *ll = state;
+    if (r->op == LL_LOAD || r->op == LL_READ || r->op == LL_PENDING || r->op == LL_HISTORY) {
         read_now(ll, r);
         r->next_done = NULL;
         if (ll->done_tail)
@@ -246,22 +702,17 @@ void ll_submit(struct leader_ledger *ll, struct ll_req *r)
     ledger_submit(ll->ledger, &r->job);
 }
 
-int ll_open(struct leader_ledger **out, const char *name, struct ledger *ledger,
-            uv_loop_t *loop, char *err, size_t errsize)
+static int lmdb_open(void **state, struct broker *b, char *err, size_t errsize)
 {
-    if (strcmp(name, "local") != 0) {
-        snprintf(err, errsize, "unknown leader ledger \"%s\" (this broker has: local)", name);
-        return -1;
-    }
-    struct leader_ledger *ll = calloc(1, sizeof *ll);
+    struct lmdb_ll *ll = calloc(1, sizeof *ll);
     if (!ll) {
         snprintf(err, errsize, "out of memory");
         return -1;
     }
-    ll->ledger = ledger;
-    uv_idle_init(loop, &ll->idle);
+    ll->ledger = b->ledger;
+    uv_idle_init(b->loop, &ll->idle);
     ll->idle.data = ll;
-    *out = ll;
+    *state = ll;
     return 0;
 }
 
@@ -270,13 +721,16 @@ static void free_ll(uv_handle_t *h)
     free(h->data);
 }
 
-void ll_close(struct leader_ledger *ll)
+static void lmdb_close(void *state)
 {
-    if (!ll)
-        return;
+    struct lmdb_ll *ll = state;
     /* what still waits for its answer is refused: the broker is stopping */
     for (struct ll_req *r = ll->done_head; r; r = r->next_done)
         r->status = COORD_ESHUTTING_DOWN;
     on_idle(&ll->idle);
     uv_close((uv_handle_t *)&ll->idle, free_ll);
 }
+
+const struct ll_backend ll_backend_lmdb = {
+    .name = "local", .open = lmdb_open, .submit = lmdb_submit, .close = lmdb_close,
+};

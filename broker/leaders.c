@@ -1,56 +1,44 @@
-/* leaders.c - leadership over the fence ledger (leader.* ops).
+/* leaders.c - leadership over the fence ledger: workstreams, campaigns and
+ * terms (leader.campaign, renew, resign, drain, info, check, disable,
+ * enable).  The outbox (commit, claim, abandon, pending, read) is in
+ * leader-outbox.c, descriptors and history in leader-define.c.
  *
  * A campaign queues on the workstream's leader lock, a reserved lock name
  * ("-leader/<workstream>") in the ordinary lock table, so lock.query shows
  * who leads and who waits.  Once the lock is granted the leader ledger
- * (leader-ledger.h) stores the workstream's next generation; only then is
- * the campaign answered.  A generation is therefore never handed out
- * twice, not even across kill -9.
+ * (leader-ledger.h) stores the workstream's next generation (from the id
+ * allocator, so it is above every earlier one even after a wipe) and the
+ * term's history entry, checking the protocol pin in the same step; only
+ * then is the campaign answered.  A generation is therefore never handed
+ * out twice, not even across kill -9.  Lock grant and business ownership
+ * are two facts: the lock says who is next, the stored generation says who
+ * may write.
  *
- * A leader that loses its lease, disconnects, is stolen from or disabled
- * is stale at once: the in-memory live generation is cleared before any
- * later commit is looked at, and the ledger checks a commit's generation
- * again in the same step that applies it.
+ * A leader that loses its lease, disconnects, is stolen from, disabled or
+ * fenced past its max hold is stale at once: the in-memory live generation
+ * is cleared before any later write is looked at, and the ledger checks a
+ * write's generation again in the same step that applies it.
  *
  * Workstreams are cached in memory while used (led, campaigned for, being
- * written); the first request on one loads its stored state from the
- * ledger and waits for it, with any request that comes meanwhile. */
+ * written); the first request on one loads its stored state (generation,
+ * disabled flag, descriptor) from the ledger and waits for it, with any
+ * request that comes meanwhile. */
 #include <stdlib.h>
 #include <string.h>
 #include "coord-ops.h"
 #include "coord-limits.h"
-#include "deadline.h"
 #include "errors.h"
 #include "events.h"
-#include "hashmap.h"
 #include "histo.h"
-#include "leader-ledger.h"
+#include "ids.h"
+#include "leaders-int.h"
 #include "leaders.h"
 #include "locks.h"
 #include "ops.h"
+#include "records.h"
 #include "skey.h"
 
 #define LOCK_PREFIX "-leader/"
-
-struct campaign;
-
-struct workstream {
-    struct hentry h;               /* keyed by the scoped workstream (skey.h) */
-    uint8_t *skey;
-    bool loaded;
-    struct ll_req load;            /* while !loaded */
-    struct list waiting;           /* struct lreq, until loaded */
-    uint64_t generation;           /* last one stored */
-    bool disabled;
-    /* the live leader, if any */
-    struct campaign *term;         /* the leader's campaign, or NULL */
-    uint64_t live_generation;      /* 0: nobody may commit */
-    struct deadline lease;
-    uint64_t lease_ms;
-    uint64_t elected_ms;
-    uint64_t ended_us;             /* the last term's end (latency stats) */
-    unsigned refs;                 /* campaigns, requests and jobs using it */
-};
 
 enum campaign_state { CAMPAIGN_WAITING, CAMPAIGN_BUMPING, CAMPAIGN_LEADING };
 
@@ -64,55 +52,74 @@ struct campaign {
     struct conn *conn;
     uint64_t lease_ms;
     enum campaign_state state;
+    bool waiting;                  /* counted in ws->campaigns_waiting */
     bool gone;                     /* cancelled or disconnected while bumping */
     bool lock_lost;                /* stolen while bumping */
+    struct ws_protocol protocol;   /* the campaign's, name_len 0: none */
+    uint16_t incident_len;         /* an incident campaign's text */
+    uint8_t incident[LIMIT_INCIDENT];
     struct list lead_link;         /* conn->leads while leading */
 };
 
-/* A leader.* request, with the fields its op needs.  On the stack while
- * its workstream is in memory; copied to the heap (with its bytes) when it
- * must wait for the workstream to load. */
-struct lreq {
-    struct list link;              /* ws->waiting */
-    struct conn_job job;
-    void (*run)(struct lreq *q, struct workstream *ws);
-    uint64_t generation, lease_ms, timeout_ms;
-    bool if_available, steal, have_timeout, disable;
-    const uint8_t *op_id, *key, *value;
-    size_t op_len, key_len, value_len;
-};
+struct leader_counters leader_counts;
 
 static struct {
     struct broker *b;
     struct leader_ledger *ledger;
     struct hashmap streams;
-    uint64_t elected, lost, commits, duplicates, fenced;
+    bool stopping;
+    struct campaign *incident_thief;   /* while its steal runs */
 } W;
 
 int leaders_init(struct broker *b, char *err, size_t errsize)
 {
     W.b = b;
     hashmap_init(&W.streams);
-    return ll_open(&W.ledger, b->opt.leader_ledger, b->ledger, b->loop, err, errsize);
+    return ll_open(&W.ledger, b, err, errsize);
 }
 
 void leaders_stop(void)
 {
+    W.stopping = true;
     ll_close(W.ledger);
     W.ledger = NULL;
 }
 
-void leaders_stats(coord_enc *e)
+const char *leaders_ledger_name(void) { return ll_name(W.ledger); }
+
+void leaders_submit(struct ll_req *r)
 {
-    coord_enc_kv_uint(e, "workstreams", W.streams.count);
-    coord_enc_kv_uint(e, "leaders_elected", W.elected);
-    coord_enc_kv_uint(e, "leaders_lost", W.lost);
-    coord_enc_kv_uint(e, "commits_applied", W.commits);
-    coord_enc_kv_uint(e, "commits_duplicate", W.duplicates);
-    coord_enc_kv_uint(e, "commits_fenced", W.fenced);
+    if (!W.ledger) {
+        r->status = COORD_ESHUTTING_DOWN;
+        r->done(r);
+        return;
+    }
+    ll_submit(W.ledger, r);
 }
 
-static const uint8_t *ws_name(const struct workstream *ws, size_t *len)
+void leaders_stats(coord_enc *e)
+{
+    const struct leader_counters *n = &leader_counts;
+    coord_enc_kv_uint(e, "workstreams", W.streams.count);
+    coord_enc_kv_uint(e, "leaders_elected", n->elected);
+    coord_enc_kv_uint(e, "leaders_lost", n->lost);
+    coord_enc_kv_uint(e, "commits_applied", n->commits);
+    coord_enc_kv_uint(e, "commits_duplicate", n->duplicates);
+    coord_enc_kv_uint(e, "commits_fenced", n->fenced);
+}
+
+void leaders_stats_more(coord_enc *e)
+{
+    const struct leader_counters *n = &leader_counts;
+    coord_enc_kv_uint(e, "leader_terms", n->elected);
+    coord_enc_kv_uint(e, "terms_over_max_hold", n->terms_over_max_hold);
+    coord_enc_kv_uint(e, "terms_fenced_max_hold", n->terms_fenced_max_hold);
+    coord_enc_kv_uint(e, "claims", n->claims);
+    coord_enc_kv_uint(e, "claims_reconciled", n->claims_reconciled);
+    coord_enc_kv_uint(e, "abandons", n->abandons);
+}
+
+const uint8_t *leaders_ws_name(const struct workstream *ws, size_t *len)
 {
     return skey_name(ws->skey, ws->h.keylen, len);
 }
@@ -123,6 +130,17 @@ static void emit(const char *what, const struct workstream *ws, uint64_t gen,
     events_leader(what, ws->skey, ws->h.keylen, gen, why);
 }
 
+bool leaders_text_ok(struct conn *c, uint64_t rid, const char *field, coord_bytes b,
+                     size_t max, bool required)
+{
+    if ((b.len == 0 && !required && !b.ptr) || (b.len >= 1 && b.len <= max))
+        return true;
+    char msg[96];
+    snprintf(msg, sizeof msg, "%s must be 1..%zu bytes", field, max);
+    conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, msg);
+    return false;
+}
+
 /* A workstream nobody leads, campaigns for, waits on or writes is dropped
  * from memory: its stored state is loaded again when it is next used, so
  * looking at many workstreams (leader.info) leaves nothing behind. */
@@ -130,12 +148,13 @@ static void ws_maybe_free(struct workstream *ws)
 {
     if (ws->refs || ws->term || ws->live_generation || !ws->loaded)
         return;
+    deadline_cancel(&ws->hold);
     hashmap_del(&W.streams, &ws->h);
     free(ws->skey);
     free(ws);
 }
 
-static void ws_unref(struct workstream *ws)
+void leaders_ws_unref(struct workstream *ws)
 {
     ws->refs--;
     ws_maybe_free(ws);
@@ -145,52 +164,93 @@ static void ws_unref(struct workstream *ws)
 
 static void campaign_free(struct campaign *cp)
 {
+    if (cp->waiting)
+        cp->ws->campaigns_waiting--;
     ll_req_free(&cp->bump);
     conn_unref(cp->conn);
-    ws_unref(cp->ws);
+    leaders_ws_unref(cp->ws);
     free(cp);
 }
 
 static void send_lost(struct workstream *ws, struct conn *leader, uint64_t gen,
-                      enum reason why)
+                      enum reason why, const uint8_t *incident, size_t incident_len)
 {
     if (!conn_alive(leader))
         return;
     size_t nlen;
-    const uint8_t *name = ws_name(ws, &nlen);
+    const uint8_t *name = leaders_ws_name(ws, &nlen);
     coord_enc e;
     conn_enc_begin_event(leader, &e, coord_event_name(COORD_EV_LEADER_LOST));
     coord_enc_kv_name(&e, "workstream", name, nlen);
     coord_enc_kv_uint(&e, "generation", gen);
     coord_enc_kv_cstr(&e, "reason", reason_name(why));
+    if (incident_len)
+        coord_enc_kv_name(&e, "incident", incident, incident_len);
     conn_enc_finish(leader, &e);
+}
+
+/* The term's end into its history entry: nothing waits for it (a failure
+ * leaves the entry live, and the next term marks it restart). */
+static void term_end_done(struct ll_req *r)
+{
+    if (r->status && r->status != COORD_ESHUTTING_DOWN)
+        log_event(LOG_WARN, "leader.history_failed", "status=%d", r->status);
+    ll_req_free(r);
+    free(r);
+}
+
+static void record_term_end(struct workstream *ws, uint64_t gen, enum reason why)
+{
+    if (W.stopping)
+        return;
+    struct ll_req *r = malloc(sizeof *r);
+    if (!r || ll_req_init(r, LL_TERM_END, ws->skey, ws->h.keylen, NULL, 0, NULL, 0,
+                          NULL, 0) < 0) {
+        free(r);
+        return;
+    }
+    r->generation = gen;
+    r->term.ended_ms = wall_ms();
+    r->term.reason = (uint8_t)why;
+    r->done = term_end_done;
+    leaders_submit(r);
 }
 
 /* The leader is no longer: fence it at once, tell it (when tell), release
  * the lock (unless the lock table took it away: lock_gone) and end the
  * term.  ws stays: the caller drops it with ws_maybe_free when done. */
-static void leader_end(struct workstream *ws, enum reason why, bool tell, bool lock_gone)
+static void leader_end_ex(struct workstream *ws, enum reason why, bool tell, bool lock_gone,
+                          const uint8_t *incident, size_t incident_len)
 {
     struct campaign *cp = ws->term;
     uint64_t gen = ws->live_generation;
     ws->live_generation = 0;
     ws->term = NULL;
+    ws->draining = false;
+    ws->over_hold = ws->hold_fencing = false;
     ws->ended_us = now_us();
     deadline_cancel(&ws->lease);
+    deadline_cancel(&ws->hold);
     if (tell)
-        send_lost(ws, cp->conn, gen, why);
+        send_lost(ws, cp->conn, gen, why, incident, incident_len);
     list_del(&cp->lead_link);
     if (why == REASON_RESIGNED) {
         emit("resigned", ws, gen, REASON_NONE);
     } else {
-        W.lost++;
-        emit("lost", ws, gen, why);
+        leader_counts.lost++;
+        events_leader_ex("lost", ws->skey, ws->h.keylen, gen, why, incident, incident_len, -1);
     }
+    record_term_end(ws, gen, why);
     ws->refs++;                        /* cp's reference goes with it */
     if (!lock_gone)
         locks_release(&cp->lock);
     campaign_free(cp);
     ws->refs--;
+}
+
+static void leader_end(struct workstream *ws, enum reason why, bool tell, bool lock_gone)
+{
+    leader_end_ex(ws, why, tell, lock_gone, NULL, 0);
 }
 
 static void on_lease_expired(struct deadline *d)
@@ -200,12 +260,109 @@ static void on_lease_expired(struct deadline *d)
     ws_maybe_free(ws);
 }
 
+/* A drain of the live term: the leader is told unless it asked itself. */
+static void start_drain(struct workstream *ws, enum reason why)
+{
+    if (ws->draining)
+        return;
+    ws->draining = true;
+    ws->drain_reason = why;
+    events_leader("draining", ws->skey, ws->h.keylen, ws->live_generation,
+                  why == REASON_SELF ? REASON_NONE : why);
+    struct conn *leader = ws->term->conn;
+    if (why == REASON_SELF || !conn_alive(leader))
+        return;
+    size_t nlen;
+    const uint8_t *name = leaders_ws_name(ws, &nlen);
+    coord_enc e;
+    conn_enc_begin_event(leader, &e, coord_event_name(COORD_EV_LEADER_DRAIN));
+    coord_enc_kv_name(&e, "workstream", name, nlen);
+    coord_enc_kv_uint(&e, "generation", ws->live_generation);
+    coord_enc_kv_cstr(&e, "reason", reason_name(why));
+    conn_enc_finish(leader, &e);
+}
+
+/* Max hold: first the moment the term reaches it, then (draining because
+ * someone waits) the fence one lease later. */
+static void on_hold(struct deadline *d);
+
+static void max_hold_drain(struct workstream *ws)
+{
+    start_drain(ws, REASON_MAX_HOLD);
+    ws->drain_reason = REASON_MAX_HOLD;
+    ws->hold_fencing = true;
+    deadline_set(&ws->hold, broker_now_ms(W.b) + ws->lease_ms, on_hold);
+}
+
+static void on_hold(struct deadline *d)
+{
+    struct workstream *ws = list_entry(d, struct workstream, hold);
+    if (!ws->live_generation)
+        return;
+    if (ws->hold_fencing) {
+        leader_counts.terms_fenced_max_hold++;
+        leader_end(ws, REASON_MAX_HOLD, true, false);
+        ws_maybe_free(ws);
+        return;
+    }
+    if (!ws->over_hold) {
+        ws->over_hold = true;
+        leader_counts.terms_over_max_hold++;
+    }
+    if (ws->campaigns_waiting)
+        max_hold_drain(ws);
+}
+
+/* (Re)arms the max-hold timer of the live term from its descriptor. */
+static void arm_hold(struct workstream *ws)
+{
+    if (ws->hold_fencing)
+        return;                        /* the fence stands */
+    if (!ws->desc.max_hold_ms) {
+        deadline_cancel(&ws->hold);
+        return;
+    }
+    if (ws->over_hold) {
+        if (ws->campaigns_waiting)
+            max_hold_drain(ws);
+        return;
+    }
+    deadline_set(&ws->hold, ws->elected_ms + ws->desc.max_hold_ms, on_hold);
+}
+
+static uint64_t capped_lease(const struct workstream *ws, uint64_t lease_ms)
+{
+    uint64_t cap = ws->desc.max_hold_ms;
+    return cap && lease_ms > cap ? cap : lease_ms;
+}
+
+void leaders_defined(struct workstream *ws, const struct ws_desc *old)
+{
+    if (!ws->live_generation)
+        return;
+    if (old->mode != ws->desc.mode && conn_alive(ws->term->conn)) {
+        struct conn *leader = ws->term->conn;
+        size_t nlen;
+        const uint8_t *name = leaders_ws_name(ws, &nlen);
+        coord_enc e;
+        conn_enc_begin_event(leader, &e, coord_event_name(COORD_EV_LEADER_MODE));
+        coord_enc_kv_name(&e, "workstream", name, nlen);
+        coord_enc_kv_uint(&e, "generation", ws->live_generation);
+        coord_enc_kv_cstr(&e, "mode", ws_mode_name(ws->desc.mode));
+        conn_enc_finish(leader, &e);
+    }
+    if (old->max_hold_ms != ws->desc.max_hold_ms)
+        arm_hold(ws);
+}
+
 /* ---- campaign: the lock's owner ---- */
 
 static void bump_done(struct ll_req *req);
 
 static void start_bump(struct campaign *cp)
 {
+    struct conn *c = cp->conn;
+    struct ws_term *t = &cp->bump.term;
     cp->state = CAMPAIGN_BUMPING;
     if (ll_req_init(&cp->bump, LL_BUMP, cp->ws->skey, cp->ws->h.keylen,
                     NULL, 0, NULL, 0, NULL, 0) < 0) {
@@ -215,9 +372,32 @@ static void start_bump(struct campaign *cp)
         bump_done(&cp->bump);          /* answered from the lock's own work */
         return;
     }
+    cp->bump.generation = ids_next();  /* the floor: above every earlier id */
+    cp->bump.incident = cp->incident_len > 0;
+    t->pid = c->pid;
+    t->elected_ms = wall_ms();
+    t->protocol = cp->protocol;
+    const char *client = c->client ? c->client : "";
+    const char *instance = c->instance ? c->instance : "";
+    t->client_len = (uint16_t)strnlen(client, sizeof t->client);
+    memcpy(t->client, client, t->client_len);
+    t->instance_len = (uint16_t)strnlen(instance, sizeof t->instance);
+    memcpy(t->instance, instance, t->instance_len);
+    t->incident_len = cp->incident_len;
+    memcpy(t->incident, cp->incident, cp->incident_len);
     cp->bump.ud = cp;
     cp->bump.done = bump_done;
-    ll_submit(W.ledger, &cp->bump);
+    leaders_submit(&cp->bump);
+}
+
+static const char *bump_refusal(int status, const struct ll_req *req)
+{
+    switch (status) {
+    case COORD_EDISABLED: return "workstream is disabled";
+    case COORD_EPROTOCOL_PINNED: return "the campaign's protocol is below the workstream's pin";
+    case 0: return "leadership was stolen before it was granted";
+    default: return req->why ? req->why : "cannot store the generation";
+    }
 }
 
 /* The generation is stored: hand it out, if the campaign still wants it. */
@@ -226,17 +406,19 @@ static void bump_done(struct ll_req *req)
     struct campaign *cp = req->ud;
     struct workstream *ws = cp->ws;
     int status = req->status;
-    if (status == 0)
+    if (status == 0) {
         ws->generation = req->out_generation;
+        ws->desc = req->desc;          /* the ratchet may have moved */
+    }
     if (cp->gone || cp->lock_lost || status != 0) {
+        if (status == 0)
+            record_term_end(ws, req->out_generation, REASON_ABORTED);
         if (!cp->gone) {
             pending_finish(&cp->p);
             if (status == COORD_EDISABLED)
                 ws->disabled = true;
             conn_reply_error(cp->conn, cp->p.rid, status ? status : COORD_EABORTED,
-                             status == COORD_EDISABLED ? "workstream is disabled"
-                             : status ? (req->why ? req->why : "cannot store the generation")
-                             : "leadership was stolen before it was granted");
+                             bump_refusal(status, req));
         }
         if (!cp->lock_lost)
             locks_release(&cp->lock);
@@ -247,19 +429,23 @@ static void bump_done(struct ll_req *req)
     cp->state = CAMPAIGN_LEADING;
     ws->term = cp;
     ws->live_generation = req->out_generation;
-    ws->lease_ms = cp->lease_ms;
+    ws->lease_ms = capped_lease(ws, cp->lease_ms);
     ws->elected_ms = broker_now_ms(W.b);
+    ws->draining = ws->over_hold = ws->hold_fencing = false;
     list_append(&cp->conn->leads, &cp->lead_link);
     deadline_set(&ws->lease, ws->elected_ms + ws->lease_ms, on_lease_expired);
-    W.elected++;
+    arm_hold(ws);
+    leader_counts.elected++;
     if (ws->ended_us)
         latency_add(LAT_LEADER_TRANSITION, now_us() - ws->ended_us);
-    emit("elected", ws, ws->live_generation, REASON_NONE);
+    events_leader_ex("elected", ws->skey, ws->h.keylen, ws->live_generation, REASON_NONE,
+                     cp->incident, cp->incident_len, ws->desc.mode);
     coord_enc e;
     conn_enc_begin_reply(cp->conn, &e, cp->p.rid);
     coord_enc_kv_bool(&e, "granted", true);
     coord_enc_kv_uint(&e, "generation", ws->live_generation);
     coord_enc_kv_uint(&e, "lease_ms", ws->lease_ms);
+    coord_enc_kv_cstr(&e, "mode", ws_mode_name(ws->desc.mode));
     conn_enc_finish(cp->conn, &e);
 }
 
@@ -268,9 +454,19 @@ static struct campaign *campaign_of(struct lock_req *r)
     return (struct campaign *)((char *)r - offsetof(struct campaign, lock));
 }
 
+static void stop_waiting(struct campaign *cp)
+{
+    if (cp->waiting) {
+        cp->waiting = false;
+        cp->ws->campaigns_waiting--;
+    }
+}
+
 static void campaign_lock_granted(struct lock_req *r)
 {
-    start_bump(campaign_of(r));
+    struct campaign *cp = campaign_of(r);
+    stop_waiting(cp);
+    start_bump(cp);
 }
 
 /* stolen or expired: while the generation is written, or from the leader */
@@ -282,9 +478,13 @@ static void campaign_lock_lost(struct lock_req *r, enum reason why)
         return;
     }
     struct workstream *ws = cp->ws;
+    struct campaign *thief = W.incident_thief;
     ws->refs++;
-    leader_end(ws, why, true, true);
-    ws_unref(ws);
+    if (why == REASON_STOLEN && thief && thief->ws == ws)
+        leader_end_ex(ws, REASON_INCIDENT, true, true, thief->incident, thief->incident_len);
+    else
+        leader_end(ws, why, true, true);
+    leaders_ws_unref(ws);
 }
 
 static void campaign_lock_failed(struct lock_req *r, int code)
@@ -326,7 +526,7 @@ void leaders_conn_closed(struct conn *c)
         struct workstream *ws = cp->ws;
         ws->refs++;
         leader_end(ws, REASON_DISCONNECTED, false, false);
-        ws_unref(ws);
+        leaders_ws_unref(ws);
     }
 }
 
@@ -341,6 +541,7 @@ static void load_done(struct ll_req *req)
     ws->loaded = true;
     ws->generation = req->out_generation;
     ws->disabled = req->out_disabled;
+    ws->desc = req->desc;
     ll_req_free(&ws->load);
     ws->refs++;
     while (!list_empty(&ws->waiting)) {
@@ -365,12 +566,7 @@ static void load_done(struct ll_req *req)
     ws_maybe_free(ws);
 }
 
-/* Runs q on its workstream, now or once it is loaded.  name is checked
- * here (the reply refuses it). */
-/* The scoped key of the workstream name in key (SKEY_HEADER +
- * LIMIT_WORKSTREAM bytes); its length, or 0 after replying that it is too
- * long. */
-static size_t ws_key(struct conn *c, uint64_t rid, coord_bytes name, uint8_t *key)
+size_t leaders_ws_key(struct conn *c, uint64_t rid, coord_bytes name, uint8_t *key)
 {
     if (name.len > LIMIT_WORKSTREAM || (size_t)c->scope_len + name.len > LIMIT_WORKSTREAM) {
         char msg[96];
@@ -382,10 +578,10 @@ static size_t ws_key(struct conn *c, uint64_t rid, coord_bytes name, uint8_t *ke
     return skey_write(key, c->scope, c->scope_len, name.ptr, name.len);
 }
 
-static void with_workstream(struct conn *c, uint64_t rid, coord_bytes name, struct lreq *q)
+void leaders_with_workstream(struct conn *c, uint64_t rid, coord_bytes name, struct lreq *q)
 {
     uint8_t key[SKEY_HEADER + LIMIT_WORKSTREAM];
-    size_t klen = ws_key(c, rid, name, key);
+    size_t klen = leaders_ws_key(c, rid, name, key);
     if (!klen)
         return;
     struct hentry *h = hashmap_get(&W.streams, key, klen);
@@ -393,12 +589,13 @@ static void with_workstream(struct conn *c, uint64_t rid, coord_bytes name, stru
     if (ws && ws->loaded) {
         q->job.conn = c;
         q->job.rid = rid;
+        ws->refs++;
         q->run(q, ws);
-        ws_maybe_free(ws);
+        leaders_ws_unref(ws);
         return;
     }
     /* it waits: its own copy, with its bytes */
-    struct lreq *w = malloc(sizeof *w + q->op_len + q->key_len + q->value_len);
+    struct lreq *w = malloc(sizeof *w + q->op_len + q->key_len + q->value_len + q->text_len);
     if (!ws && w) {
         ws = calloc(1, sizeof *ws);
         uint8_t *sk = ws ? malloc(klen) : NULL;
@@ -411,6 +608,7 @@ static void with_workstream(struct conn *c, uint64_t rid, coord_bytes name, stru
             ws->h.key = sk;
             ws->h.keylen = klen;
             list_init(&ws->waiting);
+            ws_desc_default(&ws->desc);
             if (hashmap_put(&W.streams, &ws->h) < 0 ||
                 ll_req_init(&ws->load, LL_LOAD, sk, klen, NULL, 0, NULL, 0, NULL, 0) < 0) {
                 hashmap_del(&W.streams, &ws->h);
@@ -420,7 +618,7 @@ static void with_workstream(struct conn *c, uint64_t rid, coord_bytes name, stru
             } else {
                 ws->load.ud = ws;
                 ws->load.done = load_done;
-                ll_submit(W.ledger, &ws->load);
+                leaders_submit(&ws->load);
             }
         }
     }
@@ -431,13 +629,13 @@ static void with_workstream(struct conn *c, uint64_t rid, coord_bytes name, stru
     }
     *w = *q;
     uint8_t *bytes = (uint8_t *)(w + 1);
-    const uint8_t *src[3] = { q->op_id, q->key, q->value };
-    size_t lens[3] = { q->op_len, q->key_len, q->value_len };
-    const uint8_t **dst[3] = { &w->op_id, &w->key, &w->value };
-    for (int i = 0; i < 3; i++) {
+    const uint8_t *src[4] = { q->op_id, q->key, q->value, q->text };
+    size_t lens[4] = { q->op_len, q->key_len, q->value_len, q->text_len };
+    const uint8_t **dst[4] = { &w->op_id, &w->key, &w->value, &w->text };
+    for (int i = 0; i < 4; i++) {
         if (lens[i])
             memcpy(bytes, src[i], lens[i]);
-        *dst[i] = bytes;
+        *dst[i] = src[i] ? bytes : NULL;
         bytes += lens[i];
     }
     conn_job_start(&w->job, c, rid);
@@ -450,7 +648,8 @@ static void run_campaign(struct lreq *q, struct workstream *ws)
 {
     struct conn *c = q->job.conn;
     uint64_t rid = q->job.rid;
-    if (ws->disabled) {
+    bool incident = q->text_len > 0;
+    if (ws->disabled && !incident) {
         conn_reply_error(c, rid, COORD_EDISABLED, "workstream is disabled");
         return;
     }
@@ -459,10 +658,24 @@ static void run_campaign(struct lreq *q, struct workstream *ws)
                          "this connection already leads the workstream");
         return;
     }
+    if (ws_desc_admit(&ws->desc, &q->protocol)) {
+        char pin[WS_PROTOCOL_TEXT], msg[160];
+        ws_protocol_format(&ws->desc.protocol, ws_desc_pin(&ws->desc), pin, sizeof pin);
+        snprintf(msg, sizeof msg, "the workstream is pinned to %s or later", pin);
+        conn_reply_error(c, rid, COORD_EPROTOCOL_PINNED, msg);
+        return;
+    }
+    if (q->steal && (ws->desc.steal == WS_STEAL_NEVER ||
+                     (ws->desc.steal == WS_STEAL_INCIDENT_ONLY && !incident))) {
+        conn_reply_error(c, rid, COORD_EPOLICY, ws->desc.steal == WS_STEAL_NEVER
+                         ? "the workstream's steal policy is never"
+                         : "the workstream's steal policy is incident-only: steal needs incident");
+        return;
+    }
     if (pending_check(c, rid) < 0)
         return;
     size_t nlen;
-    const uint8_t *wname = ws_name(ws, &nlen);
+    const uint8_t *wname = leaders_ws_name(ws, &nlen);
     uint8_t lname[sizeof LOCK_PREFIX - 1 + LIMIT_WORKSTREAM];
     struct campaign *cp = calloc(1, sizeof *cp);
     if (!cp) {
@@ -476,6 +689,10 @@ static void run_campaign(struct lreq *q, struct workstream *ws)
     cp->conn = c;
     c->refs++;
     cp->lease_ms = q->lease_ms;
+    cp->protocol = q->protocol;
+    cp->incident_len = (uint16_t)q->text_len;
+    if (q->text_len)
+        memcpy(cp->incident, q->text, q->text_len);
     list_init(&cp->lead_link);
     list_init(&cp->p.link);
     cp->p.abort = campaign_abort;
@@ -489,10 +706,19 @@ static void run_campaign(struct lreq *q, struct workstream *ws)
         .mode = LOCK_EXCLUSIVE, .if_available = q->if_available, .steal = q->steal,
         .timeout_ms = q->timeout_ms,
     };
+    if (q->steal && incident)
+        W.incident_thief = cp;         /* the broken leader hears "incident" */
     enum lock_outcome o = locks_request(&cp->lock, c, &a, &campaign_owner);
+    W.incident_thief = NULL;
     if (o == LOCK_GRANTED) {
         start_bump(cp);
-    } else if (o != LOCK_QUEUED) {
+    } else if (o == LOCK_QUEUED) {
+        cp->waiting = true;
+        ws->campaigns_waiting++;
+        /* someone waits now: a term past its max hold drains */
+        if (ws->live_generation && ws->over_hold && !ws->hold_fencing)
+            max_hold_drain(ws);
+    } else {
         pending_finish(&cp->p);
         locks_reply_refused(c, rid, o);
         campaign_free(cp);
@@ -501,16 +727,19 @@ static void run_campaign(struct lreq *q, struct workstream *ws)
 
 void op_leader_campaign(struct conn *c, uint64_t rid, coord_fields *f)
 {
-    coord_bytes name = { NULL, 0 };
+    coord_bytes name = { NULL, 0 }, protocol = name, incident = name;
     struct lreq q = { .run = run_campaign, .lease_ms = 30000 };
     coord_field_str(f, "workstream", true, &name);
     coord_field_uint(f, "lease_ms", false, &q.lease_ms);
     coord_field_bool(f, "if_available", false, &q.if_available);
     coord_field_bool(f, "steal", false, &q.steal);
     q.have_timeout = coord_field_uint(f, "timeout_ms", false, &q.timeout_ms);
+    bool has_protocol = coord_field_str(f, "protocol", false, &protocol);
+    coord_field_str(f, "incident", false, &incident);
     if (!fields_ok(c, rid, f) ||
         !duration_ok(c, rid, "lease_ms", q.lease_ms, LIMIT_WAIT_MS) ||
-        !duration_ok(c, rid, "timeout_ms", q.timeout_ms, LIMIT_WAIT_MS))
+        !duration_ok(c, rid, "timeout_ms", q.timeout_ms, LIMIT_WAIT_MS) ||
+        !leaders_text_ok(c, rid, "incident", incident, LIMIT_INCIDENT, false))
         return;
     if (q.lease_ms == 0)
         q.lease_ms = 30000;
@@ -519,16 +748,18 @@ void op_leader_campaign(struct conn *c, uint64_t rid, coord_fields *f)
         bad = "steal and if_available cannot be combined";
     else if (q.have_timeout && (q.steal || q.if_available))
         bad = "timeout_ms cannot be combined with steal or if_available";
+    else if (has_protocol && ws_protocol_parse(protocol.ptr, protocol.len, &q.protocol) < 0)
+        bad = "protocol must be name@N (name: 1..64 of A-Z a-z 0-9 . _ -, N: 1..4294967295)";
     if (bad) {
         conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, bad);
         return;
     }
-    with_workstream(c, rid, name, &q);
+    q.text = incident.ptr;
+    q.text_len = incident.len;
+    leaders_with_workstream(c, rid, name, &q);
 }
 
-/* True when the leadership of ws with generation gen is live, else replies
- * FENCED. */
-static bool live(struct conn *c, uint64_t rid, struct workstream *ws, uint64_t gen)
+bool leaders_live(struct conn *c, uint64_t rid, struct workstream *ws, uint64_t gen)
 {
     /* a lease past its end is over even if its timer has not run yet
      * (the loop may be busy): do now what the timer would do */
@@ -537,7 +768,7 @@ static bool live(struct conn *c, uint64_t rid, struct workstream *ws, uint64_t g
         leader_end(ws, REASON_EXPIRED, true, false);
     if (gen != 0 && ws->live_generation == gen)
         return true;
-    W.fenced++;
+    leader_counts.fenced++;
     char msg[128];
     snprintf(msg, sizeof msg, "generation %llu is not the live one", (unsigned long long)gen);
     conn_reply_error(c, rid, COORD_EFENCED, msg);
@@ -547,8 +778,9 @@ static bool live(struct conn *c, uint64_t rid, struct workstream *ws, uint64_t g
 static void run_renew(struct lreq *q, struct workstream *ws)
 {
     struct conn *c = q->job.conn;
-    if (!live(c, q->job.rid, ws, q->generation))
+    if (!leaders_live(c, q->job.rid, ws, q->generation))
         return;
+    ws->lease_ms = capped_lease(ws, ws->lease_ms);
     deadline_set(&ws->lease, broker_now_ms(W.b) + ws->lease_ms, on_lease_expired);
     emit("renewed", ws, q->generation, REASON_NONE);
     coord_enc e;
@@ -560,10 +792,33 @@ static void run_renew(struct lreq *q, struct workstream *ws)
 static void run_resign(struct lreq *q, struct workstream *ws)
 {
     struct conn *c = q->job.conn;
-    if (!live(c, q->job.rid, ws, q->generation))
+    if (!leaders_live(c, q->job.rid, ws, q->generation))
         return;
     leader_end(ws, REASON_RESIGNED, false, false);
     conn_reply_ok(c, q->job.rid);
+}
+
+static void run_drain(struct lreq *q, struct workstream *ws)
+{
+    struct conn *c = q->job.conn;
+    if (!leaders_live(c, q->job.rid, ws, q->generation))
+        return;
+    start_drain(ws, ws->term->conn == c ? REASON_SELF : REASON_REQUESTED);
+    conn_reply_ok(c, q->job.rid);
+}
+
+static void run_check(struct lreq *q, struct workstream *ws)
+{
+    struct conn *c = q->job.conn;
+    if (!leaders_live(c, q->job.rid, ws, q->generation))
+        return;
+    uint64_t now = broker_now_ms(W.b);
+    coord_enc e;
+    conn_enc_begin_reply(c, &e, q->job.rid);
+    coord_enc_kv_bool(&e, "live", true);
+    coord_enc_kv_uint(&e, "lease_left_ms", ws->lease.at > now ? ws->lease.at - now : 0);
+    coord_enc_kv_cstr(&e, "mode", ws_mode_name(ws->desc.mode));
+    conn_enc_finish(c, &e);
 }
 
 /* The ops whose fields are {workstream} or {workstream, generation}: read
@@ -577,10 +832,10 @@ static void workstream_op(struct conn *c, uint64_t rid, coord_fields *f, struct 
         coord_field_uint(f, "generation", true, &q->generation);
     if (!fields_ok(c, rid, f))
         return;
-    with_workstream(c, rid, name, q);
+    leaders_with_workstream(c, rid, name, q);
 }
 
-/* {workstream, generation} of renew and resign */
+/* {workstream, generation} of renew, resign, drain and check */
 static void live_op(struct conn *c, uint64_t rid, coord_fields *f,
                     void (*run)(struct lreq *, struct workstream *))
 {
@@ -598,16 +853,19 @@ void op_leader_resign(struct conn *c, uint64_t rid, coord_fields *f)
     live_op(c, rid, f, run_resign);
 }
 
-/* A ledger request answering a client: commit, read, disable/enable. */
-struct ll_call {
-    struct ll_req req;
-    struct conn_job job;
-    struct workstream *ws;         /* referenced, or NULL */
-};
+void op_leader_drain(struct conn *c, uint64_t rid, coord_fields *f)
+{
+    live_op(c, rid, f, run_drain);
+}
 
-static struct ll_call *ll_call_new(struct conn *c, uint64_t rid, struct workstream *ws,
-                                   enum ll_op op, const uint8_t *skey, size_t sklen,
-                                   const struct lreq *q, void (*done)(struct ll_req *))
+void op_leader_check(struct conn *c, uint64_t rid, coord_fields *f)
+{
+    live_op(c, rid, f, run_check);
+}
+
+struct ll_call *ll_call_new(struct conn *c, uint64_t rid, struct workstream *ws,
+                            enum ll_op op, const uint8_t *skey, size_t sklen,
+                            const struct lreq *q, void (*done)(struct ll_req *))
 {
     struct ll_call *call = calloc(1, sizeof *call);
     if (!call || ll_req_init(&call->req, op, skey, sklen, q ? q->op_id : NULL,
@@ -626,121 +884,13 @@ static struct ll_call *ll_call_new(struct conn *c, uint64_t rid, struct workstre
     return call;
 }
 
-static void ll_call_end(struct ll_call *call)
+void ll_call_end(struct ll_call *call)
 {
     conn_job_end(&call->job);
     if (call->ws)
-        ws_unref(call->ws);
+        leaders_ws_unref(call->ws);
     ll_req_free(&call->req);
     free(call);
-}
-
-static void commit_done(struct ll_req *req)
-{
-    struct ll_call *call = req->ud;
-    int status = req->status;
-    if (status == 0 && !req->duplicate) W.commits++;
-    if (req->duplicate) W.duplicates++;
-    if (status == COORD_EFENCED) W.fenced++;
-    struct conn *c = conn_job_conn(&call->job);
-    if (c && status) {
-        conn_reply_error(c, call->job.rid, status,
-                         status == COORD_EFENCED ? "generation is stale" : req->why);
-    } else if (c) {
-        coord_enc e;
-        conn_enc_begin_reply(c, &e, call->job.rid);
-        coord_enc_kv_bool(&e, "applied", !req->duplicate);
-        if (req->duplicate) {
-            coord_enc_kv_bool(&e, "duplicate", true);
-            coord_enc_kv_uint(&e, "generation", req->out_generation);
-        }
-        conn_enc_finish(c, &e);
-    }
-    ll_call_end(call);
-}
-
-static void run_commit(struct lreq *q, struct workstream *ws)
-{
-    struct conn *c = q->job.conn;
-    if (!live(c, q->job.rid, ws, q->generation))
-        return;
-    struct ll_call *call = ll_call_new(c, q->job.rid, NULL, LL_COMMIT, ws->skey,
-                                       ws->h.keylen, q, commit_done);
-    if (!call)
-        return;
-    call->req.generation = q->generation;
-    ll_submit(W.ledger, &call->req);
-}
-
-void op_leader_commit(struct conn *c, uint64_t rid, coord_fields *f)
-{
-    coord_bytes name = { NULL, 0 }, op_id = name, key = name, value = name;
-    struct lreq q = { .run = run_commit };
-    coord_field_str(f, "workstream", true, &name);
-    coord_field_uint(f, "generation", true, &q.generation);
-    coord_field_str(f, "op_id", true, &op_id);
-    coord_field_str(f, "key", true, &key);
-    coord_field_bin(f, "value", true, &value);
-    if (!fields_ok(c, rid, f))
-        return;
-    if (op_id.len == 0 || op_id.len > LIMIT_OP_ID || key.len > LIMIT_LEADER_KEY) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "op_id must be 1..%u bytes, key at most %u bytes",
-                 LIMIT_OP_ID, LIMIT_LEADER_KEY);
-        conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, msg);
-        return;
-    }
-    if (value.len > payload_limit(c)) {
-        conn_reply_error(c, rid, COORD_ETOO_LARGE, "value does not fit a reply frame");
-        return;
-    }
-    q.op_id = op_id.ptr;
-    q.op_len = op_id.len;
-    q.key = key.ptr;
-    q.key_len = key.len;
-    q.value = value.ptr;
-    q.value_len = value.len;
-    with_workstream(c, rid, name, &q);
-}
-
-static void read_done(struct ll_req *req)
-{
-    struct ll_call *call = req->ud;
-    struct conn *c = conn_job_conn(&call->job);
-    if (c && req->status) {
-        conn_reply_error(c, call->job.rid, req->status,
-                         req->status == COORD_ENOT_FOUND ? "no value for this key" : NULL);
-    } else if (c) {
-        coord_enc e;
-        conn_enc_begin_reply(c, &e, call->job.rid);
-        coord_enc_kv_bin(&e, "value", req->out_value, req->out_value_len);
-        coord_enc_kv_uint(&e, "generation", req->out_generation);
-        conn_enc_finish(c, &e);
-    }
-    ll_call_end(call);
-}
-
-void op_leader_read(struct conn *c, uint64_t rid, coord_fields *f)
-{
-    coord_bytes name = { NULL, 0 }, key = name;
-    coord_field_str(f, "workstream", true, &name);
-    coord_field_str(f, "key", true, &key);
-    if (!fields_ok(c, rid, f))
-        return;
-    if (key.len > LIMIT_LEADER_KEY) {
-        char msg[64];
-        snprintf(msg, sizeof msg, "key at most %u bytes", LIMIT_LEADER_KEY);
-        conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, msg);
-        return;
-    }
-    uint8_t skey[SKEY_HEADER + LIMIT_WORKSTREAM];
-    size_t sklen = ws_key(c, rid, name, skey);
-    if (!sklen)
-        return;
-    struct lreq q = { .key = key.ptr, .key_len = key.len };
-    struct ll_call *call = ll_call_new(c, rid, NULL, LL_READ, skey, sklen, &q, read_done);
-    if (call)
-        ll_submit(W.ledger, &call->req);
 }
 
 static void run_info(struct lreq *q, struct workstream *ws)
@@ -750,16 +900,34 @@ static void run_info(struct lreq *q, struct workstream *ws)
     coord_enc e;
     conn_enc_begin_reply(c, &e, q->job.rid);
     coord_enc_kv_uint(&e, "generation", ws->generation);
-    coord_enc_kv_cstr(&e, "state", ws->disabled ? "disabled"
-                                   : ws->live_generation ? "leading" : "idle");
+    coord_enc_kv_cstr(&e, "state", ws->live_generation ? (ws->draining ? "draining" : "leading")
+                                   : ws->disabled ? "disabled" : "idle");
+    coord_enc_kv_cstr(&e, "mode", ws_mode_name(ws->desc.mode));
+    coord_enc_kv_uint(&e, "max_hold_ms", ws->desc.max_hold_ms);
+    if (ws->desc.protocol.name_len) {
+        char pin[WS_PROTOCOL_TEXT];
+        size_t n = ws_protocol_format(&ws->desc.protocol, ws_desc_pin(&ws->desc), pin,
+                                      sizeof pin);
+        coord_enc_kv_str(&e, "pinned_protocol", pin, n);
+    }
     if (ws->live_generation) {
-        struct conn *leader = ws->term->conn;
+        struct campaign *cp = ws->term;
+        struct conn *leader = cp->conn;
         coord_enc_kv_uint(&e, "live_generation", ws->live_generation);
         coord_enc_kv_uint(&e, "conn", leader->id);
         coord_enc_kv_cstr(&e, "client", leader->client ? leader->client : "");
         coord_enc_kv_uint(&e, "pid", leader->pid);
         coord_enc_kv_uint(&e, "lease_left_ms", ws->lease.at > now ? ws->lease.at - now : 0);
         coord_enc_kv_uint(&e, "leading_ms", now - ws->elected_ms);
+        if (cp->protocol.name_len) {
+            char p[WS_PROTOCOL_TEXT];
+            size_t n = ws_protocol_format(&cp->protocol, cp->protocol.version, p, sizeof p);
+            coord_enc_kv_str(&e, "protocol", p, n);
+        }
+        if (cp->incident_len)
+            coord_enc_kv_name(&e, "incident", cp->incident, cp->incident_len);
+        if (ws->draining)
+            coord_enc_kv_cstr(&e, "drain_reason", reason_name(ws->drain_reason));
     }
     coord_enc_kv_bool(&e, "disabled", ws->disabled);
     conn_enc_finish(c, &e);
@@ -806,7 +974,8 @@ static void run_switch(struct lreq *q, struct workstream *ws)
     if (disable && ws->live_generation)
         leader_end(ws, REASON_DISABLED, true, false);
     call->req.disable = disable;
-    ll_submit(W.ledger, &call->req);
+    call->req.generation = ids_next();
+    leaders_submit(&call->req);
 }
 
 void op_leader_disable(struct conn *c, uint64_t rid, coord_fields *f)

@@ -12,5 +12,8 @@ void leaders_stop(void);
 /* The connection closed: whatever it led is lost (reason disconnected). */
 void leaders_conn_closed(struct conn *c);
 void leaders_stats(coord_enc *e);
+/* Part 2's counters (max hold, claims): sent after the fixed counters, so
+ * that with the smallest max_frame they are left out (truncated). */
+void leaders_stats_more(coord_enc *e);
 
 #endif

@@ -89,6 +89,7 @@ struct ledger {
 
 static const char *db_names[DB_COUNT] = {
     "meta", "records", "expiry", "leaders", "kv", "ops", "flight_off",
+    "desc", "hist", "claims", "pending",
 };
 
 MDB_dbi ledger_dbi(struct ledger *l, enum ledger_db db) { return l->dbi[db]; }

@@ -20,10 +20,15 @@ enum ledger_db {
     DB_META,            /* "epoch" -> u64 big-endian, "idfmt" -> 2 (ids.h) */
     DB_RECORDS,         /* scoped key -> record (records.c) */
     DB_EXPIRY,          /* expires_ms BE + scoped key -> "" (sweeps) */
-    DB_LEADERS,         /* scoped workstream -> generation u64, disabled u8 */
+    DB_LEADERS,         /* scoped workstream -> generation u64, disabled u8, [unsettled
+                           claims u32, claim seq u64, history count u32] (leader-lmdb.c) */
     DB_KV,              /* u16 len, scoped workstream, key -> generation u64, value */
     DB_OPS,             /* u16 len, scoped workstream, op_id -> generation u64 */
     DB_FLIGHT_OFF,      /* scoped key prefix -> "" (the single-flight kill switch) */
+    DB_DESC,            /* scoped workstream -> descriptor (leader-desc.h) */
+    DB_HIST,            /* u16 len, scoped workstream, generation u64 -> term (leader-desc.h) */
+    DB_CLAIMS,          /* u16 len, scoped workstream, op_id -> claim (leader-lmdb.c) */
+    DB_PENDING,         /* u16 len, scoped workstream, claim seq u64 -> op_id */
     DB_COUNT
 };
 

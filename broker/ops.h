@@ -59,6 +59,14 @@ bool list_entry_overflows(const struct conn *c, coord_enc *e, const coord_enc_ma
     X(LEADER_INFO, op_leader_info) \
     X(LEADER_DISABLE, op_leader_disable) \
     X(LEADER_ENABLE, op_leader_enable) \
+    X(LEADER_DEFINE, op_leader_define) \
+    X(LEADER_DESCRIBE, op_leader_describe) \
+    X(LEADER_DRAIN, op_leader_drain) \
+    X(LEADER_HISTORY, op_leader_history) \
+    X(LEADER_CLAIM, op_leader_claim) \
+    X(LEADER_ABANDON, op_leader_abandon) \
+    X(LEADER_PENDING, op_leader_pending) \
+    X(LEADER_CHECK, op_leader_check) \
     X(SUB_SUBSCRIBE, op_sub_subscribe) \
     X(SUB_UNSUBSCRIBE, op_sub_unsubscribe) \
     X(SUB_PUBLISH, op_sub_publish)
@@ -77,6 +85,14 @@ void op_flight_disabled(struct conn *c, uint64_t rid, coord_fields *f);
 void op_record_get(struct conn *c, uint64_t rid, coord_fields *f);
 void op_record_list(struct conn *c, uint64_t rid, coord_fields *f);
 void op_record_purge(struct conn *c, uint64_t rid, coord_fields *f);
+void op_leader_define(struct conn *c, uint64_t rid, coord_fields *f);
+void op_leader_describe(struct conn *c, uint64_t rid, coord_fields *f);
+void op_leader_drain(struct conn *c, uint64_t rid, coord_fields *f);
+void op_leader_history(struct conn *c, uint64_t rid, coord_fields *f);
+void op_leader_claim(struct conn *c, uint64_t rid, coord_fields *f);
+void op_leader_abandon(struct conn *c, uint64_t rid, coord_fields *f);
+void op_leader_pending(struct conn *c, uint64_t rid, coord_fields *f);
+void op_leader_check(struct conn *c, uint64_t rid, coord_fields *f);
 void op_leader_campaign(struct conn *c, uint64_t rid, coord_fields *f);
 void op_leader_renew(struct conn *c, uint64_t rid, coord_fields *f);
 void op_leader_resign(struct conn *c, uint64_t rid, coord_fields *f);

@@ -1,6 +1,7 @@
 /* reasons.h - why something ended (a lock lost, a flight's owner replaced, a
  * leadership over): one enum for the code, one table of the names the wire
- * carries in `reason` fields.  Code never compares reason strings. */
+ * carries in `reason` fields.  Code never compares reason strings.
+ * Append only: leadership's history stores a term's reason by its number. */
 #ifndef COORD_REASONS_H
 #define COORD_REASONS_H
 
@@ -19,7 +20,8 @@
     X(REASON_REQUESTED, "requested")       /* a drain asked by another connection */ \
     X(REASON_SELF, "self")                 /* a drain the leader announced */ \
     X(REASON_RESTART, "restart")           /* a term live when its broker stopped */ \
-    X(REASON_LEDGER_UNAVAILABLE, "ledger-unavailable") /* a remote ledger out of reach */
+    X(REASON_LEDGER_UNAVAILABLE, "ledger-unavailable") /* a remote ledger out of reach */ \
+    X(REASON_ABORTED, "aborted")           /* a term stored but never handed out */
 
 enum reason {
 #define REASON_ENUM(id, name) id,

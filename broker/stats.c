@@ -65,10 +65,15 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_uint(&e, "handshake_ms", b->opt.handshake_ms);
     coord_enc_kv_uint(&e, "max_data_size", b->opt.max_data_size);
     coord_enc_map_end(&e);
-    /* latencies and the per-op counts go last: with a small max_frame
+    /* leadership's part-2 counters, latencies and the per-op counts go
+     * last: with a small max_frame
      * they are the parts left out (truncated: true) */
     bool cut = false;
     coord_enc_mark before = coord_enc_mark_here(&e);
+    leaders_stats_more(&e);
+    if (list_entry_overflows(c, &e, &before))
+        cut = true;
+    before = coord_enc_mark_here(&e);
     latency_encode(&e);
     if (list_entry_overflows(c, &e, &before))
         cut = true;

@@ -212,6 +212,25 @@ static bool lookup(coord_fields *f, const char *key, bool required, struct value
     return found;
 }
 
+bool coord_field_nil(coord_fields *f, const char *key)
+{
+    struct value v;
+    if (f->idx) {
+        const uint8_t *raw = index_find(f->idx, key);
+        if (!raw)
+            return false;
+        raw_value(raw, &v);
+    } else if (f->map) {
+        const msgpack_object *o = coord_map_find(f->map, key);
+        if (!o)
+            return false;
+        object_value(o, &v);
+    } else {
+        return false;
+    }
+    return v.type == V_NIL;
+}
+
 bool coord_field_uint(coord_fields *f, const char *key, bool required,
                       uint64_t *out)
 {

@@ -69,6 +69,9 @@ void coord_fields_nested(coord_fields *child, const coord_fields *parent,
  * the child's index when the parent is indexed (it must outlive child). */
 bool coord_field_nested(coord_fields *f, const char *key, bool required,
                         coord_index *store, coord_fields *child);
+/* True when key is present with the value nil (which the getters treat as
+ * absent): "back to the default" where an op tells the two apart. */
+bool coord_field_nil(coord_fields *f, const char *key);
 /* Marks a field as refused for a reason other than its type. */
 void coord_fields_fail(coord_fields *f, const char *key, const char *why);
 

@@ -140,9 +140,9 @@ static void test_twenty_campaigners(void)
     }
     CHECK_EQ_U(got, N);
     CHECK_EQ_U(exclusive, N);
-    /* strictly increasing by one per grant */
+    /* strictly increasing per grant (from the id allocator: not by one) */
     for (int i = 1; i < got; i++)
-        CHECK_EQ_U(gens[i], gens[i - 1] + 1);
+        CHECK(gens[i] > gens[i - 1]);
     for (int i = 0; i < N; i++) {
         int st = wait_pid_timeout(kids[i], 20000);
         CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -268,7 +268,7 @@ static void test_op_id_applied_once(void)
     CHECK_EQ_U(msg_uint(&m, "generation"), g1);
     REQUIRE(simple(a, 4, "leader.resign", "ops", g1) == 0);
     uint64_t g2 = elect(b, 1, "ops", 0);
-    REQUIRE(g2 == g1 + 1);
+    REQUIRE(g2 > g1);
     REQUIRE(commit(b, 2, "ops", g2, "pay-42", "balance", S("555")) == 0);
     CHECK(msg_ok(&m) && !msg_bool(&m, "applied") && msg_bool(&m, "duplicate"));
     CHECK_EQ_U(msg_uint(&m, "generation"), g1);

@@ -15,12 +15,14 @@ static const struct row rows[] = {
 };
 #define NROWS (sizeof rows / sizeof rows[0])
 
-/* The codes protocol-v1.md lists, in its order. */
+/* The codes the protocol lists, in its order. */
 static const char *const v1_codes[] = {
     "BAD_FRAME", "HELLO_REQUIRED", "PROTO_VERSION", "BAD_REQUEST", "UNKNOWN_OP",
     "INVALID_OPTIONS", "NAME_RESERVED", "TOO_LARGE", "LIMIT", "ABORTED",
     "TIMEOUT", "FENCED", "NOT_FOUND", "UNKNOWN_LOCK", "DISABLED", "STORAGE",
     "SHUTTING_DOWN",
+    /* part 2 */
+    "PROTOCOL_PINNED", "POLICY", "READ_ONLY", "DRAINING", "UNAVAILABLE",
 };
 #define NV1 (sizeof v1_codes / sizeof v1_codes[0])
 

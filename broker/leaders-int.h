@@ -1,0 +1,97 @@
+/* leaders-int.h - what the files of leadership share: the workstream in
+ * memory, the request that runs on it, and the ledger call that answers a
+ * client.  leaders.c owns terms and campaigns (and the table); the other
+ * leader-*.c files are ops on a loaded workstream. */
+#ifndef COORD_LEADERS_INT_H
+#define COORD_LEADERS_INT_H
+
+#include "broker.h"
+#include "deadline.h"
+#include "hashmap.h"
+#include "leader-ledger.h"
+#include "reasons.h"
+
+struct campaign;
+
+struct workstream {
+    struct hentry h;               /* keyed by the scoped workstream (skey.h) */
+    uint8_t *skey;
+    bool loaded;
+    struct ll_req load;            /* while !loaded */
+    struct list waiting;           /* struct lreq, until loaded */
+    uint64_t generation;           /* last one stored */
+    bool disabled;
+    struct ws_desc desc;           /* as stored (defaults when never defined) */
+    unsigned campaigns_waiting;    /* queued on the leader lock */
+    /* the live leader, if any */
+    struct campaign *term;         /* the leader's campaign, or NULL */
+    uint64_t live_generation;      /* 0: nobody may commit */
+    struct deadline lease;
+    uint64_t lease_ms;
+    uint64_t elected_ms;
+    bool draining;
+    enum reason drain_reason;      /* REASON_SELF, _REQUESTED, _MAX_HOLD */
+    struct deadline hold;          /* max hold reached; then, draining, the fence */
+    bool over_hold, hold_fencing;
+    uint64_t ended_us;             /* the last term's end (latency stats) */
+    unsigned refs;                 /* campaigns, requests and jobs using it */
+};
+
+/* A leader.* request, with the fields its op needs.  On the stack while
+ * its workstream is in memory; copied to the heap (with its bytes) when it
+ * must wait for the workstream to load. */
+struct lreq {
+    struct list link;              /* ws->waiting */
+    struct conn_job job;
+    void (*run)(struct lreq *q, struct workstream *ws);
+    uint64_t generation, lease_ms, timeout_ms, limit;
+    bool if_available, steal, have_timeout, disable, has_key;
+    struct ws_protocol protocol;   /* campaign */
+    struct ws_patch patch;         /* define */
+    const uint8_t *op_id, *key, *value, *text;   /* text: incident or reason */
+    size_t op_len, key_len, value_len, text_len;
+};
+
+/* Runs q on the workstream name of c's scope, now or once loaded.  The
+ * name is checked here (too long: replied). */
+void leaders_with_workstream(struct conn *c, uint64_t rid, coord_bytes name, struct lreq *q);
+/* The scoped key of name into key (SKEY_HEADER + LIMIT_WORKSTREAM bytes):
+ * its length, or 0 after replying that it is too long. */
+size_t leaders_ws_key(struct conn *c, uint64_t rid, coord_bytes name, uint8_t *key);
+/* True when gen is ws's live generation, else replies FENCED. */
+bool leaders_live(struct conn *c, uint64_t rid, struct workstream *ws, uint64_t gen);
+const uint8_t *leaders_ws_name(const struct workstream *ws, size_t *len);
+void leaders_ws_unref(struct workstream *ws);
+/* The ledger's name (canonical_fence), and a submit. */
+const char *leaders_ledger_name(void);
+void leaders_submit(struct ll_req *r);
+/* A define was stored: the live term sees it (mode event, max hold). */
+void leaders_defined(struct workstream *ws, const struct ws_desc *old);
+
+/* A ledger request answering a client (commit, claim, define, ...). */
+struct ll_call {
+    struct ll_req req;
+    struct conn_job job;
+    struct workstream *ws;         /* referenced, or NULL */
+};
+
+/* A call for c's request rid with copies of q's bytes (q may be NULL); NULL
+ * after replying LIMIT.  ll_call_end answers nothing: it frees. */
+struct ll_call *ll_call_new(struct conn *c, uint64_t rid, struct workstream *ws,
+                            enum ll_op op, const uint8_t *skey, size_t sklen,
+                            const struct lreq *q, void (*done)(struct ll_req *));
+void ll_call_end(struct ll_call *call);
+
+/* Counters of stats (leaders.c owns them). */
+struct leader_counters {
+    uint64_t elected, lost, commits, duplicates, fenced;
+    uint64_t terms_over_max_hold, terms_fenced_max_hold;
+    uint64_t claims, claims_reconciled, abandons;
+};
+extern struct leader_counters leader_counts;
+
+/* a text field (incident, reason, op_id) of 1..max bytes, else replied */
+bool leaders_text_ok(struct conn *c, uint64_t rid, const char *field, coord_bytes b,
+                     size_t max, bool required);
+
+#endif
