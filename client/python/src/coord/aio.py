@@ -242,10 +242,9 @@ class Lock:
                                 steal=self.steal, timeout=None if try_once else self.timeout,
                                 lease=self.lease)
         conn = await self._client._ensure()
-        sent = time.monotonic()
         self.lost.clear()
         self.lost_reason = None
-        call = conn.send("lock.acquire", fields, hook=lambda r: self._granted(conn, r, sent))
+        call = conn.send("lock.acquire", fields, hook=lambda r: self._granted(conn, r, time.monotonic()))
         reply = await _wait(conn, call, self, lambda r: self._give_back(conn, r))
         if not reply.ok:
             raise reply.error()
@@ -255,13 +254,13 @@ class Lock:
             self._renewer = asyncio.get_running_loop().create_task(self._renew_loop())
         return True
 
-    def _granted(self, conn: _AConn, r: Reply, sent: float) -> None:
+    def _granted(self, conn: _AConn, r: Reply, arrived: float) -> None:
         if r.ok and r.get("granted"):
             self.id = m.uint(r.body, "lock")
             self.token = m.uint(r.body, "token")
             self._conn = conn
             self._held = True
-            self._deadline = sent + (self.lease or 0)
+            self._deadline = arrived + (self.lease or 0)
             self._client._router.locks[self.id] = self
 
     def _give_back(self, conn: _AConn, r: Reply) -> Optional[_ACall]:
@@ -511,8 +510,7 @@ class Leadership(LeaderTerm):
         fields = self._campaign_fields(if_available)
         conn = await self._client._ensure()
         self._begin()
-        sent = time.monotonic()
-        call = conn.send("leader.campaign", fields, hook=lambda r: self._granted(conn, r, sent))
+        call = conn.send("leader.campaign", fields, hook=lambda r: self._granted(conn, r, time.monotonic()))
         try:
             r = await _wait(conn, call, self, lambda r: self._give_back(conn, r))
         except BaseException:
@@ -527,8 +525,8 @@ class Leadership(LeaderTerm):
         self._renewer = asyncio.get_running_loop().create_task(self._renew_loop())
         return True
 
-    def _granted(self, conn: _AConn, r: Reply, sent: float) -> None:
-        if self._grant(r, sent):
+    def _granted(self, conn: _AConn, r: Reply, arrived: float) -> None:
+        if self._grant(r, arrived):
             self._conn = conn
             self._client._router.leaders[self.key] = self
 

@@ -289,10 +289,9 @@ class Lock:
                                 timeout=None if try_once else self.timeout,
                                 lease=self.lease)
         conn = self._client._ensure()
-        sent = time.monotonic()
         self.lost.clear()
         self.lost_reason = None
-        call = conn.send("lock.acquire", fields, hook=lambda r: self._granted(conn, r, sent))
+        call = conn.send("lock.acquire", fields, hook=lambda r: self._granted(conn, r, time.monotonic()))
         reply = _wait(conn, call, self, lambda r: self._give_back(conn, r))
         if not reply.ok:
             raise reply.error()
@@ -302,13 +301,13 @@ class Lock:
             self._client._ticker.at(self._next_tick(), self._tick)
         return True
 
-    def _granted(self, conn: _Conn, r: Reply, sent: float) -> None:
+    def _granted(self, conn: _Conn, r: Reply, arrived: float) -> None:
         if r.ok and r.get("granted"):
             self.id = m.uint(r.body, "lock")
             self.token = m.uint(r.body, "token")
             self._conn = conn
             self._held = True
-            self._deadline = sent + (self.lease or 0)
+            self._deadline = arrived + (self.lease or 0)
             self._client._router.locks[self.id] = self
 
     def _give_back(self, conn: _Conn, r: Reply) -> None:
@@ -648,8 +647,7 @@ class Leadership(LeaderTerm):
         fields = self._campaign_fields(if_available)
         conn = self._client._ensure()
         self._begin()
-        sent = time.monotonic()
-        call = conn.send("leader.campaign", fields, hook=lambda r: self._granted(conn, r, sent))
+        call = conn.send("leader.campaign", fields, hook=lambda r: self._granted(conn, r, time.monotonic()))
         try:
             r = _wait(conn, call, self, lambda r: self._give_back(conn, r))
         except BaseException:
@@ -664,8 +662,8 @@ class Leadership(LeaderTerm):
         self._client._ticker.at(self._next_tick(), self._tick)
         return True
 
-    def _granted(self, conn: _Conn, r: Reply, sent: float) -> None:
-        if self._grant(r, sent):
+    def _granted(self, conn: _Conn, r: Reply, arrived: float) -> None:
+        if self._grant(r, arrived):
             self._conn = conn
             self._client._router.leaders[self.key] = self
 

@@ -85,8 +85,11 @@ class LeaderTerm:
         self.drain_requested.clear()
         self.lost_reason = self.lost_incident = self.drain_reason = None
 
-    def _grant(self, r: Reply, sent: float) -> bool:
-        """The campaign's reply: True when it granted (the term starts)."""
+    def _grant(self, r: Reply, arrived: float) -> bool:
+        """The campaign's reply: True when it granted (the term starts).
+        The lease counts from the reply's arrival: the broker starts it at
+        the grant, which for a campaign that waited in the queue can be
+        long after the request was sent (off by the reply's transit)."""
         if not (r.ok and r.get("granted")):
             return False
         self.generation = m.uint(r.body, "generation")
@@ -94,7 +97,7 @@ class LeaderTerm:
         if le:
             self.lease = le / 1000.0
         self.mode = str(r.get("mode") or "active")
-        self._deadline = sent + (self.lease or 30.0)
+        self._deadline = arrived + (self.lease or 30.0)
         self.state = LeaderState.LEADER
         return True
 
