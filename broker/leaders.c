@@ -25,6 +25,7 @@
  * request that comes meanwhile. */
 #include <stdlib.h>
 #include <string.h>
+#include "breaks.h"
 #include "coord-ops.h"
 #include "coord-limits.h"
 #include "errors.h"
@@ -285,6 +286,7 @@ static void start_drain(struct workstream *ws, enum reason why)
 /* Max hold: first the moment the term reaches it, then (draining because
  * someone waits) the fence one lease later. */
 static void on_hold(struct deadline *d);
+static void ws_maybe_free(struct workstream *ws);
 
 static void max_hold_drain(struct workstream *ws)
 {
@@ -298,6 +300,8 @@ static void on_hold(struct deadline *d)
 {
     struct workstream *ws = list_entry(d, struct workstream, hold);
     if (!ws->live_generation)
+        return;
+    if (ws->hold_fencing && BROKEN(MAX_HOLD_KEPT))
         return;
     if (ws->hold_fencing) {
         leader_counts.terms_fenced_max_hold++;
@@ -372,8 +376,8 @@ static void start_bump(struct campaign *cp)
         bump_done(&cp->bump);          /* answered from the lock's own work */
         return;
     }
-    cp->bump.generation = ids_next();  /* the floor: above every earlier id */
-    cp->bump.incident = cp->incident_len > 0;
+    cp->bump.generation = BROKEN(WIPE_GENERATION) ? 0 : ids_next();   /* the floor */
+    cp->bump.incident = cp->incident_len > 0 || BROKEN(DISABLED_IGNORED);
     t->pid = c->pid;
     t->elected_ms = wall_ms();
     t->protocol = cp->protocol;
@@ -649,7 +653,7 @@ static void run_campaign(struct lreq *q, struct workstream *ws)
     struct conn *c = q->job.conn;
     uint64_t rid = q->job.rid;
     bool incident = q->text_len > 0;
-    if (ws->disabled && !incident) {
+    if (ws->disabled && !incident && !BROKEN(DISABLED_IGNORED)) {
         conn_reply_error(c, rid, COORD_EDISABLED, "workstream is disabled");
         return;
     }
@@ -763,9 +767,12 @@ bool leaders_live(struct conn *c, uint64_t rid, struct workstream *ws, uint64_t 
 {
     /* a lease past its end is over even if its timer has not run yet
      * (the loop may be busy): do now what the timer would do */
-    if (ws->live_generation && deadline_active(&ws->lease) &&
-        ws->lease.at <= broker_now_ms(W.b))
+    uint64_t now = broker_now_ms(W.b);
+    if (ws->live_generation && deadline_active(&ws->lease) && ws->lease.at <= now)
         leader_end(ws, REASON_EXPIRED, true, false);
+    if (ws->live_generation && ws->hold_fencing && deadline_active(&ws->hold) &&
+        ws->hold.at <= now)
+        on_hold(&ws->hold);
     if (gen != 0 && ws->live_generation == gen)
         return true;
     leader_counts.fenced++;
@@ -974,7 +981,7 @@ static void run_switch(struct lreq *q, struct workstream *ws)
     if (disable && ws->live_generation)
         leader_end(ws, REASON_DISABLED, true, false);
     call->req.disable = disable;
-    call->req.generation = ids_next();
+    call->req.generation = BROKEN(WIPE_GENERATION) ? 0 : ids_next();
     leaders_submit(&call->req);
 }
 
