@@ -66,7 +66,9 @@ def test_cancel_from_another_thread_raises_aborted(broker):
         t = threading.Thread(target=waiter)
         t.start()
         pending(c, 1)
-        assert lk.cancel()
+        # the broker can list the request a moment before the waiting thread
+        # has registered it: cancel() says False until then
+        wait_until(lk.cancel, what="the acquire to wait")
         t.join(5)
         assert out == ["aborted"]
         held.release()
