@@ -47,6 +47,15 @@ def test_nil_goes_on_the_wire_as_nil():
                                       "steal": None, "mode": "shadow"}
 
 
+def test_leadership_error_classes():
+    for code, cls in (("PROTOCOL_PINNED", coord.ProtocolPinned), ("POLICY", coord.Policy),
+                      ("READ_ONLY", coord.ReadOnly), ("DRAINING", coord.Draining),
+                      ("UNAVAILABLE", coord.Unavailable)):
+        e = coord.errors.from_reply(code, "why")
+        assert type(e) is cls and isinstance(e, coord.CoordError)
+        assert (e.code, e.message) == (code, "why")
+
+
 def test_generation_is_large(broker):
     with broker.client() as c, c.leader("big") as lead:
         assert 2 ** 32 < lead.generation < 2 ** 53     # from the id allocator
@@ -71,6 +80,7 @@ def test_define_describe_merge(broker):
             (1.5, "never", "shadow", "SERVER_COORDINATED")
         d = c.leader.define("ws", steal=None, fallback=None)     # back to the defaults
         assert (d.max_hold, d.steal, d.mode, d.fallback) == (1.5, "allowed", "shadow", None)
+        assert c.leader.define("ws", canonical_fence="local").canonical_fence == "local"
         d = c.leader.define("ws", max_hold=None, mode=None)
         assert (d.max_hold, d.mode) == (None, "active")
         assert c.leader.describe("ws") == d
