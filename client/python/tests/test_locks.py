@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -65,7 +66,9 @@ def test_cancel_from_another_thread_raises_aborted(broker):
         t = threading.Thread(target=waiter)
         t.start()
         pending(c, 1)
-        assert lk.cancel()
+        # the broker can list the request a moment before the waiting thread
+        # has registered it: cancel() says False until then
+        wait_until(lk.cancel, what="the acquire to wait")
         t.join(5)
         assert out == ["aborted"]
         held.release()
@@ -273,3 +276,20 @@ def test_async_broker_killed_while_waiting(broker):
         await c.close()
         await d.close()
     asyncio.run(main())
+
+
+def test_lease_counts_from_the_grant_not_the_request(broker):
+    """A lock that waited longer than its lease is not lost at its grant:
+    the lease starts when the broker grants it."""
+    with broker.client() as c, broker.client() as d:
+        holder = c.lock("L")
+        holder.acquire()
+        w = d.lock("L", lease=0.2)
+        t = threading.Thread(target=w.acquire)
+        t.start()
+        wait_until(lambda: len(c.locks().pending) == 1, what="the waiter")
+        time.sleep(0.3)                 # the waiter's wait outlasts its lease
+        holder.release()
+        t.join(5)
+        assert w.held and not w.lost.wait(0.5)
+        w.release()
