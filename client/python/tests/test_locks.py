@@ -116,9 +116,9 @@ def test_steal_sets_lost_and_exit_raises(broker):
 
 def test_lease_renews_while_block_runs(broker):
     with broker.client() as c, broker.client() as d:
-        with c.lock("a", lease=0.15) as lk:
+        with c.lock("a", lease=0.5) as lk:
             # the lease passes several times over; the ticker renews it
-            assert not lk.lost.wait(0.6)
+            assert not lk.lost.wait(1.6)
             assert d.try_lock("a") is None
             lk.renew(0.3)
             lk.check()
@@ -194,8 +194,8 @@ def test_fifo_grant_order(broker):
 def test_async_locks(broker):
     async def main():
         async with broker.aclient() as c, broker.aclient() as d:
-            async with c.lock("a", lease=0.15) as lk:
-                await asyncio.sleep(0.5)             # lease renewed meanwhile
+            async with c.lock("a", lease=0.5) as lk:
+                await asyncio.sleep(1.6)             # the lease passes three times: renewed meanwhile
                 lk.check()
                 assert await d.try_lock("a") is None
                 with pytest.raises(coord.Timeout):
