@@ -25,19 +25,6 @@ after(async () => {
   await broker.stop();
 });
 
-// The broker stores a term's end after the reply that ended it (nothing
-// waits for that write, and a history read is not ordered behind it): read
-// the history until its newest term has ended.  Earlier ends were stored
-// before it.
-async function endedHistory(ws, limit) {
-  const deadline = Date.now() + 5000;
-  for (;;) {
-    const h = await op.leaders.history(ws, { limit });
-    if (h[0]?.endedMs > 0) return h;
-    if (Date.now() > deadline) assert.fail(`the newest term of ${ws} never ended in the history: ${JSON.stringify(h[0])}`);
-  }
-}
-
 const code = (c) => (e) => e instanceof CoordError && e.code === c;
 const eventOf = (target, type) => new Promise((r) => target.addEventListener(type, r, { once: true }));
 
@@ -172,7 +159,7 @@ test('steal policies: never, incident-only (loser: reason incident), allowed (lo
     assert.equal(info.liveGeneration, L.generation);
     return L.generation;
   });
-  const hist = await endedHistory(ws, 2);
+  const hist = await op.leaders.history(ws, { limit: 2 });
   assert.equal(hist[0].generation, g);
   assert.equal(hist[0].incident, 'INC-2');
   assert.equal(hist[0].reason, 'resigned');
@@ -231,7 +218,7 @@ test('max hold: leases capped, a waiting campaign drains the leader (drain event
   assert.equal(await drained.promise, 'max_hold');
   await leadR;
   assert.equal(await next, 'next');
-  const hist = await endedHistory(ws, 2);
+  const hist = await op.leaders.history(ws, { limit: 2 });
   assert.equal(hist[1].reason, 'max_hold');
   const st = await op.stats();
   assert.ok(st.termsOverMaxHold >= 1 && st.termsFencedMaxHold >= 1, JSON.stringify([st.termsOverMaxHold, st.termsFencedMaxHold]));
@@ -261,7 +248,7 @@ test('max hold with drainGrace: signal aborts (DrainingError), claims refused, c
   assert.equal(await lead, 'drained');
   assert.ok(fenced instanceof DrainingError && fenced.reason === 'max_hold');
   assert.ok(await next > 0);
-  const hist = await endedHistory(ws, 2);
+  const hist = await op.leaders.history(ws, { limit: 2 });
   assert.equal(hist[1].reason, 'resigned');
 });
 
@@ -299,7 +286,7 @@ test('history: newest first, limit, live term, reasons', async () => {
   const ws = uniq('history');
   assert.deepEqual(await op.leaders.history(ws), []);
   const g1 = await a.leader(ws, (L) => L.generation);
-  assert.equal((await endedHistory(ws))[0].reason, 'resigned');
+  assert.equal((await op.leaders.history(ws))[0].reason, 'resigned');
   const h = await holdLeader(a, ws, { protocol: 'hist@1' });
   let hist = await op.leaders.history(ws);
   assert.equal(hist.length, 2);
@@ -315,7 +302,7 @@ test('history: newest first, limit, live term, reasons', async () => {
   assert.ok(hist[1].endedMs >= hist[1].electedMs);
   const stolenR = assert.rejects(h.done, FencedError);
   await b.leader(ws, { steal: true }, () => stolenR);
-  hist = await endedHistory(ws, 2);
+  hist = await op.leaders.history(ws, { limit: 2 });
   assert.equal(hist.length, 2);
   assert.equal(hist[0].client, 'lead2-b');
   assert.equal(hist[1].reason, 'stolen');
@@ -344,6 +331,7 @@ test('claims: reconcile after the claiming leader process is killed; pending; ab
     // the claim is now ours, in its place
     p = await L.pending();
     assert.deepEqual(p.map((x) => [x.opId, x.generation, x.live]), [['send-email-42', L.generation, true]]);
+    assert.ok(p[0].claimedMs >= claimedMs);   // now the new claim's time
     assert.deepEqual(await L.claim('send-email-42'), { claimed: true, reconcile: false, applied: false, abandoned: false });
     assert.deepEqual(await L.commit('send-email-42'), { applied: true });
     assert.deepEqual(await L.claim('send-email-42'), { claimed: false, reconcile: false, applied: true, abandoned: false, generation: L.generation });
