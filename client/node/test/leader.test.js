@@ -81,8 +81,8 @@ test('steal: the old leader is told (signal, ABORTED, promise rejects); its comm
 
 test('lease renewed while the callback runs', async () => {
   const ws = uniq('renew');
-  const r = await a.leader(ws, { lease: 150 }, async (L) => {
-    await new Promise((ok) => setTimeout(ok, 450));
+  const r = await a.leader(ws, { lease: 500 }, async (L) => {
+    await new Promise((ok) => setTimeout(ok, 1600));
     return [L.state, (await L.commit('late', 'k', 'v')).applied];
   });
   assert.deepEqual(r, [LeaderState.LEADER, true]);
