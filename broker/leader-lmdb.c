@@ -323,39 +323,64 @@ static int apply_term_end(struct ledger *l, MDB_txn *txn, struct ll_req *r)
     return put_term(l, txn, r, &t);
 }
 
-static int apply_commit(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct state *st)
+/* What the ledger knows of r's op, once the writer's checks passed: applied
+ * (by applied_gen), else its claim (claim.state 0: none).  key is the op's
+ * key in DB_OPS and DB_CLAIMS. */
+struct op_state {
+    uint8_t buf[KEY_MAX];
+    MDB_val key;
+    bool applied;
+    uint64_t applied_gen;
+    struct claim claim;
+};
+
+static int op_state(struct ledger *l, MDB_txn *txn, struct ll_req *r, const struct state *st,
+                    struct op_state *os)
 {
     int rc = writer_ok(l, txn, r, st);
     if (rc)
         return rc;
-    uint8_t okey[KEY_MAX];
     if (2 + r->ws_len + r->op_len > KEY_MAX || 2 + r->ws_len + r->key_len > KEY_MAX)
         return COORD_ETOO_LARGE;
-    MDB_val ok = { compose(okey, r->ws, r->ws_len, r->op_id, r->op_len), okey }, ov;
-    rc = mdb_get(txn, ledger_dbi(l, DB_OPS), &ok, &ov);
-    if (rc == 0) {
-        r->duplicate = true;
-        r->out_generation = ov.mv_size == 8 ? get_be64(ov.mv_data) : 0;
+    os->key.mv_size = compose(os->buf, r->ws, r->ws_len, r->op_id, r->op_len);
+    os->key.mv_data = os->buf;
+    MDB_val ov;
+    rc = r->op == LL_CLAIM && BROKEN(CLAIM_APPLIED) ? MDB_NOTFOUND
+         : mdb_get(txn, ledger_dbi(l, DB_OPS), &os->key, &ov);
+    os->applied = rc == 0;
+    os->applied_gen = rc == 0 && ov.mv_size == 8 ? get_be64(ov.mv_data) : 0;
+    memset(&os->claim, 0, sizeof os->claim);
+    if (rc == 0)
         return 0;
-    }
     if (rc != MDB_NOTFOUND)
         return rc;
-    struct claim c;
-    if ((rc = get_claim(l, txn, r, &ok, &c)))
+    return get_claim(l, txn, r, &os->key, &os->claim);
+}
+
+static int apply_commit(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct state *st)
+{
+    struct op_state os;
+    int rc = op_state(l, txn, r, st, &os);
+    if (rc)
         return rc;
-    if (c.state == CLAIM_ABANDONED) {
+    if (os.applied) {
+        r->duplicate = true;
+        r->out_generation = os.applied_gen;
+        return 0;
+    }
+    struct claim *c = &os.claim;
+    if (c->state == CLAIM_ABANDONED) {
         r->out_abandoned = true;
         return 0;
     }
     uint8_t g[8];
     put_be64(g, r->generation);
-    ov.mv_size = 8;
-    ov.mv_data = g;
-    if ((rc = mdb_put(txn, ledger_dbi(l, DB_OPS), &ok, &ov, 0)))
+    MDB_val ov = { 8, g };
+    if ((rc = mdb_put(txn, ledger_dbi(l, DB_OPS), &os.key, &ov, 0)))
         return rc;
-    if (c.state == CLAIM_CLAIMED) {
-        if ((rc = unpend(l, txn, r, st, &c)) ||
-            (rc = mdb_del(txn, ledger_dbi(l, DB_CLAIMS), &ok, NULL)) ||
+    if (c->state == CLAIM_CLAIMED) {
+        if ((rc = unpend(l, txn, r, st, c)) ||
+            (rc = mdb_del(txn, ledger_dbi(l, DB_CLAIMS), &os.key, NULL)) ||
             (rc = put_state(l, txn, r, st)))
             return rc;
     }
@@ -375,52 +400,44 @@ static int apply_commit(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct
 
 static int apply_claim(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct state *st)
 {
-    int rc = writer_ok(l, txn, r, st);
+    struct op_state os;
+    int rc = op_state(l, txn, r, st, &os);
     if (rc)
         return rc;
-    if (2 + r->ws_len + r->op_len > KEY_MAX)
-        return COORD_ETOO_LARGE;
-    uint8_t okey[KEY_MAX];
-    MDB_val ok = { compose(okey, r->ws, r->ws_len, r->op_id, r->op_len), okey }, ov;
     struct ll_claim *out = &r->claim;
-    rc = BROKEN(CLAIM_APPLIED) ? MDB_NOTFOUND : mdb_get(txn, ledger_dbi(l, DB_OPS), &ok, &ov);
-    if (rc == 0) {
+    struct claim *c = &os.claim;
+    if (os.applied) {
         out->applied = true;
-        out->generation = ov.mv_size == 8 ? get_be64(ov.mv_data) : 0;
+        out->generation = os.applied_gen;
         return 0;
     }
-    if (rc != MDB_NOTFOUND)
-        return rc;
-    struct claim c;
-    if ((rc = get_claim(l, txn, r, &ok, &c)))
-        return rc;
-    if (c.state == CLAIM_ABANDONED) {
+    if (c->state == CLAIM_ABANDONED) {
         out->abandoned = true;
         return 0;
     }
     out->claimed = true;
-    if (c.state == CLAIM_CLAIMED && c.generation == r->generation)
+    if (c->state == CLAIM_CLAIMED && c->generation == r->generation)
         return 0;
-    if (c.state == CLAIM_CLAIMED) {
+    if (c->state == CLAIM_CLAIMED) {
         /* an earlier generation claimed it and never settled: ours now,
          * in its place in the pending list */
         out->reconcile = true;
-        out->previous_generation = c.generation;
-        out->claimed_ms = c.claimed_ms;
-        c.generation = r->generation;
-        c.claimed_ms = r->now_ms;
-        return put_claim(l, txn, &ok, &c, NULL, 0);
+        out->previous_generation = c->generation;
+        out->claimed_ms = c->claimed_ms;
+        c->generation = r->generation;
+        c->claimed_ms = r->now_ms;
+        return put_claim(l, txn, &os.key, c, NULL, 0);
     }
     if (st->unsettled >= LIMIT_CLAIMS)
         return COORD_ELIMIT;
-    c.state = CLAIM_CLAIMED;
-    c.generation = r->generation;
-    c.claimed_ms = r->now_ms;
-    c.seq = ++st->seq;
+    c->state = CLAIM_CLAIMED;
+    c->generation = r->generation;
+    c->claimed_ms = r->now_ms;
+    c->seq = ++st->seq;
     st->unsettled++;
     uint8_t pk[KEY_MAX];
-    MDB_val pkv = { compose_u64(pk, r, c.seq), pk }, pv = { r->op_len, r->op_id };
-    if ((rc = put_claim(l, txn, &ok, &c, NULL, 0)) ||
+    MDB_val pkv = { compose_u64(pk, r, c->seq), pk }, pv = { r->op_len, r->op_id };
+    if ((rc = put_claim(l, txn, &os.key, c, NULL, 0)) ||
         (rc = mdb_put(txn, ledger_dbi(l, DB_PENDING), &pkv, &pv, 0)))
         return rc;
     return put_state(l, txn, r, st);
@@ -428,34 +445,25 @@ static int apply_claim(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct 
 
 static int apply_abandon(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct state *st)
 {
-    int rc = writer_ok(l, txn, r, st);
+    struct op_state os;
+    int rc = op_state(l, txn, r, st, &os);
     if (rc)
         return rc;
-    if (2 + r->ws_len + r->op_len > KEY_MAX)
-        return COORD_ETOO_LARGE;
-    uint8_t okey[KEY_MAX];
-    MDB_val ok = { compose(okey, r->ws, r->ws_len, r->op_id, r->op_len), okey }, ov;
-    rc = mdb_get(txn, ledger_dbi(l, DB_OPS), &ok, &ov);
-    if (rc == 0) {
+    struct claim *c = &os.claim;
+    if (os.applied) {
         r->duplicate = true;
-        r->out_generation = ov.mv_size == 8 ? get_be64(ov.mv_data) : 0;
+        r->out_generation = os.applied_gen;
         return 0;
     }
-    if (rc != MDB_NOTFOUND)
-        return rc;
-    struct claim c;
-    if ((rc = get_claim(l, txn, r, &ok, &c)))
-        return rc;
-    if (c.state == CLAIM_ABANDONED)
+    if (c->state == CLAIM_ABANDONED)
         return 0;
-    if (c.state == CLAIM_CLAIMED) {
-        if ((rc = unpend(l, txn, r, st, &c)) || (rc = put_state(l, txn, r, st)))
-            return rc;
-    }
-    c.state = CLAIM_ABANDONED;
-    c.generation = r->generation;
-    c.claimed_ms = r->now_ms;
-    return put_claim(l, txn, &ok, &c, r->value, r->value_len);
+    if (c->state == CLAIM_CLAIMED &&
+        ((rc = unpend(l, txn, r, st, c)) || (rc = put_state(l, txn, r, st))))
+        return rc;
+    c->state = CLAIM_ABANDONED;
+    c->generation = r->generation;
+    c->claimed_ms = r->now_ms;
+    return put_claim(l, txn, &os.key, c, r->value, r->value_len);
 }
 
 static int apply_write(struct ledger *l, MDB_txn *txn, struct ledger_job *job)

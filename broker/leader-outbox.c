@@ -94,17 +94,26 @@ static void commit_done(struct ll_req *req)
     ll_call_end(call);
 }
 
-static void run_commit(struct lreq *q, struct workstream *ws)
+/* A commit, claim or abandon to the ledger, once the checks in memory
+ * passed; done answers it. */
+static void submit_write(struct lreq *q, struct workstream *ws, enum ll_op op,
+                         void (*done)(struct ll_req *))
 {
-    if (!write_ok(q, ws, false))
+    if (!write_ok(q, ws, op == LL_CLAIM))
         return;
-    struct ll_call *call = ll_call_new(q->job.conn, q->job.rid, NULL, LL_COMMIT, ws->skey,
-                                       ws->h.keylen, q, commit_done);
+    struct ll_call *call = ll_call_new(q->job.conn, q->job.rid, NULL, op, ws->skey,
+                                       ws->h.keylen, q, done);
     if (!call)
         return;
     call->req.generation = q->generation;
     call->req.has_key = q->has_key;
+    call->req.now_ms = wall_ms();
     leaders_submit(&call->req);
+}
+
+static void run_commit(struct lreq *q, struct workstream *ws)
+{
+    submit_write(q, ws, LL_COMMIT, commit_done);
 }
 
 void op_leader_commit(struct conn *c, uint64_t rid, coord_fields *f)
@@ -175,15 +184,7 @@ static void claim_done(struct ll_req *req)
 
 static void run_claim(struct lreq *q, struct workstream *ws)
 {
-    if (!write_ok(q, ws, true))
-        return;
-    struct ll_call *call = ll_call_new(q->job.conn, q->job.rid, NULL, LL_CLAIM, ws->skey,
-                                       ws->h.keylen, q, claim_done);
-    if (!call)
-        return;
-    call->req.generation = q->generation;
-    call->req.now_ms = wall_ms();
-    leaders_submit(&call->req);
+    submit_write(q, ws, LL_CLAIM, claim_done);
 }
 
 /* {workstream, generation, op_id} and, for abandon, reason */
@@ -235,15 +236,7 @@ static void abandon_done(struct ll_req *req)
 
 static void run_abandon(struct lreq *q, struct workstream *ws)
 {
-    if (!write_ok(q, ws, false))
-        return;
-    struct ll_call *call = ll_call_new(q->job.conn, q->job.rid, NULL, LL_ABANDON, ws->skey,
-                                       ws->h.keylen, q, abandon_done);
-    if (!call)
-        return;
-    call->req.generation = q->generation;
-    call->req.now_ms = wall_ms();
-    leaders_submit(&call->req);
+    submit_write(q, ws, LL_ABANDON, abandon_done);
 }
 
 void op_leader_abandon(struct conn *c, uint64_t rid, coord_fields *f)
