@@ -219,6 +219,27 @@ static int put_term(struct ledger *l, MDB_txn *txn, const struct ll_req *r,
     return mdb_put(txn, ledger_dbi(l, DB_HIST), &k, &v, 0);
 }
 
+/* A cursor on DB_HIST at r's newest term (or at the entry before them:
+ * the caller checks the prefix).  0, MDB_NOTFOUND (the cursor is open all
+ * the same: close it), or an error with no cursor. */
+static int newest_term(struct ledger *l, MDB_txn *txn, const struct ll_req *r, MDB_cursor **cur,
+                       uint8_t *hk, MDB_val *k, MDB_val *v)
+{
+    int rc = mdb_cursor_open(txn, ledger_dbi(l, DB_HIST), cur);
+    if (rc)
+        return rc;
+    k->mv_size = compose_u64(hk, r, UINT64_MAX);
+    k->mv_data = hk;
+    rc = mdb_cursor_get(*cur, k, v, MDB_SET_RANGE);
+    rc = rc == 0 ? mdb_cursor_get(*cur, k, v, MDB_PREV)
+       : rc == MDB_NOTFOUND ? mdb_cursor_get(*cur, k, v, MDB_LAST) : rc;
+    if (rc && rc != MDB_NOTFOUND) {
+        mdb_cursor_close(*cur);
+        *cur = NULL;
+    }
+    return rc;
+}
+
 /* A new term: the one before it, if its end was never written (its broker
  * stopped), is marked restart; the oldest beyond LIMIT_HISTORY go. */
 static int history_add(struct ledger *l, MDB_txn *txn, const struct ll_req *r,
@@ -227,14 +248,11 @@ static int history_add(struct ledger *l, MDB_txn *txn, const struct ll_req *r,
     uint8_t prefix[KEY_MAX];
     size_t plen = compose(prefix, r->ws, r->ws_len, NULL, 0);
     MDB_cursor *cur;
-    int rc = mdb_cursor_open(txn, ledger_dbi(l, DB_HIST), &cur);
-    if (rc)
-        return rc;
     uint8_t hk[KEY_MAX];
-    MDB_val k = { compose_u64(hk, r, UINT64_MAX), hk }, v;
-    rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-    rc = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_PREV)
-                 : rc == MDB_NOTFOUND ? mdb_cursor_get(cur, &k, &v, MDB_LAST) : rc;
+    MDB_val k, v;
+    int rc = newest_term(l, txn, r, &cur, hk, &k, &v);
+    if (rc && rc != MDB_NOTFOUND)
+        return rc;
     if (rc == 0 && has_prefix(&k, prefix, plen) && k.mv_size == plen + 8) {
         struct ws_term last;
         if (ws_term_decode(&last, v.mv_data, v.mv_size) == 0 && last.reason == REASON_NONE) {
@@ -627,14 +645,11 @@ static int read_history(struct ledger *l, MDB_txn *txn, struct ll_req *r)
     if (!r->terms)
         return ENOMEM;
     MDB_cursor *cur;
-    int rc = mdb_cursor_open(txn, ledger_dbi(l, DB_HIST), &cur);
-    if (rc)
-        return rc;
     uint8_t hk[KEY_MAX];
-    MDB_val k = { compose_u64(hk, r, UINT64_MAX), hk }, v;
-    rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-    rc = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_PREV)
-                 : rc == MDB_NOTFOUND ? mdb_cursor_get(cur, &k, &v, MDB_LAST) : rc;
+    MDB_val k, v;
+    int rc = newest_term(l, txn, r, &cur, hk, &k, &v);
+    if (rc && rc != MDB_NOTFOUND)
+        return rc;
     size_t n = 0;
     for (; rc == 0 && n < limit; rc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
         if (!has_prefix(&k, prefix, plen))
