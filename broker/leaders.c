@@ -267,12 +267,15 @@ static void leader_end_ex(struct workstream *ws, enum reason why, bool tell, boo
         leader_counts.lost++;
         events_leader_ex("lost", ws->skey, ws->h.keylen, gen, why, incident, incident_len, -1);
     }
-    record_term_end_for(ws, gen, why, resigning.conn, resigning.rid);
+    struct conn_job resign = resigning;
     resigning.conn = NULL;
     ws->refs++;                        /* cp's reference goes with it */
     if (!lock_gone)
-        locks_release(&cp->lock);
+        locks_release(&cp->lock);      /* the next campaign's bump is queued now */
     campaign_free(cp);
+    /* the history after it: the next term's generation never waits for
+     * the old term's end to be written */
+    record_term_end_for(ws, gen, why, resign.conn, resign.rid);
     ws->refs--;
 }
 
