@@ -824,7 +824,8 @@ static void bump_granted(struct eop *o)
 }
 
 /* LL_SET_DISABLED: disable writes "1" and deletes the leader key (fencing
- * the live term wherever it is); its revision is the new generation */
+ * the live term wherever it is), enable writes "0"; the flag's revision is
+ * the stored generation (above every term before it) */
 static void send_disable(struct eop *o)
 {
     struct ll_req *r = o->r;
@@ -1347,8 +1348,9 @@ static void on_reply(void *ud, enum etcd_status st, long http, json_t *j)
     struct eop *o = ud;
     struct ll_req *r = o->r;
     o->inflight = false;
-    log_event(LOG_DEBUG, "leader.etcd_reply", "op=%d phase=%d status=%d http=%ld", (int)r->op,
-              (int)o->phase, (int)st, http);
+    if (st != ETCD_OK)
+        log_event(LOG_DEBUG, "leader.etcd_failed", "op=%d phase=%d status=%d http=%ld",
+                  (int)r->op, (int)o->phase, (int)st, http);
     if (st == ETCD_OK)
         saw_revision(o->E, j);
     if (r->op == LL_BUMP) {
