@@ -33,6 +33,8 @@
 
 static coord_msg m;
 static struct etcd_cluster ec;
+/* brokers outlive their test function (the runner stops them after it) */
+static struct broker_proc A, B, C;
 
 static void start_broker(struct broker_proc *bp, const char *endpoints)
 {
@@ -137,7 +139,6 @@ static bool reachable(struct rcl *c)
 static void test_shared(void)
 {
     start_etcd(1);
-    struct broker_proc A, B;
     start_broker(&A, ec.endpoints);
     start_broker(&B, ec.endpoints);
     struct rcl *a = rcl_open(A.sock, NULL), *b = rcl_open(B.sock, NULL);
@@ -266,7 +267,6 @@ static void test_shared(void)
 static void test_kill9(void)
 {
     start_etcd(1);
-    struct broker_proc A, B, C;
     start_broker(&A, ec.endpoints);
     start_broker(&B, ec.endpoints);
     start_broker(&C, ec.endpoints);
@@ -341,7 +341,6 @@ static void test_kill9(void)
 static void test_sigstop(void)
 {
     start_etcd(1);
-    struct broker_proc A, B;
     start_broker(&A, ec.endpoints);
     start_broker(&B, ec.endpoints);
     struct rcl *a = rcl_open(A.sock, NULL), *b = rcl_open(B.sock, NULL);
@@ -378,7 +377,6 @@ static void test_sigstop(void)
 static void test_etcd_down(void)
 {
     start_etcd(1);
-    struct broker_proc A, B;
     start_broker(&A, ec.endpoints);
     start_broker(&B, ec.endpoints);
     struct rcl *a = rcl_open(A.sock, NULL), *b = rcl_open(B.sock, NULL);
@@ -447,7 +445,6 @@ static void test_etcd_down(void)
 static void test_cluster(void)
 {
     start_etcd(3);
-    struct broker_proc A, B;
     start_broker(&A, ec.endpoints);
     start_broker(&B, ec.endpoints);
     struct rcl *a = rcl_open(A.sock, NULL), *b = rcl_open(B.sock, NULL);
@@ -522,7 +519,6 @@ static void test_bench(void)
         return;
     int n = atoi(env) > 0 ? atoi(env) : 2000;
     start_etcd(1);
-    struct broker_proc A;
     start_broker(&A, ec.endpoints);
     struct rcl *a = rcl_open(A.sock, NULL);
     REQUIRE(a);
