@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "breaks.h"
 #include "broker.h"
 #include "errors.h"
 #include "ids.h"
@@ -147,6 +148,9 @@ int broker_run(struct broker_options *opt)
         return 1;
     }
     if (redact_init(b->opt.data_dir, b->opt.log_names_plain, err, sizeof err) < 0 ||
+#ifdef COORD_TEST_BREAKS
+        breaks_init(err, sizeof err) < 0 ||
+#endif
         ids_start(b->ledger, err, sizeof err) < 0) {
         log_event(LOG_ERROR, "broker.start_failed", "error=\"%s\"", err);
         return 1;

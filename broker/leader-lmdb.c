@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "breaks.h"
 #include "broker.h"
 #include "coord-limits.h"
 #include "errors.h"
@@ -272,13 +273,14 @@ static struct ll_req *req_of(struct ledger_job *job)
 /* commit, claim, abandon: the stored generation, then the mode */
 static int writer_ok(struct ledger *l, MDB_txn *txn, struct ll_req *r, const struct state *st)
 {
-    if (st->generation == 0 || st->generation != r->generation)
+    if ((st->generation == 0 || st->generation != r->generation) &&
+        !(r->op == LL_CLAIM && BROKEN(STALE_WRITE)))
         return COORD_EFENCED;
     struct ws_desc d;
     int rc = get_desc(l, txn, r, &d);
     if (rc)
         return rc;
-    return d.mode == WS_MODE_ACTIVE ? 0 : COORD_EREAD_ONLY;
+    return d.mode == WS_MODE_ACTIVE || BROKEN(MODE_IGNORED) ? 0 : COORD_EREAD_ONLY;
 }
 
 static int apply_bump(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct state *st)
@@ -290,7 +292,8 @@ static int apply_bump(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct s
         return rc;
     if ((rc = ws_desc_admit(&r->desc, &r->term.protocol)))
         return rc;
-    if (ws_desc_grant(&r->desc, &r->term.protocol) && (rc = put_desc(l, txn, r, &r->desc)))
+    if (!BROKEN(NO_RATCHET) && ws_desc_grant(&r->desc, &r->term.protocol) &&
+        (rc = put_desc(l, txn, r, &r->desc)))
         return rc;
     st->generation = st->generation + 1 > r->generation ? st->generation + 1 : r->generation;
     r->out_generation = st->generation;
@@ -380,7 +383,7 @@ static int apply_claim(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct 
     uint8_t okey[KEY_MAX];
     MDB_val ok = { compose(okey, r->ws, r->ws_len, r->op_id, r->op_len), okey }, ov;
     struct ll_claim *out = &r->claim;
-    rc = mdb_get(txn, ledger_dbi(l, DB_OPS), &ok, &ov);
+    rc = BROKEN(CLAIM_APPLIED) ? MDB_NOTFOUND : mdb_get(txn, ledger_dbi(l, DB_OPS), &ok, &ov);
     if (rc == 0) {
         out->applied = true;
         out->generation = ov.mv_size == 8 ? get_be64(ov.mv_data) : 0;
@@ -532,6 +535,8 @@ static int read_pending(struct ledger *l, MDB_txn *txn, struct ll_req *r)
     int rc = mdb_cursor_open(txn, ledger_dbi(l, DB_PENDING), &cur);
     if (rc)
         return rc;
+    if (BROKEN(PENDING_DROP))
+        r->limit = 0;
     size_t cap = r->limit < 16 ? r->limit : 16, n = 0, bytes = 0;
     struct ll_pending *out = cap ? malloc(cap * sizeof *out) : NULL;
     uint8_t *ids = NULL;

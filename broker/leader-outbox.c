@@ -14,6 +14,7 @@
  * key, and leader.pending lists what is still unsettled, oldest first. */
 #include <stdlib.h>
 #include <string.h>
+#include "breaks.h"
 #include "coord-limits.h"
 #include "errors.h"
 #include "leaders-int.h"
@@ -35,9 +36,9 @@ static const char *refusal(int status, const struct ll_req *req)
 static bool write_ok(struct lreq *q, struct workstream *ws, bool claim)
 {
     struct conn *c = q->job.conn;
-    if (!leaders_live(c, q->job.rid, ws, q->generation))
+    if (!(claim && BROKEN(STALE_WRITE)) && !leaders_live(c, q->job.rid, ws, q->generation))
         return false;
-    if (ws->desc.mode != WS_MODE_ACTIVE) {
+    if (ws->desc.mode != WS_MODE_ACTIVE && !BROKEN(MODE_IGNORED)) {
         char msg[96];
         snprintf(msg, sizeof msg, "the workstream is in %s mode", ws_mode_name(ws->desc.mode));
         conn_reply_error(c, q->job.rid, COORD_EREAD_ONLY, msg);

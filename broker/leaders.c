@@ -25,6 +25,7 @@
  * request that comes meanwhile. */
 #include <stdlib.h>
 #include <string.h>
+#include "breaks.h"
 #include "coord-ops.h"
 #include "coord-limits.h"
 #include "errors.h"
@@ -198,36 +199,62 @@ static void send_lost(struct workstream *ws, struct conn *leader, uint64_t gen,
     conn_enc_finish(leader, &e);
 }
 
-/* The term's end into its history entry: nothing waits for it (a failure
- * leaves the entry live, and the next term marks it restart). */
+/* The term's end into its history entry.  Only a resign waits for it (its
+ * reply comes once the end is stored, so the resigner's next history read
+ * shows it); a failure leaves the entry live, and the next term marks it
+ * restart. */
+struct term_end {
+    struct ll_req req;
+    struct conn_job job;           /* the resign to answer, or conn NULL */
+};
+
 static void term_end_done(struct ll_req *r)
 {
+    struct term_end *te = (struct term_end *)r;
     if (r->status && r->status != COORD_ESHUTTING_DOWN)
         log_event(LOG_WARN, "leader.history_failed", "status=%d", r->status);
+    if (te->job.conn) {
+        struct conn *c = conn_job_conn(&te->job);
+        if (c)
+            conn_reply_ok(c, te->job.rid);
+        conn_job_end(&te->job);
+    }
     ll_req_free(r);
-    free(r);
+    free(te);
+}
+
+static void record_term_end_for(struct workstream *ws, uint64_t gen, enum reason why,
+                                struct conn *c, uint64_t rid)
+{
+    struct term_end *te = W.stopping ? NULL : calloc(1, sizeof *te);
+    if (!te || ll_req_init(&te->req, LL_TERM_END, ws->skey, ws->h.keylen, NULL, 0, NULL, 0,
+                           NULL, 0) < 0) {
+        free(te);
+        if (c)
+            conn_reply_ok(c, rid);
+        return;
+    }
+    te->req.generation = gen;
+    te->req.term.ended_ms = wall_ms();
+    te->req.term.reason = (uint8_t)why;
+    te->req.done = term_end_done;
+    if (c)
+        conn_job_start(&te->job, c, rid);
+    leaders_submit(&te->req);
 }
 
 static void record_term_end(struct workstream *ws, uint64_t gen, enum reason why)
 {
-    if (W.stopping)
-        return;
-    struct ll_req *r = malloc(sizeof *r);
-    if (!r || ll_req_init(r, LL_TERM_END, ws->skey, ws->h.keylen, NULL, 0, NULL, 0,
-                          NULL, 0) < 0) {
-        free(r);
-        return;
-    }
-    r->generation = gen;
-    r->term.ended_ms = wall_ms();
-    r->term.reason = (uint8_t)why;
-    r->done = term_end_done;
-    leaders_submit(r);
+    record_term_end_for(ws, gen, why, NULL, 0);
 }
 
 /* The leader is no longer: fence it at once, tell it (when tell), release
  * the lock (unless the lock table took it away: lock_gone) and end the
  * term.  ws stays: the caller drops it with ws_maybe_free when done. */
+/* The resign being answered by leader_end (its reply waits for the
+ * history), or conn NULL. */
+static struct conn_job resigning;
+
 static void leader_end_ex(struct workstream *ws, enum reason why, bool tell, bool lock_gone,
                           const uint8_t *incident, size_t incident_len)
 {
@@ -249,7 +276,8 @@ static void leader_end_ex(struct workstream *ws, enum reason why, bool tell, boo
         leader_counts.lost++;
         events_leader_ex("lost", ws->skey, ws->h.keylen, gen, why, incident, incident_len, -1);
     }
-    record_term_end(ws, gen, why);
+    record_term_end_for(ws, gen, why, resigning.conn, resigning.rid);
+    resigning.conn = NULL;
     ws->refs++;                        /* cp's reference goes with it */
     if (!lock_gone)
         locks_release(&cp->lock);
@@ -294,6 +322,7 @@ static void start_drain(struct workstream *ws, enum reason why)
 /* Max hold: first the moment the term reaches it, then (draining because
  * someone waits) the fence one lease later. */
 static void on_hold(struct deadline *d);
+static void ws_maybe_free(struct workstream *ws);
 
 static void max_hold_drain(struct workstream *ws)
 {
@@ -307,6 +336,8 @@ static void on_hold(struct deadline *d)
 {
     struct workstream *ws = list_entry(d, struct workstream, hold);
     if (!ws->live_generation)
+        return;
+    if (ws->hold_fencing && BROKEN(MAX_HOLD_KEPT))
         return;
     if (ws->hold_fencing) {
         leader_counts.terms_fenced_max_hold++;
@@ -381,8 +412,8 @@ static void start_bump(struct campaign *cp)
         bump_done(&cp->bump);          /* answered from the lock's own work */
         return;
     }
-    cp->bump.generation = ids_next();  /* the floor: above every earlier id */
-    cp->bump.incident = cp->incident_len > 0;
+    cp->bump.generation = BROKEN(WIPE_GENERATION) ? 0 : ids_next();   /* the floor */
+    cp->bump.incident = cp->incident_len > 0 || BROKEN(DISABLED_IGNORED);
     /* a remote ledger's term lease, and how its wait for another machine ends */
     cp->bump.lease_ms = capped_lease(cp->ws, cp->lease_ms);
     cp->bump.deadline_ms = cp->deadline_ms;
@@ -689,7 +720,7 @@ static void run_campaign(struct lreq *q, struct workstream *ws)
     struct conn *c = q->job.conn;
     uint64_t rid = q->job.rid;
     bool incident = q->text_len > 0;
-    if (ws->disabled && !incident) {
+    if (ws->disabled && !incident && !BROKEN(DISABLED_IGNORED)) {
         conn_reply_error(c, rid, COORD_EDISABLED, "workstream is disabled");
         return;
     }
@@ -806,9 +837,12 @@ bool leaders_live(struct conn *c, uint64_t rid, struct workstream *ws, uint64_t 
 {
     /* a lease past its end is over even if its timer has not run yet
      * (the loop may be busy): do now what the timer would do */
-    if (ws->live_generation && deadline_active(&ws->lease) &&
-        ws->lease.at <= broker_now_ms(W.b))
+    uint64_t now = broker_now_ms(W.b);
+    if (ws->live_generation && deadline_active(&ws->lease) && ws->lease.at <= now)
         leader_end(ws, REASON_EXPIRED, true, false);
+    if (ws->live_generation && ws->hold_fencing && deadline_active(&ws->hold) &&
+        ws->hold.at <= now)
+        on_hold(&ws->hold);
     if (gen != 0 && ws->live_generation == gen)
         return true;
     leader_counts.fenced++;
@@ -837,8 +871,9 @@ static void run_resign(struct lreq *q, struct workstream *ws)
     struct conn *c = q->job.conn;
     if (!leaders_live(c, q->job.rid, ws, q->generation))
         return;
+    resigning.conn = c;                /* answered once the term's end is stored */
+    resigning.rid = q->job.rid;
     leader_end(ws, REASON_RESIGNED, false, false);
-    conn_reply_ok(c, q->job.rid);
 }
 
 static void run_drain(struct lreq *q, struct workstream *ws)
@@ -1017,7 +1052,7 @@ static void run_switch(struct lreq *q, struct workstream *ws)
     if (disable && ws->live_generation)
         leader_end(ws, REASON_DISABLED, true, false);
     call->req.disable = disable;
-    call->req.generation = ids_next();
+    call->req.generation = BROKEN(WIPE_GENERATION) ? 0 : ids_next();
     leaders_submit(&call->req);
 }
 

@@ -685,14 +685,20 @@ COORD_API int coord_record_purge(coord_t *c, const void *prefix, size_t prefix_l
                                  uint64_t *deleted);
 
 /* ---- leadership and the fence ledger (see the protocol's "Leadership
- * and the fence ledger"; client/leader.c) ----
+ * and the fence ledger"; client/leader.c, client/leader-term.c,
+ * client/leader-outbox.c) ----
  *
  * A workstream has at most one live leader.  Each election hands out a new
  * generation, stored durably before the campaign is answered and never
- * issued twice.  A leader that loses its lease (not renewed within
- * lease_ms), disconnects, is stolen from or disabled is fenced at once: its
- * renew, resign and commit get COORD_EFENCED.  Leadership belongs to the
- * connection: closing c ends it (without an event).
+ * issued twice.  Generations increase but are not consecutive (they come
+ * from the broker's id allocator).  A leader that loses its lease (not
+ * renewed within lease_ms), disconnects, is stolen from, disabled or held
+ * past its max hold is fenced at once: its renew, resign, claim and commit
+ * get COORD_EFENCED.  Leadership belongs to the connection: closing c ends
+ * it (without an event).  Claims, commits, abandons, drains and checks
+ * carry the generation and are accepted from any connection of the same
+ * scope while that generation is live (a helper process of the leader may
+ * commit with the leader's generation).
  *
  * Workstreams are any bytes, at most 200 together with the scope
  * (COORD_EINVALID_OPTIONS); a NULL pointer is fine with length 0.  Every
@@ -707,30 +713,134 @@ COORD_API int coord_record_purge(coord_t *c, const void *prefix, size_t prefix_l
 typedef struct coord_leader_opts {
     uint64_t lease_ms;    /* renew within this or lose leadership
                              ("expired"); 0: the broker's default, 30000;
-                             at most one day */
+                             at most one day.  A workstream's max hold caps
+                             it (see coord_leader_term.lease_ms) */
     bool if_available;    /* never wait: *granted false when someone leads */
     bool steal;           /* take leadership from the current leader now
-                             (it gets leader.lost "stolen") */
+                             (it gets leader.lost "stolen", or "incident"
+                             with incident); under the workstream's steal
+                             policy (COORD_EPOLICY) */
     uint64_t timeout_ms;  /* give up waiting after this (COORD_ETIMEOUT);
                              0: wait forever.  Not with steal or
                              if_available (COORD_EINVALID_OPTIONS) */
+    /* Added in leadership part 2; zero-initialised callers keep the old
+     * behaviour.  Both strings are NUL-terminated, only read (copied into
+     * the request), NULL: not sent. */
+    const char *protocol; /* "name@N": the version of the caller's protocol;
+                             a workstream with a pinned protocol refuses an
+                             older one (COORD_EPROTOCOL_PINNED) */
+    const char *incident; /* 1..256 bytes: an incident takeover, granted
+                             even while the workstream is disabled; with
+                             steal, the only steal under "incident-only" */
 } coord_leader_opts;
 
 /* leader.campaign, blocking until elected (or refused).  o may be NULL (wait
  * forever, default lease).  Returns
  *   0          *granted true and *generation the new generation; or, only
  *              with if_available, *granted false (someone else leads);
- *   negative   COORD_EDISABLED (the workstream is disabled),
+ *   negative   COORD_EDISABLED (the workstream is disabled, and no
+ *              incident), COORD_EPROTOCOL_PINNED, COORD_EPOLICY,
  *              COORD_ETIMEOUT, COORD_EABORTED, COORD_EINVALID_OPTIONS (also
  *              when c already leads ws), connection errors...
- * generation and granted may be NULL; they are 0/false unless elected. */
+ * generation and granted may be NULL; they are 0/false unless elected.
+ * The same as coord_leader_campaign_term without the term. */
 COORD_API int coord_leader_campaign(coord_t *c, const void *ws, size_t ws_len,
                                     const coord_leader_opts *o, uint64_t *generation,
                                     bool *granted);
 
+/* ---- the state of a client's own campaign ----
+ *
+ * FOLLOWER (not campaigning) -> REQUESTING (the campaign waits) -> LEADER
+ * -> DRAINING (it announced that it is finishing) -> RELEASED (the term is
+ * over: resigned, lost or fenced); a campaign cancelled (or aborted by the
+ * broker) while it waited is ABORTED.  The library tracks this in a
+ * coord_leader_term, a plain struct of the caller's (no pointers inside:
+ * copy it freely; zeroed it is FOLLOWER): the campaign calls below set it,
+ * coord_leader_term_event applies the events, coord_leader_term_drain and
+ * coord_leader_term_resign end it.  leader.info's "state" is another thing:
+ * it describes the workstream ("leading", "draining", "disabled",
+ * "idle"). */
+typedef enum coord_leader_state {
+    COORD_LEADER_FOLLOWER = 0,
+    COORD_LEADER_REQUESTING,
+    COORD_LEADER_LEADER,
+    COORD_LEADER_DRAINING,
+    COORD_LEADER_RELEASED,
+    COORD_LEADER_ABORTED,
+} coord_leader_state;
+
+/* "FOLLOWER", "REQUESTING", "LEADER", "DRAINING", "RELEASED", "ABORTED";
+ * "UNKNOWN" for any other value.  A static string. */
+COORD_API const char *coord_leader_state_name(coord_leader_state s);
+
+/* The longest mode name ("read-only") and its NUL. */
+#define COORD_LEADER_MODE_SIZE 16
+
+typedef struct coord_leader_term {
+    coord_leader_state state;
+    uint64_t generation;        /* LEADER, DRAINING, RELEASED: the term's */
+    uint64_t lease_ms;          /* the lease granted (capped by a max hold):
+                                   renew well within it */
+    char mode[COORD_LEADER_MODE_SIZE]; /* "active", "shadow", "read-only"
+                                   (from the grant, then leader.mode events);
+                                   "" when unknown */
+    uint64_t rid;               /* REQUESTING (async): the campaign's request
+                                   id, for coord_cancel */
+    char end_reason[32];        /* RELEASED: "resigned", "fenced", or the
+                                   leader.lost reason ("expired", "stolen",
+                                   "incident", "disabled", "max_hold");
+                                   DRAINING: the drain's reason ("self",
+                                   "requested", "max_hold") */
+} coord_leader_term;
+
+/* leader.campaign as coord_leader_campaign, tracked in *t (overwritten;
+ * REQUESTING while it waits).  On return t->state is LEADER (0 returned,
+ * granted: generation, lease_ms and mode set), FOLLOWER (0 with
+ * if_available and someone leads; or a refusal: the negative code is
+ * returned) or ABORTED (COORD_EABORTED).  t must not be NULL. */
+COORD_API int coord_leader_campaign_term(coord_t *c, const void *ws, size_t ws_len,
+                                         const coord_leader_opts *o,
+                                         coord_leader_term *t);
+
+/* Called once with the outcome of coord_leader_campaign_async: status as
+ * the return value of coord_leader_campaign_term (COORD_EABORTED after
+ * coord_cancel, COORD_ECLOSED when c closed first); t is the caller's term,
+ * already updated. */
+typedef void (*coord_leader_cb)(coord_t *c, int status, coord_leader_term *t, void *ud);
+
+/* Sends leader.campaign and returns at once (see event-loop mode): t is
+ * set to REQUESTING with t->rid (also in *rid_out, may be NULL), for
+ * coord_cancel.  cb (may be NULL) runs from coord_dispatch, coord_wait or
+ * any blocking call on c.  t (and ud) must stay valid until then: t is
+ * written just before cb runs; the library keeps no other pointer.
+ * Returns 0, or a negative code (t is then FOLLOWER and cb is never
+ * called).  A grant after the cancel was sent is still a grant: resign it. */
+COORD_API int coord_leader_campaign_async(coord_t *c, const void *ws, size_t ws_len,
+                                          const coord_leader_opts *o,
+                                          coord_leader_term *t, coord_leader_cb cb,
+                                          void *ud, uint64_t *rid_out);
+
+/* Applies ev to t when it is about t's term: leader.lost (-> RELEASED with
+ * the event's reason), leader.drain (-> DRAINING with its reason),
+ * leader.mode (t->mode).  ws is the term's workstream (events are matched
+ * by workstream and generation).  Returns true when ev concerned t; false
+ * (t untouched) otherwise.  Needs no connection. */
+COORD_API bool coord_leader_term_event(coord_leader_term *t, const void *ws,
+                                       size_t ws_len, const coord_reply_t *ev);
+
+/* coord_leader_drain of t's generation; on 0, t is DRAINING ("self").
+ * COORD_EFENCED makes t RELEASED ("fenced"). */
+COORD_API int coord_leader_term_drain(coord_t *c, const void *ws, size_t ws_len,
+                                      coord_leader_term *t);
+/* coord_leader_resign of t's generation; t is RELEASED afterwards: 0
+ * ("resigned") or COORD_EFENCED ("fenced", it was already over).  Other
+ * errors (connection) leave t as it was. */
+COORD_API int coord_leader_term_resign(coord_t *c, const void *ws, size_t ws_len,
+                                       coord_leader_term *t);
+
 /* leader.renew: the lease starts again (lease_ms from now).  *lease_ms (may
- * be NULL) gets the lease.  COORD_EFENCED: generation is not the live one
- * (leadership already lost). */
+ * be NULL) gets the lease (capped by a max hold).  COORD_EFENCED:
+ * generation is not the live one (leadership already lost). */
 COORD_API int coord_leader_renew(coord_t *c, const void *ws, size_t ws_len,
                                  uint64_t generation, uint64_t *lease_ms);
 
@@ -739,20 +849,36 @@ COORD_API int coord_leader_renew(coord_t *c, const void *ws, size_t ws_len,
 COORD_API int coord_leader_resign(coord_t *c, const void *ws, size_t ws_len,
                                   uint64_t generation);
 
+/* leader.drain: the term of generation (the live one) is draining: its new
+ * claims get COORD_EDRAINING, commits and abandons are still accepted, and
+ * resign ends it.  Sent by the leader itself it announces that it is
+ * finishing; sent by another connection (an operator, with live_generation
+ * from coord_leader_info) it asks the leader to drain (the leader gets
+ * leader.drain "requested").  Draining twice is 0.  COORD_EFENCED: not the
+ * live generation. */
+COORD_API int coord_leader_drain(coord_t *c, const void *ws, size_t ws_len,
+                                 uint64_t generation);
+
 typedef struct coord_commit_result {
     bool applied;         /* stored now, by this generation */
     bool duplicate;       /* op_id was applied before: nothing stored now */
     uint64_t generation;  /* applied: the caller's generation; duplicate: the
                              generation that applied op_id (0 if not sent) */
+    bool abandoned;       /* op_id was abandoned (coord_leader_abandon):
+                             nothing stored, applied false */
 } coord_commit_result;
 
-/* leader.commit: in one durable transaction, stores value[0..value_len)
- * under key (NUL-terminated, at most 256 bytes) if generation is the live
- * one and op_id (NUL-terminated, 1..256 bytes) was never applied in ws.
- * Returns 0 with *out (may be NULL) filled, COORD_EFENCED (stale
- * generation: nothing stored), COORD_EINVALID_OPTIONS, COORD_ETOO_LARGE
- * (value about max_frame - 1 KiB or more), COORD_ESTORAGE, ...  value may
- * be NULL when value_len is 0. */
+/* leader.commit: in one durable transaction, if generation is the live one
+ * and op_id (NUL-terminated, 1..256 bytes) was never applied nor abandoned
+ * in ws: marks op_id applied (settling its claim, if any) and, with key
+ * (NUL-terminated, at most 256 bytes), stores value[0..value_len) under
+ * key.  key NULL: only records that the operation's external effect
+ * happened (value must then be NULL/0, else COORD_EINVAL).  Returns 0 with
+ * *out (may be NULL) filled, COORD_EFENCED (stale generation: nothing
+ * stored), COORD_EREAD_ONLY (the workstream's mode is shadow or
+ * read-only), COORD_EINVALID_OPTIONS, COORD_ETOO_LARGE (value about
+ * max_frame - 1 KiB or more), COORD_ESTORAGE, ...  value may be NULL when
+ * value_len is 0. */
 COORD_API int coord_leader_commit(coord_t *c, const void *ws, size_t ws_len,
                                   uint64_t generation, const char *op_id,
                                   const char *key, const void *value, size_t value_len,
@@ -771,28 +897,175 @@ COORD_API int coord_leader_read(coord_t *c, const void *ws, size_t ws_len,
 /* leader.info: on 0, *reply (the caller frees it with coord_reply_free)
  * holds, read with coord_map_* on coord_reply_map(*reply):
  *   generation       the last one stored (0: never elected)
- *   state            "leading", "idle" or "disabled"
+ *   state            "leading", "draining", "idle" or "disabled"
+ *   mode             "active", "shadow" or "read-only"
  *   disabled         bool
+ *   max_hold_ms      0: none
+ *   pinned_protocol  "name@N", when a protocol is defined
  * and while someone leads: live_generation, conn, client, pid,
- * lease_left_ms, leading_ms. */
+ * lease_left_ms, leading_ms, protocol and incident (when the campaign
+ * carried them), drain_reason ("self", "requested", "max_hold") while
+ * draining. */
 COORD_API int coord_leader_info(coord_t *c, const void *ws, size_t ws_len,
                                 coord_reply_t **reply);
 
 /* leader.disable, the incident kill switch: advances the generation
  * (fencing the live leader, which gets leader.lost "disabled") and refuses
- * campaigns with COORD_EDISABLED until coord_leader_enable.  Durable.
- * *generation (may be NULL) gets the new generation. */
+ * campaigns without incident with COORD_EDISABLED until
+ * coord_leader_enable.  Durable.  *generation (may be NULL) gets the new
+ * generation. */
 COORD_API int coord_leader_disable(coord_t *c, const void *ws, size_t ws_len,
                                    uint64_t *generation);
+/* leader.enable: lifts coord_leader_disable (0 also when not disabled). */
 COORD_API int coord_leader_enable(coord_t *c, const void *ws, size_t ws_len);
 
-/* Losing leadership.  When the broker ends a connection's leadership (lease
- * expired, stolen, disabled), that connection receives the event
- *     {ev: "leader.lost", workstream, generation, reason:
- *      "expired"|"stolen"|"disabled"}
- * like any event (coord_set_event_cb, else queued for coord_next_event).
- * Events are only read while c is used: poll coord_fd to notice one
- * promptly.  Resigning or closing c sends no event. */
+/* ---- workstream descriptors (leader.define, leader.describe) ----
+ *
+ * A define changes the stored descriptor field by field: a field whose bit
+ * is in `set` is sent with its value here, a field whose bit is in `reset`
+ * is sent as nil (back to its default: no protocol pin, no max hold, steal
+ * "allowed", mode "active", no fallback, the broker's ledger), every other
+ * field is omitted (keeps its stored value).  A string field in `set` whose
+ * pointer is NULL is sent as nil too.  `reset` wins over `set`. */
+#define COORD_DESC_PROTOCOL        (1u << 0)
+#define COORD_DESC_MAX_HOLD        (1u << 1)
+#define COORD_DESC_STEAL           (1u << 2)
+#define COORD_DESC_MODE            (1u << 3)
+#define COORD_DESC_FALLBACK        (1u << 4)
+#define COORD_DESC_CANONICAL_FENCE (1u << 5)
+
+typedef struct coord_leader_define_opts {
+    unsigned set;               /* COORD_DESC_* fields sent with a value */
+    unsigned reset;             /* COORD_DESC_* fields sent as nil */
+    /* NUL-terminated, only read (copied into the request) */
+    const char *protocol;       /* "name@N": name 1..64 bytes of A-Z a-z 0-9
+                                   . _ -, N 1..4294967295 */
+    uint64_t max_hold_ms;       /* 0 (none) .. 86400000 */
+    const char *steal;          /* "never", "incident-only", "allowed" */
+    const char *mode;           /* "shadow", "read-only", "active" */
+    const char *fallback;       /* 1..64 bytes, stored and returned only */
+    const char *canonical_fence;/* "local" (or the broker's other ledger) */
+    bool force;                 /* lower (or remove) the protocol pin */
+} coord_leader_define_opts;
+
+/* A descriptor as the broker returns it.  No pointers: copy it freely.
+ * Absent (nil) strings are "". */
+typedef struct coord_leader_descriptor {
+    char protocol[80];          /* the defined one, "" when none */
+    char pinned_protocol[80];   /* the pin in force (ratchet included) */
+    uint64_t max_hold_ms;       /* 0: none */
+    char steal[16];             /* "never", "incident-only", "allowed" */
+    char mode[COORD_LEADER_MODE_SIZE];
+    char fallback[72];          /* "" when none */
+    char canonical_fence[32];   /* "local"... */
+    uint64_t defined_ms;        /* the last define (Unix ms); 0: never */
+} coord_leader_descriptor;
+
+/* leader.define of ws with *o (NULL: nothing but the workstream, which
+ * stores the defaults' descriptor).  On 0, *out (may be NULL) holds the
+ * stored descriptor.  COORD_EPROTOCOL_PINNED: the protocol would lower or
+ * remove the pin (or change its name) without force: nothing changed;
+ * COORD_EINVALID_OPTIONS (the message names the field), COORD_ESTORAGE.
+ * A string longer than the descriptor's arrays in the reply is
+ * COORD_EPROTOCOL (the broker never sends one). */
+COORD_API int coord_leader_define(coord_t *c, const void *ws, size_t ws_len,
+                                  const coord_leader_define_opts *o,
+                                  coord_leader_descriptor *out);
+
+/* leader.describe: on 0, *out holds ws's descriptor; COORD_ENOT_FOUND when
+ * ws was never defined (it behaves as with the defaults); *out is then
+ * zeroed. */
+COORD_API int coord_leader_describe(coord_t *c, const void *ws, size_t ws_len,
+                                    coord_leader_descriptor *out);
+
+/* leader.history: on 0, *reply (free with coord_reply_free) holds the
+ * array "terms", newest first, at most limit (0: the broker's default 20;
+ * it keeps and lowers to 100), each {generation, client, pid, instance,
+ * protocol (when the campaign carried one), mode, elected_ms, ended_ms (0
+ * while live, or for a term cut by a broker restart), reason (absent while
+ * live: "resigned", "expired", "stolen", "incident", "disabled",
+ * "max_hold", "disconnected", "restart"), incident}, and "truncated": true
+ * when cut to fit a frame.  A workstream never led has no terms. */
+COORD_API int coord_leader_history(coord_t *c, const void *ws, size_t ws_len,
+                                   unsigned limit, coord_reply_t **reply);
+
+/* ---- outbox claims (leader.claim, abandon, pending; check) ----
+ *
+ * The outbox of a leader whose effects reach an external system: claim the
+ * operation's id (stored and synced before the reply), perform the effect
+ * with the op id as its idempotency key, then commit it (coord_leader_commit,
+ * key NULL for an effect only) or abandon it.  A claim that an earlier
+ * generation made and never settled comes back with reconcile: its effect
+ * may or may not have happened; ask the external system by this same op id
+ * before doing it again, never resend it under another id.  Op ids are
+ * NUL-terminated, 1..256 bytes. */
+typedef struct coord_claim_result {
+    bool claimed;               /* the op is ours to perform now */
+    bool reconcile;             /* claimed, but an earlier generation claimed
+                                   it and never settled it */
+    uint64_t previous_generation; /* reconcile: the earlier claim's */
+    uint64_t claimed_ms;        /* reconcile: when it was claimed (Unix ms) */
+    bool applied;               /* not claimed: already applied ... */
+    uint64_t generation;        /* ... by this generation */
+    bool abandoned;             /* not claimed: abandoned, never to be done */
+} coord_claim_result;
+
+/* leader.claim of op_id by generation (the live one).  Returns 0 with *out
+ * (may be NULL) filled; COORD_EFENCED (not the live generation),
+ * COORD_EREAD_ONLY (shadow or read-only mode), COORD_EDRAINING (the term is
+ * draining: no new claims), COORD_ELIMIT (100,000 unsettled claims),
+ * COORD_EINVALID_OPTIONS, COORD_ESTORAGE...  The same generation claiming
+ * again gets claimed (without reconcile). */
+COORD_API int coord_leader_claim(coord_t *c, const void *ws, size_t ws_len,
+                                 uint64_t generation, const char *op_id,
+                                 coord_claim_result *out);
+
+/* leader.abandon: settles op_id as never to be done (claimed or not),
+ * storing reason (NUL-terminated, 1..256 bytes).  Returns 0 with *applied
+ * (may be NULL) false; or, when op_id was applied already (nothing
+ * changed), 0 with *applied true and *applied_generation (may be NULL) the
+ * generation that applied it.  COORD_EFENCED, COORD_EREAD_ONLY,
+ * COORD_EINVALID_OPTIONS, COORD_ESTORAGE... */
+COORD_API int coord_leader_abandon(coord_t *c, const void *ws, size_t ws_len,
+                                   uint64_t generation, const char *op_id,
+                                   const char *reason, bool *applied,
+                                   uint64_t *applied_generation);
+
+/* leader.pending: on 0, *reply (free with coord_reply_free) holds the array
+ * "ops" of claimed, unsettled operations, oldest claim first, at most limit
+ * (0: the broker's default 100; at most 1000), each {op_id, generation (the
+ * claiming one), claimed_ms, live (the claiming generation is the live
+ * one)}, and "truncated": true when more were left out.  A new leader reads
+ * it first and reconciles each entry. */
+COORD_API int coord_leader_pending(coord_t *c, const void *ws, size_t ws_len,
+                                   unsigned limit, coord_reply_t **reply);
+
+typedef struct coord_leader_check_result {
+    bool live;                  /* generation is the live one */
+    uint64_t lease_left_ms;
+    char mode[COORD_LEADER_MODE_SIZE];
+} coord_leader_check_result;
+
+/* leader.check, for a process acting on a leader's behalf: 0 with *out
+ * (may be NULL) filled when generation is live; COORD_EFENCED when not.  A
+ * check, not a lock: the answer can be stale by the time it arrives (the
+ * lease can end, a steal or disable can fence the leader a moment later).
+ * For exactly-once effects use claims and commits, or a conditional write
+ * at the receiver that compares the generation. */
+COORD_API int coord_leader_check(coord_t *c, const void *ws, size_t ws_len,
+                                 uint64_t generation, coord_leader_check_result *out);
+
+/* ---- leadership events ----
+ *
+ * They come like any event (coord_set_event_cb, else queued for
+ * coord_next_event), only to the leader's connection.  Events are only read
+ * while c is used: poll coord_fd to notice one promptly.  Resigning or
+ * closing c sends no event.  coord_leader_term_event applies any of them
+ * to a term.
+ *
+ * Losing leadership: {ev: "leader.lost", workstream, generation, reason:
+ * "expired"|"stolen"|"incident"|"disabled"|"max_hold", incident (with
+ * "incident": the incident's text)}. */
 typedef struct coord_leader_lost {
     const char *workstream;     /* points into the event: not NUL-terminated */
     size_t workstream_len;
@@ -800,11 +1073,48 @@ typedef struct coord_leader_lost {
     const char *reason;         /* points into the event, not NUL-terminated
                                    ("" if absent) */
     size_t reason_len;
+    const char *incident;       /* same; "" if absent */
+    size_t incident_len;
 } coord_leader_lost;
 
 /* True when ev is a leader.lost event; then fills *out (may be NULL), whose
  * pointers are valid as long as ev. */
 COORD_API bool coord_event_leader_lost(const coord_reply_t *ev, coord_leader_lost *out);
+
+/* Asked to drain: {ev: "leader.drain", workstream, generation, reason:
+ * "max_hold"|"requested"}.  The term is draining already (new claims get
+ * COORD_EDRAINING): finish, commit or abandon what is claimed, then
+ * resign.  "max_hold": still leading one lease (the lease in force) after
+ * the event, the leader is fenced (leader.lost "max_hold"). */
+typedef struct coord_leader_drain_event {
+    const char *workstream;     /* points into the event: not NUL-terminated */
+    size_t workstream_len;
+    uint64_t generation;
+    const char *reason;         /* same; "" if absent */
+    size_t reason_len;
+} coord_leader_drain_event;
+
+/* True when ev is a leader.drain event; then fills *out (may be NULL),
+ * whose pointers are valid as long as ev. */
+COORD_API bool coord_event_leader_drain(const coord_reply_t *ev,
+                                        coord_leader_drain_event *out);
+
+/* The rollout mode changed (leader.define): {ev: "leader.mode", workstream,
+ * generation, mode: "shadow"|"read-only"|"active"}; the generation stays.
+ * In shadow and read-only, claims, commits and abandons get
+ * COORD_EREAD_ONLY. */
+typedef struct coord_leader_mode_event {
+    const char *workstream;     /* points into the event: not NUL-terminated */
+    size_t workstream_len;
+    uint64_t generation;
+    const char *mode;           /* same; "" if absent */
+    size_t mode_len;
+} coord_leader_mode_event;
+
+/* True when ev is a leader.mode event; then fills *out (may be NULL),
+ * whose pointers are valid as long as ev. */
+COORD_API bool coord_event_leader_mode(const coord_reply_t *ev,
+                                       coord_leader_mode_event *out);
 
 /* ---- channels (BroadcastChannel analogue; see the protocol's "Channels";
  * client/channels.c) ----
@@ -841,9 +1151,11 @@ COORD_API int coord_publish(coord_t *c, const void *channel, size_t len,
  *               reason (lost: "stolen"|"expired")
  *     -flights  what started|joined|completed|failed|promoted|owner_lost|
  *               fenced; key, flight, fence, reason (never the result)
- *     -leaders  what elected|renewed|lost|resigned|disabled|enabled;
- *               workstream, generation, reason (lost: "expired"|"stolen"|
- *               "disabled"|"disconnected")
+ *     -leaders  what elected|renewed|lost|resigned|disabled|enabled|
+ *               draining|defined; workstream, generation, reason (lost:
+ *               "expired"|"stolen"|"incident"|"disabled"|"disconnected"|
+ *               "max_hold"; draining: "requested"|"max_hold"), incident,
+ *               mode (elected, defined)
  * Lifecycle events are those of c's scope only. */
 typedef struct coord_message {
     const char *channel;        /* points into the event: not NUL-terminated */

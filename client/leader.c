@@ -1,12 +1,14 @@
-/* leader.c - libcoord's leadership calls: leader.campaign, renew, resign,
- * commit, read, info, disable, enable, and reading leader.lost events.
+/* leader.c - libcoord's leadership calls on the leader's own term:
+ * leader.campaign, renew, resign, drain, commit, read, info, disable,
+ * enable, and reading the leadership events (leader.lost, leader.drain,
+ * leader.mode).  The state of a campaign is in leader-term.c, descriptors
+ * and history in leader-desc.c, claims and checks in leader-outbox.c.
  * Everything is built on the public request/reply calls of client.c. */
 #include <stdlib.h>
 #include <string.h>
-#include "internal.h"
+#include "leader-internal.h"
 
-/* A request for op on workstream ws; NULL when out of memory. */
-static coord_req_t *ws_req(enum coord_op op, const void *ws, size_t ws_len)
+coord_req_t *coord__ws_req(enum coord_op op, const void *ws, size_t ws_len)
 {
     coord_req_t *r = coord__req_new(op);
     if (r)
@@ -14,17 +16,38 @@ static coord_req_t *ws_req(enum coord_op op, const void *ws, size_t ws_len)
     return r;
 }
 
-COORD_API int coord_leader_campaign(coord_t *c, const void *ws, size_t ws_len,
-                                    const coord_leader_opts *o, uint64_t *generation,
-                                    bool *granted)
+coord_req_t *coord__ws_gen_req(enum coord_op op, const void *ws, size_t ws_len,
+                               uint64_t generation)
 {
-    if (generation)
-        *generation = 0;
-    if (granted)
-        *granted = false;
-    if (!c || !coord__bytes_ok(ws, ws_len))
-        return COORD_EINVAL;
-    coord_req_t *r = ws_req(COORD_OP_LEADER_CAMPAIGN, ws, ws_len);
+    coord_req_t *r = coord__ws_req(op, ws, ws_len);
+    if (r)
+        coord_req_uint(r, "generation", generation);
+    return r;
+}
+
+void coord__strcpy_cut(char *dst, size_t size, const char *p, size_t n)
+{
+    if (n >= size)
+        n = size - 1;
+    memcpy(dst, p, n);
+    dst[n] = '\0';
+}
+
+bool coord__map_strcpy(coord_map m, const char *key, char *dst, size_t size)
+{
+    const char *p;
+    size_t n;
+    coord__map_bytes(m, key, &p, &n);
+    dst[0] = '\0';
+    if (n >= size)
+        return false;
+    coord__strcpy_cut(dst, size, p, n);
+    return true;
+}
+
+coord_req_t *coord__campaign_req(const void *ws, size_t ws_len, const coord_leader_opts *o)
+{
+    coord_req_t *r = coord__ws_req(COORD_OP_LEADER_CAMPAIGN, ws, ws_len);
     if (r && o) {
         if (o->lease_ms)
             coord_req_uint(r, "lease_ms", o->lease_ms);
@@ -34,26 +57,50 @@ COORD_API int coord_leader_campaign(coord_t *c, const void *ws, size_t ws_len,
             coord_req_bool(r, "steal", true);
         if (o->timeout_ms)
             coord_req_uint(r, "timeout_ms", o->timeout_ms);
+        if (o->protocol)
+            coord_req_cstr(r, "protocol", o->protocol);
+        if (o->incident)
+            coord_req_cstr(r, "incident", o->incident);
     }
-    coord_reply_t *reply = NULL;
-    int rc = coord__call_free(c, r, &reply);
-    if (rc < 0)
-        return rc;
+    return r;
+}
+
+int coord__campaign_reply(coord_t *c, const coord_reply_t *reply, coord_leader_term *t)
+{
     coord_map m = coord_reply_map(reply);
     bool g = false;
     uint64_t gen = 0;
+    memset(t, 0, sizeof *t);
     if (!coord_map_bool(m, "granted", &g) || (g && !coord_map_uint(m, "generation", &gen))) {
-        coord_reply_free(reply);
-        coord__set_error(c, "%s: reply without granted/generation",
-                         coord_op_name(COORD_OP_LEADER_CAMPAIGN));
+        if (c)
+            coord__set_error(c, "%s: reply without granted/generation",
+                             coord_op_name(COORD_OP_LEADER_CAMPAIGN));
         return COORD_EPROTOCOL;
     }
-    coord_reply_free(reply);
+    if (!g) {
+        t->state = COORD_LEADER_FOLLOWER;
+        return 0;
+    }
+    t->state = COORD_LEADER_LEADER;
+    t->generation = gen;
+    coord_map_uint(m, "lease_ms", &t->lease_ms);
+    coord__map_strcpy(m, "mode", t->mode, sizeof t->mode);
+    return 0;
+}
+
+COORD_API int coord_leader_campaign(coord_t *c, const void *ws, size_t ws_len,
+                                    const coord_leader_opts *o, uint64_t *generation,
+                                    bool *granted)
+{
+    coord_leader_term t;
+    memset(&t, 0, sizeof t);
+    int rc = c ? coord_leader_campaign_term(c, ws, ws_len, o, &t) : COORD_EINVAL;
+    bool g = rc == 0 && t.state == COORD_LEADER_LEADER;
     if (generation)
-        *generation = g ? gen : 0;
+        *generation = g ? t.generation : 0;
     if (granted)
         *granted = g;
-    return 0;
+    return rc;
 }
 
 COORD_API int coord_leader_renew(coord_t *c, const void *ws, size_t ws_len,
@@ -63,10 +110,8 @@ COORD_API int coord_leader_renew(coord_t *c, const void *ws, size_t ws_len,
         *lease_ms = 0;
     if (!c || !coord__bytes_ok(ws, ws_len))
         return COORD_EINVAL;
-    coord_req_t *r = ws_req(COORD_OP_LEADER_RENEW, ws, ws_len);
-    if (r)
-        coord_req_uint(r, "generation", generation);
-    return coord__call_uint(c, r, "lease_ms", lease_ms);
+    return coord__call_uint(c, coord__ws_gen_req(COORD_OP_LEADER_RENEW, ws, ws_len, generation),
+                            "lease_ms", lease_ms);
 }
 
 COORD_API int coord_leader_resign(coord_t *c, const void *ws, size_t ws_len,
@@ -74,10 +119,17 @@ COORD_API int coord_leader_resign(coord_t *c, const void *ws, size_t ws_len,
 {
     if (!c || !coord__bytes_ok(ws, ws_len))
         return COORD_EINVAL;
-    coord_req_t *r = ws_req(COORD_OP_LEADER_RESIGN, ws, ws_len);
-    if (r)
-        coord_req_uint(r, "generation", generation);
-    return coord__call_free(c, r, NULL);
+    return coord__call_free(c, coord__ws_gen_req(COORD_OP_LEADER_RESIGN, ws, ws_len,
+                                                 generation), NULL);
+}
+
+COORD_API int coord_leader_drain(coord_t *c, const void *ws, size_t ws_len,
+                                 uint64_t generation)
+{
+    if (!c || !coord__bytes_ok(ws, ws_len))
+        return COORD_EINVAL;
+    return coord__call_free(c, coord__ws_gen_req(COORD_OP_LEADER_DRAIN, ws, ws_len,
+                                                 generation), NULL);
 }
 
 COORD_API int coord_leader_commit(coord_t *c, const void *ws, size_t ws_len,
@@ -87,22 +139,23 @@ COORD_API int coord_leader_commit(coord_t *c, const void *ws, size_t ws_len,
 {
     if (out)
         memset(out, 0, sizeof *out);
-    if (!c || !coord__bytes_ok(ws, ws_len) || !op_id || !key ||
-        !coord__bytes_ok(value, value_len))
+    if (!c || !coord__bytes_ok(ws, ws_len) || !op_id ||
+        !coord__bytes_ok(value, value_len) || (!key && (value || value_len)))
         return COORD_EINVAL;
-    coord_req_t *r = ws_req(COORD_OP_LEADER_COMMIT, ws, ws_len);
+    coord_req_t *r = coord__ws_gen_req(COORD_OP_LEADER_COMMIT, ws, ws_len, generation);
     if (r) {
-        coord_req_uint(r, "generation", generation);
         coord_req_cstr(r, "op_id", op_id);
-        coord_req_cstr(r, "key", key);
-        coord_req_bin(r, "value", value ? value : "", value_len);
+        if (key) {
+            coord_req_cstr(r, "key", key);
+            coord_req_bin(r, "value", value ? value : "", value_len);
+        }
     }
     coord_reply_t *reply = NULL;
     int rc = coord__call_free(c, r, &reply);
     if (rc < 0)
         return rc;
     coord_map m = coord_reply_map(reply);
-    bool applied = false, dup = false;
+    bool applied = false, dup = false, abandoned = false;
     uint64_t gen = 0;
     if (!coord_map_bool(m, "applied", &applied)) {
         coord_reply_free(reply);
@@ -111,12 +164,14 @@ COORD_API int coord_leader_commit(coord_t *c, const void *ws, size_t ws_len,
         return COORD_EPROTOCOL;
     }
     coord_map_bool(m, "duplicate", &dup);
+    coord_map_bool(m, "abandoned", &abandoned);
     if (dup)
         coord_map_uint(m, "generation", &gen);
     coord_reply_free(reply);
     if (out) {
         out->applied = applied;
         out->duplicate = dup;
+        out->abandoned = !applied && abandoned;
         out->generation = applied ? generation : gen;
     }
     return 0;
@@ -134,7 +189,7 @@ COORD_API int coord_leader_read(coord_t *c, const void *ws, size_t ws_len,
         *generation = 0;
     if (!c || !coord__bytes_ok(ws, ws_len) || !key || !value)
         return COORD_EINVAL;
-    coord_req_t *r = ws_req(COORD_OP_LEADER_READ, ws, ws_len);
+    coord_req_t *r = coord__ws_req(COORD_OP_LEADER_READ, ws, ws_len);
     if (r)
         coord_req_cstr(r, "key", key);
     coord_reply_t *reply = NULL;
@@ -176,7 +231,7 @@ COORD_API int coord_leader_info(coord_t *c, const void *ws, size_t ws_len,
         *reply = NULL;
     if (!c || !coord__bytes_ok(ws, ws_len) || !reply)
         return COORD_EINVAL;
-    return coord__call_free(c, ws_req(COORD_OP_LEADER_INFO, ws, ws_len), reply);
+    return coord__call_free(c, coord__ws_req(COORD_OP_LEADER_INFO, ws, ws_len), reply);
 }
 
 COORD_API int coord_leader_disable(coord_t *c, const void *ws, size_t ws_len,
@@ -186,16 +241,18 @@ COORD_API int coord_leader_disable(coord_t *c, const void *ws, size_t ws_len,
         *generation = 0;
     if (!c || !coord__bytes_ok(ws, ws_len))
         return COORD_EINVAL;
-    return coord__call_uint(c, ws_req(COORD_OP_LEADER_DISABLE, ws, ws_len), "generation",
-                            generation);
+    return coord__call_uint(c, coord__ws_req(COORD_OP_LEADER_DISABLE, ws, ws_len),
+                            "generation", generation);
 }
 
 COORD_API int coord_leader_enable(coord_t *c, const void *ws, size_t ws_len)
 {
     if (!c || !coord__bytes_ok(ws, ws_len))
         return COORD_EINVAL;
-    return coord__call_free(c, ws_req(COORD_OP_LEADER_ENABLE, ws, ws_len), NULL);
+    return coord__call_free(c, coord__ws_req(COORD_OP_LEADER_ENABLE, ws, ws_len), NULL);
 }
+
+/* ---- events ---- */
 
 COORD_API bool coord_event_leader_lost(const coord_reply_t *ev, coord_leader_lost *out)
 {
@@ -208,5 +265,36 @@ COORD_API bool coord_event_leader_lost(const coord_reply_t *ev, coord_leader_los
     coord_map_uint(m, "generation", &out->generation);
     coord__map_bytes(m, "workstream", &out->workstream, &out->workstream_len);
     coord__map_bytes(m, "reason", &out->reason, &out->reason_len);
+    coord__map_bytes(m, "incident", &out->incident, &out->incident_len);
+    return true;
+}
+
+COORD_API bool coord_event_leader_drain(const coord_reply_t *ev,
+                                        coord_leader_drain_event *out)
+{
+    if (!coord__event_is(ev, COORD_EV_LEADER_DRAIN))
+        return false;
+    if (!out)
+        return true;
+    memset(out, 0, sizeof *out);
+    coord_map m = coord_reply_map(ev);
+    coord_map_uint(m, "generation", &out->generation);
+    coord__map_bytes(m, "workstream", &out->workstream, &out->workstream_len);
+    coord__map_bytes(m, "reason", &out->reason, &out->reason_len);
+    return true;
+}
+
+COORD_API bool coord_event_leader_mode(const coord_reply_t *ev,
+                                       coord_leader_mode_event *out)
+{
+    if (!coord__event_is(ev, COORD_EV_LEADER_MODE))
+        return false;
+    if (!out)
+        return true;
+    memset(out, 0, sizeof *out);
+    coord_map m = coord_reply_map(ev);
+    coord_map_uint(m, "generation", &out->generation);
+    coord__map_bytes(m, "workstream", &out->workstream, &out->workstream_len);
+    coord__map_bytes(m, "mode", &out->mode, &out->mode_len);
     return true;
 }

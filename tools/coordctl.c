@@ -69,17 +69,50 @@ static const struct ctl_command commands[] = {
                 cmd_key },
     { "records", "[--prefix P] [--limit N]", "stored completion records", cmd_records },
     { "purge",  "[--prefix P]", "delete the scope's records (logout)", cmd_purge },
-    { "leader", "WORKSTREAM", "generation, state, leader, lease left, disabled?",
+    { "leader", "[info] WORKSTREAM | SUBCOMMAND ...",
+                "generation, state (leading, draining, idle, disabled), mode,\n"
+                "leader, lease left, protocol, incident, pin, max hold, disabled?\n"
+                "(a workstream named like a subcommand: leader -- NAME).  Subcommands:\n"
+                "define WORKSTREAM [--protocol NAME@N] [--max-hold DURATION]\n"
+                "  [--steal never|incident-only|allowed] [--mode shadow|read-only|active]\n"
+                "  [--fallback F] [--canonical-fence L] [--force]: change the named\n"
+                "  fields of the descriptor (an empty value: back to the default);\n"
+                "  durations like 30s, 500ms, 2m.  define [WORKSTREAM] -f FILE\n"
+                "  [--force]: the fields of a crossTabLeader.v1 file (key: value\n"
+                "  lines: schema, workstream, protocol, maxHold, steal, fallback,\n"
+                "  canonicalFence, mode; unknown keys refused, named with the line)\n"
+                "describe WORKSTREAM: the stored descriptor (exit 1: never defined)\n"
+                "history WORKSTREAM [--limit N]: the last terms, newest first\n"
+                "drain WORKSTREAM [GENERATION]: ask the leader to finish (default:\n"
+                "  the live generation); its new claims get DRAINING\n"
+                "pending WORKSTREAM [--limit N]: claimed, unsettled ops, oldest first\n"
+                "check WORKSTREAM GENERATION: is it live? (exit 1 when not: FENCED)\n"
+                "claim WORKSTREAM OP_ID, commit WORKSTREAM OP_ID [KEY [VALUE]],\n"
+                "abandon WORKSTREAM OP_ID REASON: the outbox, with --generation N\n"
+                "  or $COORD_GENERATION (scope: --scope or $COORD_SCOPE).  Exit 0\n"
+                "  claimed/applied/abandoned now, 10 claimed to reconcile (an\n"
+                "  earlier leader claimed it and never settled it: ask the external\n"
+                "  system by OP_ID first), 11 already applied, 12 abandoned, 1\n"
+                "  refused (FENCED, READ_ONLY, DRAINING...)",
                 cmd_leader },
-    { "leader-run", "[--lease SECONDS] [-n] [-w SECONDS] [--steal] WORKSTREAM -- CMD...",
+    { "leader-run", "[--lease SECONDS] [-n] [-w SECONDS] [--steal] [--protocol NAME@N]\n"
+                "[--incident REASON] WORKSTREAM -- CMD...",
                 "campaign for WORKSTREAM (waiting; -n exit 1 at once when someone\n"
-                "leads, -w give up after SECONDS, --steal take over now), run CMD as\n"
-                "leader with COORD_GENERATION and COORD_WORKSTREAM set, renew the\n"
-                "lease (--lease, default 30) at a third of it, resign when CMD ends.\n"
-                "CMD's process group gets SIGINT/SIGTERM/SIGHUP sent to coordctl,\n"
-                "and SIGTERM when leadership is lost (expired, stolen, disabled,\n"
-                "broker gone).  Exit status: CMD's (128+N when killed by signal N;\n"
-                "1 instead of 0 when leadership was lost)", cmd_leader_run },
+                "leads, -w give up after SECONDS, --steal take over now, --protocol\n"
+                "the version CMD speaks, --incident an incident takeover, granted\n"
+                "while disabled), run CMD as leader, renew the lease (--lease,\n"
+                "default 30; capped by a max hold) at a third of it, resign when CMD\n"
+                "ends.  CMD sees COORD_GENERATION, COORD_WORKSTREAM,\n"
+                "COORD_LEADER_MODE, COORD_SOCKET and COORD_SCOPE (for `leader claim`\n"
+                "and `commit`).  A drain (the broker's: max hold passed while\n"
+                "someone waits, or an operator's `leader drain`; or SIGINT/SIGTERM\n"
+                "sent to coordctl, which sends leader.drain first) gives CMD's\n"
+                "process group SIGTERM; coordctl waits for CMD, then resigns.\n"
+                "SIGHUP and later signals are forwarded; SIGTERM also when\n"
+                "leadership is lost (expired, stolen, disabled, max hold, broker\n"
+                "gone).  Exit status: CMD's (128+N when killed by signal N; a\n"
+                "drained run too: 0 when CMD exited 0 on SIGTERM, 143 when it died\n"
+                "of it); 1 instead of 0 when leadership was lost", cmd_leader_run },
     { "disable", "WORKSTREAM", "the kill switch: fence the leader, refuse campaigns\n"
                 "(prints the new generation)", cmd_disable },
     { "enable", "WORKSTREAM", "lift disable", cmd_enable },

@@ -151,6 +151,10 @@ struct ctl_child {
     sigset_t old;               /* the mask to restore */
     bool ignore_sigpipe;
     void (*old_pipe)(int);      /* SIGPIPE's disposition, when ignored */
+    bool intercept;             /* the first SIGINT or SIGTERM is not
+                                   forwarded but kept in intercepted (the
+                                   caller decides: leader-run drains) */
+    int intercepted;            /* that signal, 0: none came */
 };
 /* The operands of lock, once and leader-run from argv[i] on: NAME (what
  * says which: "missing KEY"), an optional "--", then CMD.  0, or the exit
@@ -206,7 +210,17 @@ struct ctl_hold_ops {
     int (*release)(struct ctl_hold *h);
     int release_refused;
     const char *release_refused_why;
+    /* NULL, or: SIGINT/SIGTERM to coordctl is a drain request.  drain
+     * sends it to the broker without waiting (0, or a negative code) and
+     * its reply calls ctl_hold_drain; CMD's group gets SIGTERM then (or
+     * CTL_DRAIN_REPLY_MS later at the latest) */
+    int (*drain)(struct ctl_hold *h);
 };
+/* How long a drain request waits for the broker's answer before CMD is
+ * told anyway: the answer makes CMD's new claims refused (DRAINING) before
+ * CMD hears of the drain; a broker that does not answer must not keep CMD
+ * running. */
+#define CTL_DRAIN_REPLY_MS 1000
 struct ctl_hold {
     const struct ctl_hold_ops *ops;
     struct ctl *ctl;            /* connected */
@@ -216,7 +230,15 @@ struct ctl_hold {
     bool lost;                  /* the hold is gone (event, renew, connection) */
     bool announced;             /* "lost" message printed */
     char reason[96];
+    bool drain_asked;           /* a drain request was sent (signal) */
+    int64_t drain_deadline;     /* ... CMD is told at the latest then */
+    bool drain;                 /* draining: CMD gets SIGTERM, then release */
 };
+/* The hold is draining (a broker event, or the answer to ops->drain): CMD's
+ * group gets SIGTERM, and the hold is released once CMD ended.  With
+ * announce, says "coordctl: WHAT: draining NAME (why)" (p[0..n)
+ * escaped). */
+void ctl_hold_drain(struct ctl_hold *h, const char *p, size_t n, bool announce);
 /* Records the first reason the hold went away (p[0..n) escaped; n == 0:
  * "no reason given"). */
 void ctl_hold_lost(struct ctl_hold *h, const char *p, size_t n);
@@ -224,7 +246,7 @@ void ctl_hold_lost(struct ctl_hold *h, const char *p, size_t n);
  * hold: renews it, sends CMD's group SIGTERM when it is lost (and says so),
  * releases it when CMD ends (and, after a stop, the rest of its group).
  * Returns coordctl's exit status: CMD's, 1
- * instead of 0 when the hold was lost.  Callbacks may still point at h:
+ * instead of 0 when the hold was lost (a drained hold is not lost: CMD's).  Callbacks may still point at h:
  * close the connection before h goes away. */
 int ctl_hold_run(struct ctl_hold *h, const char *const *env, char **cmd);
 
@@ -244,7 +266,26 @@ int cmd_records(struct ctl *ctl, int argc, char **argv);
 int cmd_purge(struct ctl *ctl, int argc, char **argv);
 
 /* ---- commands (ctl-leader.c) ---- */
+/* leader [info] WORKSTREAM, and its subcommands (below, and history and
+ * drain) */
 int cmd_leader(struct ctl *ctl, int argc, char **argv);
+/* A generation as an operand: a positive decimal number. */
+bool ctl_parse_generation(const char *s, uint64_t *gen);
+
+/* ---- leader subcommands (argv[0] is the subcommand's name) ---- */
+/* ctl-descriptor.c: define (flags, or -f FILE), describe */
+int ctl_leader_define(struct ctl *ctl, int argc, char **argv);
+int ctl_leader_describe(struct ctl *ctl, int argc, char **argv);
+/* "30s", "500ms", "2m", "1h", "1.5s"; a bare number is seconds.  False
+ * when s is not such a duration (or above 2^40 ms). */
+bool ctl_parse_duration(const char *s, uint64_t *ms);
+/* ctl-outbox.c: claim, commit, abandon (generation from --generation or
+ * $COORD_GENERATION), pending, check */
+int ctl_leader_claim(struct ctl *ctl, int argc, char **argv);
+int ctl_leader_commit(struct ctl *ctl, int argc, char **argv);
+int ctl_leader_abandon(struct ctl *ctl, int argc, char **argv);
+int ctl_leader_pending(struct ctl *ctl, int argc, char **argv);
+int ctl_leader_check(struct ctl *ctl, int argc, char **argv);
 int cmd_leader_run(struct ctl *ctl, int argc, char **argv);
 int cmd_disable(struct ctl *ctl, int argc, char **argv);
 int cmd_enable(struct ctl *ctl, int argc, char **argv);

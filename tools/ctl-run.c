@@ -6,6 +6,12 @@
  * blocked and read from a signalfd, so one poll() waits for them together
  * with the broker connection.
  *
+ * A hold may drain (leader-run): then the first SIGINT or SIGTERM sent to
+ * coordctl is not forwarded but asks the hold to drain (ops->drain); when
+ * the broker has answered (or CTL_DRAIN_REPLY_MS passed), or the broker
+ * itself asked for a drain, CMD's group gets SIGTERM, and the hold is
+ * released once CMD has ended.  Later signals are forwarded as usual.
+ *
  * Process groups, like timeout(1): CMD leads a process group of its own
  * (setpgid in the child and in the parent, so no signal can come before
  * it exists), and every signal we send or forward goes to the whole group,
@@ -194,6 +200,11 @@ void ctl_child_signals(struct ctl_child *ch)
         if (si.ssi_signo == SIGCHLD)
             continue;
         ch->interrupted = true;
+        if (ch->intercept && !ch->intercepted &&
+            (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM)) {
+            ch->intercepted = (int)si.ssi_signo;
+            continue;
+        }
         /* in our group, the terminal's signals reached CMD already */
         if (ch->group || si.ssi_code != SI_KERNEL)
             ctl_child_kill(ch, (int)si.ssi_signo);
@@ -280,6 +291,23 @@ void ctl_hold_lost(struct ctl_hold *h, const char *p, size_t n)
     free(e);
 }
 
+void ctl_hold_drain(struct ctl_hold *h, const char *p, size_t n, bool announce)
+{
+    if (h->drain)
+        return;
+    h->drain = true;
+    if (!announce)
+        return;
+    if (!n) {
+        p = "no reason given";
+        n = strlen(p);
+    }
+    char *e = ctl_escape(p, n);
+    fprintf(stderr, "coordctl: %s: draining %s (%s)\n", h->ops->what, h->shown,
+            e ? e : "?");
+    free(e);
+}
+
 static void lost_c(struct ctl_hold *h, const char *why)
 {
     ctl_hold_lost(h, why, strlen(why));
@@ -330,6 +358,7 @@ int ctl_hold_run(struct ctl_hold *h, const char *const *env, char **cmd)
     if (!ctl_child_env(h->ops->what, env) ||
         ctl_child_start(&ch, h->ops->what, cmd, -1, false) < 0)
         return CTL_EXIT_FAIL;
+    ch.intercept = h->ops->drain != NULL;
 
     coord_set_event_cb(c, h->ops->on_event, h);
     bool conn_ok = true, term_sent = false;
@@ -343,8 +372,21 @@ int ctl_hold_run(struct ctl_hold *h, const char *const *env, char **cmd)
         conn_lost(h);
     }
     while (ctl_child_running(&ch)) {
+        if (ch.intercepted && !h->drain_asked) {
+            /* a drain request: the broker first, then CMD */
+            h->drain_asked = true;
+            h->drain_deadline = ctl_mono_ms() + CTL_DRAIN_REPLY_MS;
+            if (!conn_ok || h->lost || h->ops->drain(h) < 0)
+                ctl_hold_drain(h, NULL, 0, false);
+        }
+        if (h->drain_asked && !h->drain && ctl_mono_ms() >= h->drain_deadline)
+            ctl_hold_drain(h, NULL, 0, false);
         if (h->lost && !term_sent && !ch.exited) {
             announce_lost(h);
+            ctl_child_kill(&ch, SIGTERM);
+            term_sent = true;
+        }
+        if (h->drain && !term_sent && !ch.exited) {
             ctl_child_kill(&ch, SIGTERM);
             term_sent = true;
         }
@@ -353,6 +395,12 @@ int ctl_hold_run(struct ctl_hold *h, const char *const *env, char **cmd)
             { .fd = conn_ok ? coord_fd(c) : -1, .events = POLLIN },
         };
         int timeout = ctl_child_poll_ms(&ch);
+        if (h->drain_asked && !h->drain) {
+            int64_t left = h->drain_deadline - ctl_mono_ms();
+            int t = left < 0 ? 0 : (int)left;
+            if (timeout < 0 || t < timeout)
+                timeout = t;
+        }
         bool renewing = next_renew >= 0 && conn_ok && !h->lost;
         if (renewing) {
             int64_t left = next_renew - ctl_mono_ms();

@@ -210,33 +210,148 @@ export declare const LeaderState: {
   readonly FOLLOWER: 'FOLLOWER';
   readonly REQUESTING: 'REQUESTING';
   readonly LEADER: 'LEADER';
+  readonly DRAINING: 'DRAINING';
   readonly RELEASED: 'RELEASED';
   readonly ABORTED: 'ABORTED';
 };
 export type LeaderStateName = keyof typeof LeaderState;
 
+export type RolloutMode = 'active' | 'shadow' | 'read-only';
+export type StealPolicy = 'never' | 'incident-only' | 'allowed';
+export type DrainReason = 'self' | 'requested' | 'max_hold';
+
 export interface LeaderOptions {
+  /** Lease in ms (default 30000), renewed at a third of it while the callback runs. */
   lease?: number;
+  /** 'name@N': refused with ProtocolPinnedError below the workstream's pin; a newer N raises it. */
+  protocol?: string;
   steal?: boolean;
+  /** Incident text (1..256 bytes): granted while disabled; needed to steal under 'incident-only'. */
+  incident?: string;
   ifAvailable?: boolean;
   timeout?: number;
   signal?: AbortSignal;
+  /** ms after a 'drain' event (max_hold, requested) after which leader.signal aborts (DrainingError). Default: none. */
+  drainGrace?: number;
   /** Commit/read values are Uint8Array as is (default: MessagePack). */
   raw?: boolean;
 }
 
-export declare class Leader {
+export interface DrainEvent extends CustomEvent<{ reason: 'max_hold' | 'requested' }> {}
+export interface ModeEvent extends CustomEvent<{ mode: RolloutMode }> {}
+
+export interface ClaimResult {
+  claimed: boolean;
+  /** An earlier generation claimed it and never settled it: reconcile by this op id first. */
+  reconcile: boolean;
+  applied: boolean;
+  abandoned: boolean;
+  previousGeneration?: number;
+  claimedMs?: number;
+  /** With applied: the generation that applied it. */
+  generation?: number;
+}
+
+export interface PendingOp {
+  opId: string;
+  generation: number;
+  claimedMs: number;
+  live: boolean;
+}
+
+export declare class Leader extends EventTarget {
   readonly workstream: string;
   readonly generation: number;
   readonly leaseMs: number;
+  /** The rollout mode, updated by the broker's leader.mode events. */
+  readonly mode: RolloutMode;
   readonly state: LeaderStateName;
+  readonly drainReason: DrainReason | null;
+  /** Aborted when leadership is lost (FencedError with .reason, .incident) or a drain's grace passed (DrainingError). */
   readonly signal: AbortSignal;
-  commit(opId: string, key: string, value: unknown): Promise<{ applied: boolean; duplicate?: true; generation?: number }>;
+  ondrain: ((ev: DrainEvent) => void) | null;
+  onmode: ((ev: ModeEvent) => void) | null;
+  addEventListener(type: 'drain', listener: (ev: DrainEvent) => void, options?: AddEventListenerOptions | boolean): void;
+  addEventListener(type: 'mode', listener: (ev: ModeEvent) => void, options?: AddEventListenerOptions | boolean): void;
+  addEventListener(type: string, listener: EventListenerOrEventListenerObject | null, options?: AddEventListenerOptions | boolean): void;
+  commit(opId: string, key?: string, value?: unknown): Promise<{ applied: boolean; duplicate?: true; abandoned?: true; generation?: number }>;
+  claim(opId: string): Promise<ClaimResult>;
+  abandon(opId: string, reason: string): Promise<{ abandoned: true; applied: false } | { abandoned: false; applied: true; generation: number }>;
+  pending(options?: { limit?: number }): Promise<PendingOp[] & { truncated?: true }>;
+  /** Announces this leader is finishing: new claims get DrainingError; state DRAINING. */
+  drain(): Promise<void>;
   read(key: string): Promise<{ value: unknown; generation: number } | null>;
 }
 
+/** leader.define's fields: undefined (or left out) keeps the stored value, null returns to the default. */
+export interface WorkstreamDefinition {
+  protocol?: string | null;
+  /** ms, 0 = none, at most 86,400,000. */
+  maxHold?: number | null;
+  steal?: StealPolicy | null;
+  mode?: RolloutMode | null;
+  fallback?: string | null;
+  canonicalFence?: 'local' | 'etcd' | null;
+  /** Lets protocol lower (or remove) the pin. */
+  force?: boolean;
+}
+
+export interface WorkstreamDescriptor {
+  workstream: string;
+  protocol: string | null;
+  pinnedProtocol: string | null;
+  maxHoldMs: number;
+  steal: StealPolicy;
+  mode: RolloutMode;
+  fallback: string | null;
+  canonicalFence: string;
+  definedMs: number;
+}
+
+export interface LeaderInfo {
+  generation: number;
+  state: 'leading' | 'draining' | 'idle' | 'disabled';
+  mode: RolloutMode;
+  disabled: boolean;
+  maxHoldMs?: number;
+  pinnedProtocol?: string;
+  liveGeneration?: number;
+  conn?: number;
+  client?: string;
+  pid?: number;
+  leaseLeftMs?: number;
+  leadingMs?: number;
+  protocol?: string;
+  incident?: string;
+  drainReason?: DrainReason;
+  [k: string]: unknown;
+}
+
+export interface LeaderTerm {
+  generation: number;
+  client: string;
+  pid: number;
+  instance: string;
+  protocol?: string;
+  mode: RolloutMode;
+  electedMs: number;
+  /** 0 while live (or when its broker stopped: reason 'restart'). */
+  endedMs: number;
+  reason?: 'resigned' | 'expired' | 'stolen' | 'incident' | 'disabled' | 'max_hold' | 'disconnected' | 'restart' | string;
+  incident?: string;
+}
+
 export interface Leaders {
-  info(workstream: string): Promise<{ generation: number; state: 'leading' | 'idle' | 'disabled'; disabled: boolean; [k: string]: unknown }>;
+  info(workstream: string): Promise<LeaderInfo>;
+  define(workstream: string, descriptor?: WorkstreamDefinition): Promise<WorkstreamDescriptor>;
+  /** null when never defined (the defaults apply). */
+  describe(workstream: string): Promise<WorkstreamDescriptor | null>;
+  history(workstream: string, options?: { limit?: number }): Promise<LeaderTerm[] & { truncated?: true }>;
+  pending(workstream: string, options?: { limit?: number }): Promise<PendingOp[] & { truncated?: true }>;
+  /** {live: false} when generation is fenced. */
+  check(workstream: string, generation: number): Promise<{ live: true; leaseLeftMs: number; mode: RolloutMode } | { live: false }>;
+  /** Asks generation's leader to drain (its 'drain' event, reason 'requested'). */
+  drain(workstream: string, generation: number): Promise<void>;
   disable(workstream: string): Promise<{ generation: number }>;
   enable(workstream: string): Promise<void>;
   read(workstream: string, key: string, options?: { raw?: boolean }): Promise<{ value: unknown; generation: number } | null>;
@@ -279,13 +394,20 @@ export declare class CoordError extends Error {
   readonly code: string;
   static from(code: string, message?: string): CoordError;
 }
-export declare class FencedError extends CoordError { reason?: string; }
+/** reason: the broker's (expired, stolen, incident, disabled, max_hold, fenced); incident: with an incident steal. */
+export declare class FencedError extends CoordError { reason?: string; incident?: string; }
 export declare class TimeoutError extends CoordError {}
 export declare class DisabledError extends CoordError {}
 export declare class NotFoundError extends CoordError {}
 export declare class ClosedError extends CoordError {}
 export declare class ConnectError extends CoordError {}
 export declare class AbortedError extends CoordError {}
+export declare class ProtocolPinnedError extends CoordError {}
+export declare class PolicyError extends CoordError {}
+export declare class ReadOnlyError extends CoordError {}
+/** Also leader.signal's reason when a drain's grace passed (reason: 'max_hold' | 'requested'). */
+export declare class DrainingError extends CoordError { reason?: string; }
+export declare class UnavailableError extends CoordError {}
 export declare class FlightFailedError extends CoordError {
   readonly retryable: boolean;
   readonly fence?: number;

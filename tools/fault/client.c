@@ -13,31 +13,15 @@
 #include <unistd.h>
 #include "coord.h"
 #include "fault.h"
+#include "client.h"
 
-#define EVRING 32
-
-struct cl {
-    int slot;
-    struct slot *sl;
-    struct rng r;
-    coord_t *c;
-    char name[32];
-    /* events seen on this connection */
-    struct { unsigned ws; uint64_t gen; char reason[16]; } lost[EVRING];
-    unsigned nlost;
-    struct { uint64_t lock; char reason[16]; } lklost[EVRING];
-    unsigned nlklost;
-    struct { uint64_t flight; char reason[16]; } aborts[EVRING];
-    unsigned naborts;
-};
-
-static bool conn_err(int rc)
+bool conn_err(int rc)
 {
     return rc == COORD_ECLOSED || rc == COORD_EPROTOCOL || rc == COORD_ECONNECT ||
            rc == COORD_ESHUTTING_DOWN || rc == COORD_ESYS;
 }
 
-static void block(struct cl *k, int what, uint64_t ms)
+void block(struct cl *k, int what, uint64_t ms)
 {
     uint64_t now = now_ns();
     atomic_store(&k->sl->block_what, what);
@@ -45,27 +29,26 @@ static void block(struct cl *k, int what, uint64_t ms)
     atomic_store(&k->sl->block_deadline_ns, now + ms * 1000000ull);
 }
 
-static void unblock(struct cl *k)
+void unblock(struct cl *k)
 {
     atomic_store(&k->sl->block_deadline_ns, 0);
 }
 
-static void set_state(struct cl *k, int st, int target, uint64_t gen)
+void set_state(struct cl *k, int st, int target, uint64_t gen)
 {
     atomic_store(&k->sl->target, target);
     atomic_store(&k->sl->gen, gen);
     atomic_store(&k->sl->state, st);
 }
 
-static void finish(struct cl *k, int status) __attribute__((noreturn));
-static void finish(struct cl *k, int status)
+void finish(struct cl *k, int status)
 {
     set_state(k, ST_IDLE, 0, 0);
     coord_close(k->c);
     _exit(status);
 }
 
-static void drop_conn(struct cl *k)
+void drop_conn(struct cl *k)
 {
     coord_close(k->c);
     k->c = NULL;
@@ -74,7 +57,7 @@ static void drop_conn(struct cl *k)
 
 /* a call failed: connection errors close the handle (the caller
  * reconnects), anything else not expected is a violation */
-static void call_failed(struct cl *k, const char *what, int rc)
+void call_failed(struct cl *k, const char *what, int rc)
 {
     if (conn_err(rc)) {
         CNT(conn_lost);
@@ -85,7 +68,7 @@ static void call_failed(struct cl *k, const char *what, int rc)
          k->c ? coord_error_message(k->c) : "");
 }
 
-static void ensure_conn(struct cl *k)
+void ensure_conn(struct cl *k)
 {
     if (k->c)
         return;
@@ -273,6 +256,7 @@ static void record_grant(struct cl *k, unsigned ws, uint64_t gen, uint64_t m0, u
         VIOL(gen_backwards, "%s: granted %s generation %" PRIu64 " but %" PRIu64
              " was granted before the campaign was sent", k->name, ws_name(ws), gen, m0);
     atomic_max_u64(&w->max_granted, gen);
+    atomic_max_u64(&w->max_granted_seq, seq_next());
     atomic_fetch_add(&w->grants, 1);
     CNT(grants);
     uint64_t kt = atomic_load(&w->kill_ns);
@@ -336,6 +320,7 @@ static int do_commit(struct cl *k, unsigned ws, uint64_t gen, uint64_t *mine, un
     struct wsinfo *w = &S->ws[ws];
     uint64_t op = 0;
     unsigned p = (unsigned)rng_below(&k->r, 100);
+    uint32_t epoch = atomic_load(&S->wipes) + 1;
     if (p < 12 && *nmine) {
         op = mine[rng_below(&k->r, *nmine)];
     } else if (p < 27) {
@@ -343,11 +328,15 @@ static int do_commit(struct cl *k, unsigned ws, uint64_t gen, uint64_t *mine, un
         if (cand && cand < OPS_CAP && atomic_load(&OPS[cand].ws) == ws + 1)
             op = cand;
     }
+    /* a wiped ledger forgot the op ids applied before: never re-sent */
+    if (op && atomic_load(&OPS[op].epoch) != epoch)
+        op = 0;
     if (!op) {
         op = atomic_fetch_add(&S->next_op, 1);
         if (op >= OPS_CAP)
             return T_OK;                /* table full: nothing more to commit */
         atomic_store(&OPS[op].ws, ws + 1);
+        atomic_store(&OPS[op].epoch, epoch);
         if (*nmine < 8)
             mine[(*nmine)++] = op;
     }
@@ -866,6 +855,7 @@ void client_main(int slot)
 {
     struct cl k = { 0 };
     k.slot = slot;
+    k.provider = -1;
     k.sl = &S->slots[slot];
     k.r.s = k.sl->seed | 1;
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -875,7 +865,9 @@ void client_main(int slot)
     int role = atomic_load(&k.sl->role);
     snprintf(k.name, sizeof k.name, "fault-%d-%s", slot,
              role == ROLE_LEADER ? "leader" : role == ROLE_LOCK ? "lock" :
-             role == ROLE_FLIGHT ? "flight" : "stealer");
+             role == ROLE_FLIGHT ? "flight" : role == ROLE_OUTBOX ? "outbox" :
+             role == ROLE_INCIDENT ? "incident" : role == ROLE_ROLLBACK ? "rollback" :
+             "stealer");
     for (;;) {
         if (atomic_load(&S->end))
             finish(&k, 0);
@@ -905,6 +897,17 @@ void client_main(int slot)
             finish(&k, 0);
         case ROLE_STEAL_LEADER:
             leader_round(&k, k.sl->arg, true);
+            finish(&k, 0);
+        case ROLE_OUTBOX:
+            outbox_round(&k);
+            if (rng_pct(&k.r, 30))
+                sleep_ms(rng_below(&k.r, 4));
+            break;
+        case ROLE_INCIDENT:
+            incident_run(&k);
+            finish(&k, 0);
+        case ROLE_ROLLBACK:
+            rollback_run(&k);
             finish(&k, 0);
         default:
             _exit(3);

@@ -39,6 +39,16 @@
 
 #define SCOPE "fault"
 
+/* leadership part 2: the outbox workstreams ("outbox-0" has a max hold and
+ * steal: incident-only, takes incident takeovers; "outbox-1" has its
+ * rollout mode switched shadow -> read-only -> active), their logical
+ * operations and the provider that performs their external effects */
+#define NOB 2
+#define OB_UNSETTLED 256    /* unsettled claims tracked per outbox workstream */
+#define OB_MAX_HOLD_MS 300
+#define OB_RING 64          /* recently committed logical ops (re-driven) */
+#define PROTO_NAME "fault"
+
 /* client-side deadline of every blocking call; broker-side timeouts are at
  * most BROKER_WAIT_MS */
 #define BROKER_WAIT_MS 5000
@@ -52,6 +62,9 @@ enum role {
     ROLE_FLIGHT,
     ROLE_STEAL_LOCK,        /* one-shot: steal a held lock, work, release */
     ROLE_STEAL_LEADER,      /* one-shot: steal a workstream, commit, resign */
+    ROLE_OUTBOX,            /* outbox leader: claim, effect, commit (outbox.c) */
+    ROLE_INCIDENT,          /* one-shot: incident takeover of a disabled outbox-0 */
+    ROLE_ROLLBACK,          /* one-shot: campaign with the version before the newest */
 };
 
 enum slot_state {
@@ -66,6 +79,8 @@ enum slot_state {
     ST_FLIGHT_JOINING,      /* waiting for the role: a follower, unless owner at once */
     ST_FLIGHT_OWNER,
     ST_STEALING,
+    ST_CLAIMED,             /* outbox: claim acknowledged, effect not performed */
+    ST_EFFECTED,            /* outbox: effect performed, commit not sent */
 };
 
 struct slot {
@@ -92,6 +107,7 @@ struct slot {
 
 struct wsinfo {
     _Atomic uint64_t max_granted;       /* newest generation a grantee recorded */
+    _Atomic uint64_t max_granted_seq;   /* sequence after that grant's reply */
     _Atomic uint64_t max_applied_gen;   /* newest generation of an applied commit */
     _Atomic uint64_t grants;
     _Atomic uint64_t kill_ns;           /* a leader was SIGKILLed then (0: none pending) */
@@ -141,6 +157,36 @@ struct oprec {
     _Atomic uint64_t first_gen;     /* generation of the first attempt */
     _Atomic uint64_t dup_seq;       /* sequence at the first duplicate answer */
     _Atomic uint32_t ws;            /* workstream + 1 */
+    _Atomic uint32_t epoch;         /* wipes + 1 when first used */
+};
+
+/* one logical outbox operation (op id "L<n>") */
+struct lop {
+    _Atomic uint32_t ws;            /* outbox workstream + 1 */
+    _Atomic uint32_t epoch;         /* wipes + 1 when created */
+    _Atomic uint64_t claim_gen;     /* newest generation whose claim was acknowledged */
+    _Atomic uint64_t claim_seq;     /* sequence after that reply */
+    _Atomic uint64_t settle_seq;    /* sequence before the first commit/abandon sent */
+    _Atomic uint32_t committed;     /* a commit answered applied */
+    _Atomic uint32_t abandoned;     /* an abandon answered {} */
+    _Atomic uint32_t effects;       /* real effects the provider performed */
+    _Atomic uint64_t effect_gen;    /* ... the first one with this generation */
+};
+
+struct obinfo {
+    _Atomic uint64_t max_granted, max_granted_seq;
+    _Atomic uint32_t max_version;   /* newest protocol version granted */
+    _Atomic uint32_t deployed;      /* the version clients campaign with */
+    _Atomic uint32_t ro;            /* a shadow/read-only define answered, active not sent */
+    _Atomic uint32_t mode;          /* 0 active, 1 read-only, 2 shadow (driver's) */
+    _Atomic uint32_t disabled;      /* a disable answered, enable not sent */
+    _Atomic uint32_t defined;       /* its descriptor was defined (answered) */
+    _Atomic uint64_t disabled_ns;
+    _Atomic uint64_t unsettled[OB_UNSETTLED];  /* logical ops claimed, not settled */
+    _Atomic uint64_t ring[OB_RING];             /* committed ones */
+    _Atomic uint32_t ring_pos;
+    _Atomic uint64_t terms, drained, overheld;
+    _Atomic uint64_t provider_max_gen;          /* the provider's fence (provider.c) */
 };
 
 /* counters: X(name, text) */
@@ -203,7 +249,43 @@ struct oprec {
     X(steal_leader_inj, "injected leader steals")                              \
     X(broker_kills, "broker SIGKILL + restart")                                \
     X(respawns, "client respawns")                                             \
-    X(transitions_dropped, "kill->grant samples dropped (broker restart)")
+    X(transitions_dropped, "kill->grant samples dropped (broker restart)")      \
+    X(wipes, "broker SIGKILL + data dir wiped + restart")                      \
+    X(ob_campaigns, "outbox campaigns sent")                                   \
+    X(ob_grants, "outbox grants")                                              \
+    X(ob_pinned, "outbox campaigns PROTOCOL_PINNED")                           \
+    X(rollouts, "protocol rollouts (deployed version raised)")                 \
+    X(ob_rollbacks, "rollback campaigns (an older version)")                   \
+    X(ob_rollback_refused, "rollback campaigns refused PROTOCOL_PINNED")       \
+    X(ob_policy, "steals refused POLICY")                                      \
+    X(ob_disabled, "outbox campaigns DISABLED")                                \
+    X(incidents, "incident takeovers started (disable + incident campaign)")   \
+    X(incident_grants, "incident campaigns granted")                           \
+    X(ob_pending_reads, "leader.pending reads at term start")                  \
+    X(ob_pending_entries, "pending entries reconciled")                        \
+    X(ob_claims, "claims answered claimed")                                    \
+    X(ob_reconciles, "claims answered reconcile")                              \
+    X(ob_claim_applied, "claims answered applied")                             \
+    X(ob_claim_abandoned, "claims answered abandoned")                         \
+    X(ob_redrives, "committed ops claimed again (re-driven)")                  \
+    X(ob_effects, "provider effects performed")                                \
+    X(ob_effects_stale, "provider effects refused (stale generation)")         \
+    X(ob_status_applied, "reconciles finding the effect done")                 \
+    X(ob_commits, "outbox commits applied")                                    \
+    X(ob_abandons, "outbox abandons")                                          \
+    X(ob_fenced, "outbox writes FENCED")                                       \
+    X(ob_read_only, "outbox writes READ_ONLY")                                 \
+    X(ob_draining, "outbox claims DRAINING")                                   \
+    X(mode_switches, "rollout mode switches")                                  \
+    X(ob_mode_events, "leader.mode events")                                    \
+    X(ob_terms_hold, "terms on the max-hold workstream")                       \
+    X(ob_drains, "leader.drain max_hold events")                               \
+    X(ob_drains_obeyed, "drains answered by resigning")                        \
+    X(ob_drains_ignored, "drains ignored (the leader works on)")               \
+    X(ob_lost_max_hold, "leader.lost max_hold")                                \
+    X(kill_claimed, "SIGKILL leader between claim and effect")                 \
+    X(kill_effected, "SIGKILL leader between effect and commit")               \
+    X(stop_claimed, "SIGSTOP leader between claim and commit")
 
 /* violations: X(name, text) */
 #define FAULT_VIOLATIONS(X)                                                    \
@@ -225,6 +307,14 @@ struct oprec {
     X(transition_p99, "leader transition p99 >= 2 s")                          \
     X(broker_crash, "broker died or failed on its own")                        \
     X(client_crash, "client process crashed")                                  \
+    X(stale_write, "outbox claim/commit/abandon accepted from a stale generation") \
+    X(mode_write, "claim/commit/abandon accepted in shadow or read-only mode")  \
+    X(effect_twice, "an operation's real effect performed twice (provider)")   \
+    X(unowned_op, "claimed, unsettled op missing from the next leader's pending") \
+    X(old_protocol, "older-protocol leader granted after a newer one")        \
+    X(disabled_grant, "non-incident campaign granted on a disabled workstream") \
+    X(policy_steal, "steal granted against the steal policy")                 \
+    X(max_hold, "terms past max hold without being fenced (>= 0.1%)")         \
     X(unexpected, "unexpected error code")
 
 struct counters {
@@ -253,6 +343,10 @@ struct shared {
     struct wsinfo ws[MAX_WS];
     struct lockinfo locks[MAX_LOCKS];
     struct fkinfo fkeys[MAX_FKEYS];
+    struct obinfo ob[NOB];
+    _Atomic uint64_t next_lop;
+    _Atomic uint32_t wipes;         /* data dir wipes so far */
+    _Atomic uint64_t wipe_seq;      /* sequence taken at the last wipe */
 };
 
 struct config {
@@ -266,6 +360,9 @@ struct config {
     unsigned fault_ms;      /* mean interval between client faults */
     unsigned broker_kill_min_ms, broker_kill_max_ms;
     bool keep;              /* keep the temp dir */
+    unsigned wipe_pct;      /* broker kills that also wipe the data dir */
+    bool outbox;            /* run leadership part 2's outbox roles and faults */
+    const char *expect;     /* --expect-violation NAME: pass iff it is seen */
     bool verbose;
     char tmpdir[256];
     char socket_path[300];
@@ -278,6 +375,8 @@ extern struct crec *CREC;
 extern uint64_t CREC_CAP;
 extern struct oprec *OPS;
 extern uint64_t OPS_CAP;
+extern struct lop *LOPS;
+extern uint64_t LOPS_CAP;
 extern _Atomic uint32_t *TRANS;     /* kill -> grant samples, microseconds; the top
                                        bit set when nobody was campaigning */
 #define TRANS_NO_WAITER 0x80000000u
@@ -321,6 +420,26 @@ int broker_stop(void);              /* SIGTERM; 0 when it exited 0 */
 pid_t broker_pid(void);
 void broker_reaped(void);           /* it died and was reaped by someone else */
 void broker_log_tail(void);
+
+/* provider.c: the external system the outbox leaders act on.  A process
+ * of its own (forked by the driver) on a Unix socket: APPLY performs an
+ * op's effect (counted in LOPS, twice is a violation) unless a newer
+ * generation of its workstream was seen (the receiver's fence), STATUS
+ * says whether it was performed (and records the generation). */
+enum { P_APPLY = 1, P_STATUS = 2 };
+enum { P_DONE = 1, P_NOT_DONE = 2, P_STALE = 3 };
+int provider_start(void);
+void provider_stop(void);
+pid_t provider_pid(void);
+/* one request from a client; 0 and *answer, or -1 (provider gone) */
+int provider_call(int *fd, int type, unsigned ws, uint64_t op, uint64_t gen, int *answer);
+const char *ob_name(unsigned i);
+
+/* driver side of the outbox workstreams (outbox.c) */
+int ob_define_all(void);            /* after start and every wipe */
+void ob_wiped(void);                /* before a wiped broker restarts */
+void ob_switch_mode(unsigned ws);   /* shadow -> read-only -> active */
+int ob_disable(unsigned ws, bool disable);
 
 /* verify.c: the driver's checks through its own connection */
 int verify_state(const char *when, bool resend_ops);

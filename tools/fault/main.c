@@ -51,11 +51,18 @@ static void usage(FILE *f)
 "  --fault-ms MS        mean interval between client faults (default 40)\n"
 "  --broker-kill-ms A:B broker killed every A..B ms (default 2000:6000)\n"
 "  --keep               keep the temp dir (broker log, data dir)\n"
+"  --wipe-pct N         broker kills that also delete the data dir (default 25)\n"
+"  --no-outbox          no outbox leaders (leadership part 2) and none of their faults\n"
+"  --expect-violation NAME\n"
+"                       pass (exit 0) only if violation NAME is seen; the run ends as\n"
+"                       soon as it is (for the broken brokers of coordd-broken)\n"
 "  --verbose            progress and verification details\n"
 "environment: COORD_BROKER (the broker to attack), TMPDIR (where the temp dir goes),\n"
 "  FAULT_DEBUG=1 (print every leader transition slower than 50 ms)\n",
             MAX_SLOTS - 8, MAX_WS);
 }
+
+static bool known_violation(const char *name);
 
 static bool parse_u64(const char *s, uint64_t *out)
 {
@@ -80,6 +87,8 @@ static int parse_args(int argc, char **argv)
     cfg.fault_ms = 40;
     cfg.broker_kill_min_ms = 2000;
     cfg.broker_kill_max_ms = 6000;
+    cfg.wipe_pct = 25;
+    cfg.outbox = true;
     cfg.broker = getenv("COORD_BROKER");
     if (!cfg.broker || !*cfg.broker)
         cfg.broker = COORD_FAULT_BROKER;
@@ -137,6 +146,18 @@ static int parse_args(int argc, char **argv)
             }
             cfg.broker = v;
             i++;
+        } else if (!strcmp(a, "--wipe-pct")) {
+            NEED_NUM();
+            cfg.wipe_pct = n > 100 ? 100 : (unsigned)n;
+        } else if (!strcmp(a, "--no-outbox")) {
+            cfg.outbox = false;
+        } else if (!strcmp(a, "--expect-violation")) {
+            if (!v) {
+                fprintf(stderr, "coord-fault: --expect-violation needs a name\n");
+                return -1;
+            }
+            cfg.expect = v;
+            i++;
         } else if (!strcmp(a, "--no-broker-kill")) {
             cfg.broker_kill = false;
         } else if (!strcmp(a, "--keep")) {
@@ -152,6 +173,10 @@ static int parse_args(int argc, char **argv)
             return -1;
         }
 #undef NEED_NUM
+    }
+    if (cfg.expect && !known_violation(cfg.expect)) {
+        fprintf(stderr, "coord-fault: --expect-violation %s: no such violation\n", cfg.expect);
+        return -1;
     }
     if (!cfg.rounds && !cfg.seconds) {
         fprintf(stderr, "coord-fault: --rounds 0 needs --seconds\n");
@@ -187,19 +212,25 @@ static void rm_rf(const char *path)
 
 static int nclients_role(int role)
 {
-    unsigned leaders = cfg.clients * 6 / 10, locks = cfg.clients * 2 / 10;
+    unsigned outbox = cfg.outbox ? cfg.clients / 4 : 0;
+    unsigned rest = cfg.clients - outbox;
+    unsigned leaders = rest * 6 / 10, locks = rest * 2 / 10;
+    if (role == ROLE_OUTBOX)
+        return (int)outbox;
     if (role == ROLE_LEADER)
         return (int)leaders;
     if (role == ROLE_LOCK)
         return (int)locks;
-    return (int)(cfg.clients - leaders - locks);
+    return (int)(rest - leaders - locks);
 }
 
 static int role_of(unsigned i)
 {
     unsigned leaders = (unsigned)nclients_role(ROLE_LEADER);
     unsigned locks = (unsigned)nclients_role(ROLE_LOCK);
-    return i < leaders ? ROLE_LEADER : i < leaders + locks ? ROLE_LOCK : ROLE_FLIGHT;
+    unsigned flights = (unsigned)nclients_role(ROLE_FLIGHT);
+    return i < leaders ? ROLE_LEADER : i < leaders + locks ? ROLE_LOCK
+         : i < leaders + locks + flights ? ROLE_FLIGHT : ROLE_OUTBOX;
 }
 
 static int spawn(unsigned i, int role, uint32_t arg)
@@ -299,9 +330,12 @@ static void kill_slot(unsigned i)
 
 enum fault {
     F_KILL_LEADER, F_KILL_CAMPAIGNER, F_KILL_HOLDER, F_KILL_WAITER, F_KILL_OWNER,
-    F_KILL_FOLLOWER, F_STOP_LEADER, F_STEAL_LOCK, F_STEAL_LEADER, F_KILL_ANY, F_COUNT
+    F_KILL_FOLLOWER, F_STOP_LEADER, F_STEAL_LOCK, F_STEAL_LEADER, F_KILL_ANY,
+    /* leadership part 2 (cfg.outbox) */
+    F_KILL_CLAIMED, F_STOP_CLAIMED, F_MODE, F_ROLLOUT, F_ROLLBACK, F_INCIDENT, F_COUNT
 };
-static const unsigned fault_weight[F_COUNT] = { 25, 5, 10, 10, 10, 5, 10, 12, 8, 5 };
+static const unsigned fault_weight[F_COUNT] = { 25, 5, 10, 10, 10, 5, 10, 12, 8, 5,
+                                                14, 4, 4, 2, 3, 2 };
 
 static int pick_slot(int state, int role)
 {
@@ -327,6 +361,29 @@ static int free_aux(void)
     return -1;
 }
 
+/* an outbox leader between its claim and its commit (they pass there for
+ * milliseconds: looked for during up to 20 ms) */
+static int pick_claimed(void)
+{
+    for (int tries = 0; tries < 20; tries++) {
+        int i = pick_slot(ST_CLAIMED, 0);
+        int j = pick_slot(ST_EFFECTED, 0);
+        if (i >= 0 || j >= 0)
+            return i < 0 ? j : j < 0 ? i : rng_pct(&R, 50) ? i : j;
+        sleep_ms(1);
+    }
+    return -1;
+}
+
+static bool incident_running(void)
+{
+    for (unsigned i = cfg.clients; i < cfg.clients + 6 && i < MAX_SLOTS; i++)
+        if (atomic_load(&S->slots[i].pid) > 0 &&
+            atomic_load(&S->slots[i].role) == ROLE_INCIDENT)
+            return true;
+    return false;
+}
+
 static unsigned nstopped(void)
 {
     unsigned n = 0;
@@ -345,6 +402,8 @@ static void inject(void)
     while (p >= fault_weight[f])
         p -= fault_weight[f++];
     int i;
+    if (f >= F_KILL_CLAIMED && !cfg.outbox)
+        f = F_KILL_ANY;
     switch (f) {
     case F_KILL_LEADER:
         if ((i = pick_slot(ST_LEADING, ROLE_LEADER)) >= 0) {
@@ -408,6 +467,53 @@ static void inject(void)
                 CNT(steal_leader_inj);
         }
         break;
+    case F_KILL_CLAIMED:
+        if ((i = pick_claimed()) >= 0) {
+            if (atomic_load(&S->slots[i].state) == ST_CLAIMED)
+                CNT(kill_claimed);
+            else
+                CNT(kill_effected);
+            kill_slot((unsigned)i);
+        }
+        break;
+    case F_STOP_CLAIMED:
+        if (nstopped() < 2 && (i = pick_claimed()) >= 0) {
+            uint64_t now = now_ns();
+            uint64_t lease = 500;
+            D[i].stop_ns = now;
+            D[i].resume_ns = now + (2 * lease + 300) * 1000000ull;
+            atomic_store(&S->slots[i].lease_ms, lease);
+            atomic_store(&S->slots[i].stopped, 1);
+            kill(atomic_load(&S->slots[i].pid), SIGSTOP);
+            CNT(stop_claimed);
+        }
+        break;
+    case F_MODE:
+        ob_switch_mode(1);
+        break;
+    case F_ROLLOUT: {
+        unsigned ws = (unsigned)rng_below(&R, NOB);
+        if (atomic_load(&S->ob[ws].deployed) < 1000000) {
+            atomic_fetch_add(&S->ob[ws].deployed, 1);
+            CNT(rollouts);
+        }
+        break;
+    }
+    case F_ROLLBACK: {
+        int a = free_aux();
+        if (a >= 0)
+            spawn((unsigned)a, ROLE_ROLLBACK, (uint32_t)rng_below(&R, NOB));
+        break;
+    }
+    case F_INCIDENT: {
+        int a = free_aux();
+        if (a >= 0 && !atomic_load(&S->ob[0].disabled) && !incident_running() &&
+            ob_disable(0, true) == 0) {
+            CNT(incidents);
+            spawn((unsigned)a, ROLE_INCIDENT, (uint32_t)atomic_load(&S->c.incidents));
+        }
+        break;
+    }
     default:
         if ((i = pick_slot(-1, 0)) >= 0) {
             kill_slot((unsigned)i);
@@ -415,6 +521,16 @@ static void inject(void)
         }
         break;
     }
+}
+
+/* an incident takeover whose client died before it enabled the
+ * workstream again: the operator does */
+static void enable_abandoned(void)
+{
+    struct obinfo *w = &S->ob[0];
+    if (cfg.outbox && atomic_load(&w->disabled) && !incident_running() &&
+        now_ns() - atomic_load(&w->disabled_ns) > 3000000000ull)
+        ob_disable(0, false);
 }
 
 /* SIGCONT the stopped leaders whose time has come.  The lease of the
@@ -455,7 +571,9 @@ static const char *block_what_name(int w)
     static const char *n[] = { "?", "connect", "leader.lost/lock.lost wait", "leader.commit",
                                "leader.renew", "leader.resign", "leader.campaign",
                                "lock.acquire", "lock.release", "coord_once", "flight.join",
-                               "flight.complete" };
+                               "flight.complete", "leader.claim", "the provider",
+                               "leader.pending", "outbox commit/abandon",
+                               "outbox renew/resign", "driver call" };
     return w >= 0 && w < (int)(sizeof n / sizeof n[0]) ? n[w] : "?";
 }
 
@@ -528,19 +646,49 @@ static void reap(void)
 
 static int restart_broker(bool killed)
 {
+    bool wiped = !killed;               /* the first start: a fresh data dir */
     if (killed) {
         drop_transitions();
         broker_kill();
         CNT(broker_kills);
+        if (rng_pct(&R, cfg.wipe_pct)) {
+            /* the ledger is gone while the broker is down: everything it
+             * knew is forgotten, generations must still go up */
+            if (cfg.outbox)
+                ob_wiped();
+            atomic_fetch_add(&S->wipes, 1);
+            atomic_store(&S->wipe_seq, seq_next());
+            rm_rf(cfg.data_dir);
+            CNT(wipes);
+            wiped = true;
+        }
         sleep_ms(rng_below(&R, 300));
     }
     alarm(120);
     if (broker_start() < 0)
         return -1;
+    if (wiped && cfg.outbox && ob_define_all() < 0)
+        return -1;
     verify_epoch();
     verify_state("after broker restart", false);
     alarm(0);
     return 0;
+}
+
+static uint64_t violation_count(const char *name)
+{
+#define X(nm, t) if (!strcmp(name, #nm)) return atomic_load(&S->v.nm);
+    FAULT_VIOLATIONS(X)
+#undef X
+    return 0;
+}
+
+static bool known_violation(const char *name)
+{
+#define X(nm, t) if (!strcmp(name, #nm)) return true;
+    FAULT_VIOLATIONS(X)
+#undef X
+    return false;
 }
 
 static void on_alarm(int sig)
@@ -588,11 +736,14 @@ int main(int argc, char **argv)
     snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s/data", cfg.tmpdir);
     if (shm_init(cfg.rounds) < 0)
         return 3;
-    printf("coord-fault: seed %" PRIu64 ", %u clients (%d leaders, %d lock, %d flight), "
+    printf("coord-fault: seed %" PRIu64 ", %u clients (%d leaders, %d lock, %d flight, "
+           "%d outbox), "
            "%u workstreams, rounds %" PRIu64 ", seconds %u, broker kills %s, broker %s\n",
            cfg.seed, cfg.clients, nclients_role(ROLE_LEADER), nclients_role(ROLE_LOCK),
-           nclients_role(ROLE_FLIGHT), cfg.nws, cfg.rounds, cfg.seconds,
+           nclients_role(ROLE_FLIGHT), nclients_role(ROLE_OUTBOX), cfg.nws, cfg.rounds, cfg.seconds,
            cfg.broker_kill ? "on" : "off", cfg.broker);
+    if (cfg.outbox && provider_start() < 0)
+        return 3;
     if (restart_broker(false) < 0) {
         rm_rf(cfg.tmpdir);
         return 3;
@@ -613,6 +764,7 @@ int main(int argc, char **argv)
         }
         watchdog();
         resume_due();
+        enable_abandoned();
         uint64_t now = now_ns();
         if (now >= next_fault) {
             inject();
@@ -627,7 +779,8 @@ int main(int argc, char **argv)
             next_bkill = now + rng_range(&R, cfg.broker_kill_min_ms, cfg.broker_kill_max_ms) *
                          1000000ull;
         }
-        uint64_t grants = atomic_load(&S->c.grants);
+        /* a round is a leader grant, outbox workstreams included */
+        uint64_t grants = atomic_load(&S->c.grants) + atomic_load(&S->c.ob_grants);
         if (now >= next_report) {
             fprintf(stderr, "coord-fault: %5.0f s: %" PRIu64 " rounds, %" PRIu64
                     " commits applied, %" PRIu64 " broker restarts, %" PRIu64 " violations\n",
@@ -635,6 +788,13 @@ int main(int argc, char **argv)
                     atomic_load(&S->c.broker_kills), total_violations());
             next_report = now + 10000000000ull;
         }
+        if (cfg.expect && violation_count(cfg.expect))
+            break;
+        /* max_hold is judged on the whole run: in --expect-violation mode
+         * the run ends as soon as the ratio is past it */
+        if (cfg.expect && !strcmp(cfg.expect, "max_hold") && atomic_load(&S->ob[0].overheld) &&
+            atomic_load(&S->ob[0].overheld) * 1000 >= atomic_load(&S->c.ob_terms_hold))
+            break;
         if ((cfg.rounds && grants >= cfg.rounds) ||
             (cfg.seconds && now - t0 >= (uint64_t)cfg.seconds * 1000000000ull))
             break;
@@ -709,17 +869,23 @@ int main(int argc, char **argv)
     free(tw);
     if (nt && p99 >= 2000.0)
         VIOL(transition_p99, "leader transition p99 %.1f ms", p99);
+    provider_stop();
+    uint64_t held = atomic_load(&S->c.ob_terms_hold), over = atomic_load(&S->ob[0].overheld);
+    if (over && over * 1000 >= held)
+        VIOL(max_hold, "%" PRIu64 " of %" PRIu64 " terms on %s were past their max hold "
+             "without being fenced", over, held, ob_name(0));
 
     /* summary */
     printf("\ncoord-fault summary (seed %" PRIu64 ", %.1f s of load, %.0f rounds/s)\n",
            cfg.seed, (double)t_load / 1e9,
-           (double)atomic_load(&S->c.grants) / ((double)t_load / 1e9));
+           (double)(atomic_load(&S->c.grants) + atomic_load(&S->c.ob_grants)) /
+           ((double)t_load / 1e9));
     uint64_t kills = atomic_load(&S->c.kill_leader) + atomic_load(&S->c.kill_campaigner) +
                      atomic_load(&S->c.kill_holder) + atomic_load(&S->c.kill_waiter) +
                      atomic_load(&S->c.kill_owner) + atomic_load(&S->c.kill_follower) +
                      atomic_load(&S->c.kill_any);
     printf("  %-20s %10" PRIu64 "    %-24s %10" PRIu64 "\n", "rounds (grants)",
-           atomic_load(&S->c.grants), "client SIGKILLs", kills);
+           atomic_load(&S->c.grants) + atomic_load(&S->c.ob_grants), "client SIGKILLs", kills);
     printf("  %-20s %10" PRIu64 "    %-24s %10" PRIu64 "\n", "commits applied",
            atomic_load(&S->c.commits_applied), "leader SIGSTOP/SIGCONT", atomic_load(&S->c.stops));
     printf("  %-20s %10" PRIu64 "    %-24s %10" PRIu64 "\n", "commits duplicate",
@@ -729,6 +895,18 @@ int main(int argc, char **argv)
            atomic_load(&S->c.commits_fenced), "broker kills+restarts",
            atomic_load(&S->c.broker_kills));
     printf("  %-20s %10.2f ms %-24s %10.2f ms\n", "transition p50", p50, "transition p99", p99);
+    if (cfg.outbox) {
+        printf("  %-20s %10" PRIu64 "    %-24s %10" PRIu64 "\n", "outbox grants",
+               atomic_load(&S->c.ob_grants), "data dir wipes", atomic_load(&S->c.wipes));
+        printf("  %-20s %10" PRIu64 "    %-24s %10" PRIu64 "\n", "real effects",
+               atomic_load(&S->c.ob_effects), "claims reconciled",
+               atomic_load(&S->c.ob_reconciles));
+        printf("  %-20s %10" PRIu64 "    %-24s %10" PRIu64 "\n", "kills claim..commit",
+               atomic_load(&S->c.kill_claimed) + atomic_load(&S->c.kill_effected),
+               "incident takeovers", atomic_load(&S->c.incident_grants));
+        printf("  %-20s %10" PRIu64 "    %-24s %7.3f%%\n", "max-hold terms", held,
+               "past max hold, unfenced", held ? 100.0 * (double)over / (double)held : 0.0);
+    }
     printf("  %-20s %10" PRIu64 "\n", "violations", total_violations());
     printf("details:\n");
 #define X(nm, t) printf("  %-58s %12" PRIu64 "\n", t, atomic_load(&S->c.nm));
@@ -751,9 +929,17 @@ int main(int argc, char **argv)
     uint32_t nm = atomic_load(&S->nvmsg);
     for (uint32_t i = 0; i < nm && i < MAX_VMSG; i++)
         printf("  ! %s\n", S->vmsg[i]);
-    if (cfg.rounds && atomic_load(&S->c.grants) < cfg.rounds)
+    if (cfg.rounds && atomic_load(&S->c.grants) + atomic_load(&S->c.ob_grants) < cfg.rounds)
         printf("note: stopped by --seconds before --rounds %" PRIu64 " was reached\n",
                cfg.rounds);
+    if (cfg.expect) {
+        uint64_t want = violation_count(cfg.expect);
+        printf("%s: expected violation %s %s (%" PRIu64 " in all)\n", want ? "PASS" : "FAIL",
+               cfg.expect, want ? "caught" : "NOT caught", nv);
+        if (!cfg.keep)
+            rm_rf(cfg.tmpdir);
+        return rc_run ? 3 : want ? 0 : 1;
+    }
     printf("%s: %" PRIu64 " violation%s\n", nv ? "FAIL" : "PASS", nv, nv == 1 ? "" : "s");
     if (rc_run)
         printf("the run could not be completed (see above)\n");

@@ -13,6 +13,8 @@ struct crec *CREC;
 uint64_t CREC_CAP;
 struct oprec *OPS;
 uint64_t OPS_CAP;
+struct lop *LOPS;
+uint64_t LOPS_CAP;
 _Atomic uint32_t *TRANS;
 uint64_t TRANS_CAP;
 const struct config *CFG;
@@ -37,15 +39,20 @@ int shm_init(uint64_t rounds)
         r = 20000;
     CREC_CAP = r * 12;
     OPS_CAP = r * 12;
+    LOPS_CAP = r * 12;
     TRANS_CAP = 1u << 20;
     S = shm_alloc(sizeof *S);
     CREC = shm_alloc(CREC_CAP * sizeof *CREC);
     OPS = shm_alloc(OPS_CAP * sizeof *OPS);
     TRANS = shm_alloc(TRANS_CAP * sizeof *TRANS);
-    if (!S || !CREC || !OPS || !TRANS)
+    LOPS = shm_alloc(LOPS_CAP * sizeof *LOPS);
+    if (!S || !CREC || !OPS || !TRANS || !LOPS)
         return -1;
     /* op 0 is never used: an empty ring entry */
     atomic_store(&S->next_op, 1);
+    atomic_store(&S->next_lop, 1);
+    for (unsigned i = 0; i < NOB; i++)
+        atomic_store(&S->ob[i].deployed, 1);
     atomic_store(&S->seq, 1);
     return 0;
 }
@@ -149,6 +156,14 @@ const char *lock_name(unsigned i)
 {
     static char t[MAX_LOCKS][8];
     return name_of(t, "lk", i);
+}
+
+const char *ob_name(unsigned i)
+{
+    static char t[NOB][12];
+    if (!t[i][0])
+        snprintf(t[i], sizeof t[i], "outbox-%u", i);
+    return t[i];
 }
 
 const char *fkey_name(unsigned i)

@@ -69,6 +69,10 @@ static void check_gens(coord_t *c, const char *when)
         uint64_t g = 0;
         coord_map_uint(coord_reply_map(r), "generation", &g);
         coord_reply_free(r);
+        /* a wiped ledger knows no generation until the next grant (which
+         * record_grant checks against every earlier one) */
+        if (atomic_load(&S->ws[ws].max_granted_seq) < atomic_load(&S->wipe_seq))
+            continue;
         if (g < m)
             VIOL(gen_backwards, "%s: %s stored generation %" PRIu64 " below granted %" PRIu64,
                  when, ws_name(ws), g, m);
@@ -80,6 +84,8 @@ static void check_keys(coord_t *c, const char *when)
     for (unsigned ws = 0; ws < CFG->nws; ws++) {
         for (unsigned key = 0; key < NKEYS; key++) {
             uint64_t m = atomic_load(&S->ws[ws].key_applied_seq[key]);
+            if (m < atomic_load(&S->wipe_seq))
+                m = 0;                  /* written before the last wipe: gone */
             void *val = NULL;
             size_t len = 0;
             uint64_t rgen = 0;
@@ -152,7 +158,8 @@ static void resend_ops(coord_t *c, const char *when, uint64_t seed)
         /* sample: every op of ws, kept with probability ~ RESEND_SAMPLE/n */
         uint64_t n_applied = 0, n_other = 0;
         for (uint64_t op = 1; op < nops; op++) {
-            if (atomic_load(&OPS[op].ws) != ws + 1 || !atomic_load(&OPS[op].attempts))
+            if (atomic_load(&OPS[op].ws) != ws + 1 || !atomic_load(&OPS[op].attempts) ||
+                atomic_load(&OPS[op].epoch) != atomic_load(&S->wipes) + 1)
                 continue;
             if (atomic_load(&OPS[op].applied))
                 n_applied++;
@@ -162,7 +169,8 @@ static void resend_ops(coord_t *c, const char *when, uint64_t seed)
         unsigned dup_ok = 0, applied_now = 0;
         for (uint64_t op = 1; op < nops; op++) {
             struct oprec *o = &OPS[op];
-            if (atomic_load(&o->ws) != ws + 1 || !atomic_load(&o->attempts))
+            if (atomic_load(&o->ws) != ws + 1 || !atomic_load(&o->attempts) ||
+                atomic_load(&o->epoch) != atomic_load(&S->wipes) + 1)
                 continue;
             bool was = atomic_load(&o->applied) != 0;
             uint64_t n = was ? n_applied : n_other;

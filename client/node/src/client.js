@@ -259,6 +259,8 @@ export class Client extends EventTarget {
       case 'flight.abort': this.flight._abort(m); break;
       case 'flight.updated': this.flight._updated(m); break;
       case 'leader.lost': this.leaders._lost(m); break;
+      case 'leader.drain': this.leaders._drain(m); break;
+      case 'leader.mode': this.leaders._mode(m); break;
       case 'message': {
         const set = this.#channels.get(m.channel);
         if (set) for (const ch of set) ch._deliver(m.data);

@@ -12,6 +12,7 @@ export const WIRE_CODES = Object.freeze([
   'BAD_FRAME', 'HELLO_REQUIRED', 'PROTO_VERSION', 'BAD_REQUEST', 'UNKNOWN_OP',
   'INVALID_OPTIONS', 'NAME_RESERVED', 'TOO_LARGE', 'LIMIT', 'ABORTED', 'TIMEOUT',
   'FENCED', 'NOT_FOUND', 'UNKNOWN_LOCK', 'DISABLED', 'STORAGE', 'SHUTTING_DOWN',
+  'PROTOCOL_PINNED', 'POLICY', 'READ_ONLY', 'DRAINING', 'UNAVAILABLE',
 ]);
 export const CLIENT_CODES = Object.freeze(['CONNECT', 'CLOSED', 'PROTOCOL']);
 
@@ -47,11 +48,18 @@ export const NotFoundError = sub('NOT_FOUND', 'NotFoundError');
 export const ClosedError = sub('CLOSED', 'ClosedError');
 export const ConnectError = sub('CONNECT', 'ConnectError');
 export const AbortedError = sub('ABORTED', 'AbortedError');
+// leadership part 2: descriptors, rollout modes, draining, remote ledgers
+export const ProtocolPinnedError = sub('PROTOCOL_PINNED', 'ProtocolPinnedError');
+export const PolicyError = sub('POLICY', 'PolicyError');
+export const ReadOnlyError = sub('READ_ONLY', 'ReadOnlyError');
+export const DrainingError = sub('DRAINING', 'DrainingError');
+export const UnavailableError = sub('UNAVAILABLE', 'UnavailableError');
 
 const BY_CODE = {
   FENCED: FencedError, TIMEOUT: TimeoutError, DISABLED: DisabledError,
   NOT_FOUND: NotFoundError, CLOSED: ClosedError, CONNECT: ConnectError,
-  ABORTED: AbortedError,
+  ABORTED: AbortedError, PROTOCOL_PINNED: ProtocolPinnedError, POLICY: PolicyError,
+  READ_ONLY: ReadOnlyError, DRAINING: DrainingError, UNAVAILABLE: UnavailableError,
 };
 
 /** What a single-flight owner's failure looks like to the others: `code` and

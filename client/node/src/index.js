@@ -6,7 +6,8 @@ export { Lock, LockManager } from './locks.js';
 export { Leader, LeaderState } from './leader.js';
 export {
   CoordError, FencedError, TimeoutError, DisabledError, NotFoundError, ClosedError,
-  ConnectError, AbortedError, FlightFailedError, BackoffError, RetryAfterError, RequestKeyError,
+  ConnectError, AbortedError, ProtocolPinnedError, PolicyError, ReadOnlyError, DrainingError,
+  UnavailableError, FlightFailedError, BackoffError, RetryAfterError, RequestKeyError,
   WIRE_CODES, CLIENT_CODES,
 } from './errors.js';
 export { requestKey } from './request-key.js';

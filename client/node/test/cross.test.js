@@ -125,3 +125,57 @@ test('10 Node processes x 100 requests on one name: FIFO and token order', async
   }
   assert.equal(byConn.size, N);
 });
+
+test('a coordctl leader-run leader fenced by a Node incident steal; the Node leader commits', async () => {
+  const ws = 'cross-leader';
+  const ctlLeader = ctl(['leader-run', ws, '--', 'sh', '-c',
+    'trap "exit 0" TERM; echo "leading $COORD_GENERATION"; sleep 30 & wait']);
+  let err = '';
+  ctlLeader.stderr.on('data', (d) => { err += d; });
+  const out = await waitOutput(ctlLeader, '\n');
+  const ctlGen = Number(/leading (\d+)/.exec(out)[1]);
+  assert.equal((await c.leaders.info(ws)).liveGeneration, ctlGen);
+  const r = await c.leader(ws, { steal: true, incident: 'INC-cross' }, async (L) => {
+    assert.ok(L.generation > ctlGen);
+    // coordctl is told (leader.lost, reason incident) and stops its command:
+    // that exits 0 on SIGTERM, coordctl exits 1 (leadership lost)
+    assert.equal(await exitOf(ctlLeader), 1);
+    return L.commit('cross-op', 'k', 'from node');
+  });
+  assert.deepEqual(r, { applied: true });
+  assert.match(err, /lost leadership of cross-leader \(incident: INC-cross\)/);
+  const hist = await c.leaders.history(ws, { limit: 2 });
+  assert.deepEqual(hist.map((t) => [t.pid, t.reason, t.incident]),
+    [[process.pid, 'resigned', 'INC-cross'], [ctlLeader.pid, 'incident', undefined]]);
+  assert.equal(hist[1].client, 'coordctl');
+});
+
+test('coordctl as the Node leader\'s helper (claim, commit by generation), operator (drain), then incident thief', async () => {
+  const ws = 'cross-leader-2';
+  const sig = deferred();
+  const lead = c.leader(ws, { raw: true }, async (L) => {
+    const g = ['--generation', String(L.generation)];
+    const claim = await run(COORDCTL, ['--socket', broker.socket, '--no-autostart', 'leader', 'claim', ws, 'op-c', ...g]);
+    assert.equal(claim.code, 0, claim.stderr);
+    assert.deepEqual(await L.claim('op-c'), { claimed: true, reconcile: false, applied: false, abandoned: false });
+    const commit = await run(COORDCTL, ['--socket', broker.socket, '--no-autostart', 'leader', 'commit', ws, 'op-c', 'k', 'from-c', ...g]);
+    assert.equal(commit.code, 0, commit.stderr);
+    assert.deepEqual(await L.read('k'), { value: new Uint8Array(Buffer.from('from-c')), generation: L.generation });
+    assert.deepEqual(await L.claim('op-c'), { claimed: false, reconcile: false, applied: true, abandoned: false, generation: L.generation });
+    // an operator's drain reaches the Node leader
+    const drained = new Promise((r) => L.addEventListener('drain', r, { once: true }));
+    const drain = await run(COORDCTL, ['--socket', broker.socket, '--no-autostart', 'leader', 'drain', ws]);
+    assert.equal(drain.code, 0, drain.stderr);
+    assert.equal((await drained).detail.reason, 'requested');
+    assert.equal(L.state, 'DRAINING');
+    sig.resolve(L);
+    return new Promise((r) => L.signal.addEventListener('abort', r));
+  });
+  const leadR = assert.rejects(lead, (e) => e.code === 'FENCED' && e.reason === 'incident' && e.incident === 'INC-from-c');
+  const L = await sig.promise;
+  const thief = ctl(['leader-run', '--steal', '--incident', 'INC-from-c', ws, '--', 'sh', '-c', 'echo "leading $COORD_GENERATION"']);
+  const out = await waitOutput(thief, '\n');
+  await leadR;
+  assert.ok(Number(/leading (\d+)/.exec(out)[1]) > L.generation);
+  assert.equal(await exitOf(thief), 0);
+});

@@ -335,8 +335,8 @@ test('timeout (coord addition): TimeoutError while waiting', async () => {
 test('lease (coord addition): renewed while the callback runs; a frozen holder expires', async () => {
   const res = uniq('lease');
   // renewed: held three times its lease
-  const r = await c.locks.request(res, { lease: 150 }, async (l) => {
-    await new Promise((ok) => setTimeout(ok, 450));
+  const r = await c.locks.request(res, { lease: 500 }, async (l) => {
+    await new Promise((ok) => setTimeout(ok, 1600));
     return l.signal.aborted;
   });
   assert.equal(r, false);

@@ -78,7 +78,7 @@ def test_python_leader_fenced_by_c(broker):
     with broker.client() as c:
         lead = c.leader("cws")
         lead.campaign()
-        assert lead.commit("op1", "k", b"v") is True
+        assert lead.commit("op1", "k", b"v").applied is True
         r = broker.ctl("disable", "cws")                 # libcoord fences us
         assert r.returncode == 0, r.stderr
         assert int(r.stdout.split()[-1]) > lead.generation

@@ -50,6 +50,7 @@ def test_stale_while_revalidate(broker):
         f = d.flight.join("cfg", max_age=FRESH, stale=30)
         assert f.role == "result" and f.stale.result == b"v1" and f.revalidating
         assert f.updated is None                       # no notify asked
+        wait_until(lambda: seen, what="the owner's function")   # its join reply came first
         role, st = seen[0]
         assert role == "owner" and st.result == b"v1" and st.age > FRESH and st.fence > 0
         gate.set()

@@ -16,8 +16,9 @@ def test_leader_commit_read_resign(broker):
     with broker.client(client="lead") as c, broker.client() as d:
         with c.leader("ws", lease=0.3) as lead:
             assert lead.state == coord.LEADER and lead.generation > 0
-            assert lead.commit("op-1", "k", b"v1") is True
-            assert lead.commit("op-1", "k", b"v2") is False          # at most once
+            assert lead.commit("op-1", "k", b"v1").applied is True
+            dup = lead.commit("op-1", "k", b"v2")                   # at most once
+            assert not dup and dup.duplicate and dup.generation == lead.generation
             assert lead.read("k") == b"v1"
             assert d.leader.read("ws", "k") == (b"v1", lead.generation)
             info = d.leader.info("ws")
@@ -39,7 +40,7 @@ def test_leader_stolen_is_fenced(broker):
                 r = d.call("leader.campaign", workstream="ws", steal=True)
                 assert r["granted"] and r["generation"] > lead.generation
                 assert lead.lost.wait(5) and lead.lost_reason == "stolen"
-                assert lead.state == coord.ABORTED
+                assert lead.state == coord.RELEASED
                 with pytest.raises(coord.FencedError):
                     lead.commit("op", "k", b"v")
 
@@ -119,8 +120,8 @@ def test_async_leader_and_channels(broker):
     async def main():
         async with broker.aclient() as c, broker.aclient() as d:
             async with c.leader("ws", lease=0.3) as lead:
-                assert await lead.commit("o", "k", "v") is True
-                assert await lead.commit("o", "k", "v") is False
+                assert (await lead.commit("o", "k", "v")).applied is True
+                assert not await lead.commit("o", "k", "v")
                 assert await lead.read("k") == b"v"
                 await asyncio.sleep(0.5)
                 lead.check()

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -65,7 +66,9 @@ def test_cancel_from_another_thread_raises_aborted(broker):
         t = threading.Thread(target=waiter)
         t.start()
         pending(c, 1)
-        assert lk.cancel()
+        # the broker can list the request a moment before the waiting thread
+        # has registered it: cancel() says False until then
+        wait_until(lk.cancel, what="the acquire to wait")
         t.join(5)
         assert out == ["aborted"]
         held.release()
@@ -113,9 +116,9 @@ def test_steal_sets_lost_and_exit_raises(broker):
 
 def test_lease_renews_while_block_runs(broker):
     with broker.client() as c, broker.client() as d:
-        with c.lock("a", lease=0.15) as lk:
+        with c.lock("a", lease=0.5) as lk:
             # the lease passes several times over; the ticker renews it
-            assert not lk.lost.wait(0.6)
+            assert not lk.lost.wait(1.6)
             assert d.try_lock("a") is None
             lk.renew(0.3)
             lk.check()
@@ -191,8 +194,8 @@ def test_fifo_grant_order(broker):
 def test_async_locks(broker):
     async def main():
         async with broker.aclient() as c, broker.aclient() as d:
-            async with c.lock("a", lease=0.15) as lk:
-                await asyncio.sleep(0.5)             # lease renewed meanwhile
+            async with c.lock("a", lease=0.5) as lk:
+                await asyncio.sleep(1.6)             # the lease passes three times: renewed meanwhile
                 lk.check()
                 assert await d.try_lock("a") is None
                 with pytest.raises(coord.Timeout):
@@ -273,3 +276,20 @@ def test_async_broker_killed_while_waiting(broker):
         await c.close()
         await d.close()
     asyncio.run(main())
+
+
+def test_lease_counts_from_the_grant_not_the_request(broker):
+    """A lock that waited longer than its lease is not lost at its grant:
+    the lease starts when the broker grants it."""
+    with broker.client() as c, broker.client() as d:
+        holder = c.lock("L")
+        holder.acquire()
+        w = d.lock("L", lease=0.2)
+        t = threading.Thread(target=w.acquire)
+        t.start()
+        wait_until(lambda: len(c.locks().pending) == 1, what="the waiter")
+        time.sleep(0.3)                 # the waiter's wait outlasts its lease
+        holder.release()
+        t.join(5)
+        assert w.held and not w.lost.wait(0.5)
+        w.release()

@@ -7,14 +7,15 @@ v1 through the sans-I/O ``coord.core``.
 from . import aio
 from .client import Client, Flight, Leadership, Lock, Subscription, connect
 from .errors import (Aborted, Backoff, BadFrame, BadRequest, ConnectError, ConnectionLost, CoordError,
-                     Disabled, Fenced, FencedError, FlightFailed, HelloRequired,
+                     Disabled, Draining, Fenced, FencedError, FlightFailed, HelloRequired,
                      InvalidOptions, LeadershipLost, Limit, LockLost, NameReserved, NotFound,
-                     ProtocolError, ProtoVersion, RequestKeyError, RetryAfter, ShuttingDown,
-                     Storage,
+                     Policy, ProtocolError, ProtocolPinned, ProtoVersion, ReadOnly,
+                     RequestKeyError, RetryAfter, ShuttingDown, Storage, Unavailable,
                      Timeout, TooLarge, UnknownLock, UnknownOp)
-from .handles import Result, State
-from .messages import (FlightEntry, Latency, LeaderInfo, Lifecycle, LockEntry, LockState,
-                       Message, Record, RecordEntry, Stale, Stats, Updated)
+from .handles import LeaderState, Result, State
+from .messages import (OMIT, Abandon, Check, Claim, Commit, Descriptor, FlightEntry, Latency,
+                       LeaderInfo, Lifecycle, LockEntry, LockState, Message, Page, PendingOp,
+                       Record, RecordEntry, Stale, Stats, Term, Updated)
 from .paths import default_socket_path
 from .requestkey import request_key
 
@@ -23,12 +24,13 @@ __version__ = "0.1.0"
 FOLLOWER = State.FOLLOWER
 REQUESTING = State.REQUESTING
 LEADER = State.LEADER
+DRAINING = State.DRAINING
 RELEASED = State.RELEASED
 ABORTED = State.ABORTED
 
 __all__ = [
     "Client", "connect", "Lock", "Flight", "Leadership", "Subscription", "State",
-    "FOLLOWER", "REQUESTING", "LEADER", "RELEASED", "ABORTED",
+    "LeaderState", "FOLLOWER", "REQUESTING", "LEADER", "DRAINING", "RELEASED", "ABORTED",
     "CoordError", "BadFrame", "HelloRequired", "ProtoVersion", "BadRequest", "UnknownOp",
     "InvalidOptions", "NameReserved", "TooLarge", "Limit", "Aborted", "Timeout", "Fenced",
     "FencedError", "NotFound", "UnknownLock", "Disabled", "Storage", "ShuttingDown",
@@ -37,4 +39,6 @@ __all__ = [
     "LeaderInfo", "Message", "Lifecycle", "default_socket_path",
     "request_key", "RequestKeyError", "Result", "RetryAfter", "Backoff", "Stale", "Updated",
     "Latency", "Stats",
+    "ProtocolPinned", "Policy", "ReadOnly", "Draining", "Unavailable",
+    "OMIT", "Descriptor", "Term", "Claim", "Commit", "Abandon", "PendingOp", "Check", "Page",
 ]

@@ -19,9 +19,9 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional
 from . import messages as m
 from .core import DEFAULT_MAX_FRAME, Core, Event, Reply
 from .client import _UNREACHABLE, _fail_fields
-from .errors import (Aborted, Backoff, ConnectError, ConnectionLost, CoordError, Fenced,
-                     FlightFailed, LeadershipLost, LockLost, NotFound, ProtocolError, Timeout)
-from .handles import Result, State, owner_failure
+from .errors import (Aborted, Backoff, ConnectError, ConnectionLost, CoordError,
+                     FlightFailed, LockLost, NotFound, ProtocolError, Timeout)
+from .handles import LeaderTerm, Result, State, owner_failure
 from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MAX_BACKOFF, MIN_HELLO_TIMEOUT,
                     MAX_SPAWNS, autostart, check_peer, check_socket_path, default_socket_path,
                     instance_id, program_name)
@@ -242,10 +242,9 @@ class Lock:
                                 steal=self.steal, timeout=None if try_once else self.timeout,
                                 lease=self.lease)
         conn = await self._client._ensure()
-        sent = time.monotonic()
         self.lost.clear()
         self.lost_reason = None
-        call = conn.send("lock.acquire", fields, hook=lambda r: self._granted(conn, r, sent))
+        call = conn.send("lock.acquire", fields, hook=lambda r: self._granted(conn, r, time.monotonic()))
         reply = await _wait(conn, call, self, lambda r: self._give_back(conn, r))
         if not reply.ok:
             raise reply.error()
@@ -255,13 +254,13 @@ class Lock:
             self._renewer = asyncio.get_running_loop().create_task(self._renew_loop())
         return True
 
-    def _granted(self, conn: _AConn, r: Reply, sent: float) -> None:
+    def _granted(self, conn: _AConn, r: Reply, arrived: float) -> None:
         if r.ok and r.get("granted"):
             self.id = m.uint(r.body, "lock")
             self.token = m.uint(r.body, "token")
             self._conn = conn
             self._held = True
-            self._deadline = sent + (self.lease or 0)
+            self._deadline = arrived + (self.lease or 0)
             self._client._router.locks[self.id] = self
 
     def _give_back(self, conn: _AConn, r: Reply) -> Optional[_ACall]:
@@ -493,70 +492,50 @@ class _RecordAPI:
                       "deleted")
 
 
-class Leadership:
-    """asyncio form of ``coord.Leadership``: ``async with c.leader(ws)``."""
+class Leadership(LeaderTerm):
+    """asyncio form of ``coord.Leadership``: ``async with c.leader(ws)``;
+    ``lost`` and ``drain_requested`` are ``asyncio.Event``s."""
 
     def __init__(self, client: "Client", workstream: m.Name, *, lease: Optional[float] = 30.0,
-                 steal: bool = False, timeout: Optional[float] = None) -> None:
+                 steal: bool = False, timeout: Optional[float] = None,
+                 protocol: Optional[str] = None, incident: Optional[str] = None) -> None:
+        super().__init__(workstream, lease=lease, steal=steal, timeout=timeout,
+                         protocol=protocol, incident=incident, event=asyncio.Event)
         self._client = client
-        self.workstream = m.name(workstream, "workstream")
-        self.lease = lease
-        self.steal = steal
-        self.timeout = timeout
-        self.generation: Optional[int] = None
-        self.state = State.FOLLOWER
-        self.lost = asyncio.Event()
-        self.lost_reason: Optional[str] = None
         self._conn: Optional[_AConn] = None
-        self._deadline = 0.0
         self._renewer: Optional["asyncio.Task[None]"] = None
         self._waiting: Optional[Tuple[_AConn, _ACall]] = None
-        m.campaign(self.workstream, lease=lease, steal=steal, if_available=False,
-                   timeout=timeout)
 
     async def campaign(self, *, if_available: bool = False) -> bool:
-        if self.state in (State.LEADER, State.REQUESTING):
-            raise RuntimeError("already campaigning or leading")
-        try_once = if_available or self.timeout == 0
-        fields = m.campaign(self.workstream, lease=self.lease, steal=self.steal,
-                            if_available=try_once, timeout=None if try_once else self.timeout)
+        fields = self._campaign_fields(if_available)
         conn = await self._client._ensure()
-        self.state = State.REQUESTING
-        self.lost.clear()
-        self.lost_reason = None
-        sent = time.monotonic()
-        call = conn.send("leader.campaign", fields, hook=lambda r: self._granted(conn, r, sent))
+        self._begin()
+        call = conn.send("leader.campaign", fields, hook=lambda r: self._granted(conn, r, time.monotonic()))
         try:
             r = await _wait(conn, call, self, lambda r: self._give_back(conn, r))
         except BaseException:
-            self.state = State.ABORTED
+            self._refused(None)
             raise
         if not r.ok:
-            self.state = State.ABORTED
+            self._refused(r)
             raise r.error()
         if not r.get("granted"):
-            self.state = State.FOLLOWER
+            self._refused(r)
             return False
         self._renewer = asyncio.get_running_loop().create_task(self._renew_loop())
         return True
 
-    def _granted(self, conn: _AConn, r: Reply, sent: float) -> None:
-        if r.ok and r.get("granted"):
-            self.generation = m.uint(r.body, "generation")
-            le = m.uint(r.body, "lease_ms")
-            if le:
-                self.lease = le / 1000.0
+    def _granted(self, conn: _AConn, r: Reply, arrived: float) -> None:
+        if self._grant(r, arrived):
             self._conn = conn
-            self._deadline = sent + (self.lease or 30.0)
-            self.state = State.LEADER
-            self._client._router.leaders[(m.name_key(self.workstream), self.generation)] = self
+            self._client._router.leaders[self.key] = self
 
     def _give_back(self, conn: _AConn, r: Reply) -> Optional[_ACall]:
         if r.ok and r.get("granted"):
             self._forget()
             self.state = State.ABORTED
-            return conn.fire("leader.resign", {"workstream": self.workstream,
-                                               "generation": m.uint(r.body, "generation")})
+            return conn.fire("leader.resign", m.term(self.workstream,
+                                                     m.uint(r.body, "generation")))
         return None
 
     def cancel(self) -> bool:
@@ -564,16 +543,13 @@ class Leadership:
 
     def _forget(self) -> None:
         if self.generation is not None:
-            self._client._router.leaders.pop((m.name_key(self.workstream), self.generation),
-                                             None)
+            self._client._router.leaders.pop(self.key, None)
 
-    def _lost(self, reason: str) -> None:
-        if self.state != State.LEADER:
+    def _lost(self, reason: str, incident: Optional[str] = None) -> None:
+        if not self.leading:
             return
         self._forget()
-        self.state = State.ABORTED
-        self.lost_reason = reason
-        self.lost.set()
+        self._end(reason, incident)
         t = self._renewer
         if t is not None and t is not asyncio.current_task():
             t.cancel()
@@ -581,18 +557,15 @@ class Leadership:
     async def _renew_loop(self) -> None:
         conn = self._conn
         assert conn is not None
-        while self.state == State.LEADER:
-            lease = self.lease or 30.0
-            now = time.monotonic()
-            await asyncio.sleep(max(0.0, min(lease / 3.0, self._deadline - now)))
-            if self.state != State.LEADER:
+        while self.leading:
+            await asyncio.sleep(max(0.0, self._next_tick() - time.monotonic()))
+            if not self.leading:
                 return
             now = time.monotonic()
             if now >= self._deadline:
                 self._lost("expired")
                 return
-            call = conn.fire("leader.renew", {"workstream": self.workstream,
-                                              "generation": self.generation})
+            call = conn.fire("leader.renew", self._fields())
             if call is None:
                 return
             try:
@@ -603,48 +576,54 @@ class Leadership:
             except CoordError:
                 return
             if r.ok:
-                le = m.uint(r.body, "lease_ms")
-                self._deadline = max(self._deadline, now + (le / 1000.0 if le else lease))
+                self._renewed(r, now)
             elif r.code == "FENCED":
                 self._lost("fenced")
                 return
 
-    async def _call(self, op: str, **fields: Any) -> Reply:
-        if self.state != State.LEADER or self._conn is None:
-            raise Fenced(f"not the leader of {self.workstream!r} "
-                         f"({self.lost_reason or self.state.value})")
-        r = await self._conn.call(op, dict(workstream=self.workstream,
-                                           generation=self.generation, **fields))
-        if not r.ok and r.code == "FENCED":
-            self._lost("fenced")
-        return r
-
-    async def commit(self, op_id: m.Name, key: m.Name, value: m.Payload) -> bool:
-        r = await self._call("leader.commit", op_id=m.name(op_id, "op_id"),
-                             key=m.name(key, "key"), value=m.payload(value, "value"))
+    async def _call(self, op: str, fields: Dict[str, Any],
+                    parse: Callable[[Dict[str, Any]], Any]) -> Any:
+        f = self._fields(**fields)
+        assert self._conn is not None
+        r = await self._conn.call(op, f)
         if not r.ok:
+            if r.code == "FENCED":
+                self._lost("fenced")
             raise r.error()
-        return bool(r.get("applied"))
+        return parse(r.body)
+
+    async def commit(self, op_id: m.Name, key: Optional[m.Name] = None,
+                     value: Optional[m.Payload] = None) -> m.Commit:
+        return await self._call("leader.commit", m.commit(op_id, key, value), m.commit_result)
+
+    async def claim(self, op_id: m.Name) -> m.Claim:
+        k = m.name(op_id, "op_id")
+        return await self._call("leader.claim", {"op_id": k}, lambda b: m.claim(k, b))
+
+    async def abandon(self, op_id: m.Name, reason: str) -> m.Abandon:
+        return await self._call("leader.abandon", m.abandon(op_id, reason), m.abandon_result)
+
+    async def drain(self) -> None:
+        await self._call("leader.drain", {}, lambda b: None)
+        self._drained()
+
+    async def pending(self, limit: Optional[int] = None) -> m.Page:
+        return await self._client.leader.pending(self.workstream, limit)
 
     async def read(self, key: m.Name) -> Optional[bytes]:
         got = await self._client.leader.read(self.workstream, key)
         return got[0] if got else None
 
-    def check(self) -> None:
-        if self.state != State.LEADER:
-            raise LeadershipLost(f"not the leader of {self.workstream!r}: "
-                                 f"{self.lost_reason or self.state.value}")
-
     async def resign(self) -> None:
-        if self.state != State.LEADER or self._conn is None:
+        if not self.leading or self._conn is None:
             return
         conn = self._conn
+        f = m.term(self.workstream, self.generation)
         self._forget()
-        self.state = State.RELEASED
+        self._end(None)
         await _stop(self._renewer)
         try:
-            r = await conn.call("leader.resign", {"workstream": self.workstream,
-                                                  "generation": self.generation})
+            r = await conn.call("leader.resign", f)
         except ConnectionLost:
             return
         if not r.ok and r.code != "FENCED":
@@ -659,21 +638,54 @@ class Leadership:
         lost = self.lost.is_set()
         await self.resign()
         if lost and et is None:
-            raise LeadershipLost(f"leadership of {self.workstream!r} was lost while the "
-                                 f"block ran: {self.lost_reason}")
+            raise self._lost_error()
 
 
 class _LeaderAPI:
+    """The asyncio form of ``coord.Client.leader``."""
+
     def __init__(self, client: "Client") -> None:
         self._c = client
 
     def __call__(self, workstream: m.Name, *, lease: Optional[float] = 30.0,
-                 steal: bool = False, timeout: Optional[float] = None) -> Leadership:
-        return Leadership(self._c, workstream, lease=lease, steal=steal, timeout=timeout)
+                 steal: bool = False, timeout: Optional[float] = None,
+                 protocol: Optional[str] = None, incident: Optional[str] = None) -> Leadership:
+        return Leadership(self._c, workstream, lease=lease, steal=steal, timeout=timeout,
+                          protocol=protocol, incident=incident)
+
+    async def define(self, workstream: m.Name, *, protocol: Any = m.OMIT,
+                     max_hold: Any = m.OMIT, steal: Any = m.OMIT, mode: Any = m.OMIT,
+                     fallback: Any = m.OMIT, canonical_fence: Any = m.OMIT,
+                     force: bool = False) -> m.Descriptor:
+        return m.descriptor(await self._c.call("leader.define", **m.define(
+            workstream, protocol=protocol, max_hold=max_hold, steal=steal, mode=mode,
+            fallback=fallback, canonical_fence=canonical_fence, force=force)))
+
+    async def describe(self, workstream: m.Name) -> m.Descriptor:
+        return m.descriptor(await self._c.call("leader.describe",
+                                               workstream=m.name(workstream, "workstream")))
 
     async def info(self, workstream: m.Name) -> m.LeaderInfo:
         return m.leader_info(await self._c.call("leader.info",
                                                 workstream=m.name(workstream, "workstream")))
+
+    async def history(self, workstream: m.Name, limit: Optional[int] = None) -> m.Page:
+        return m.history(await self._c.call("leader.history",
+                                            workstream=m.name(workstream, "workstream"),
+                                            limit=m.limit(limit)))
+
+    async def pending(self, workstream: m.Name, limit: Optional[int] = None) -> m.Page:
+        return m.pending(await self._c.call("leader.pending",
+                                            workstream=m.name(workstream, "workstream"),
+                                            limit=m.limit(limit)))
+
+    async def check(self, workstream: m.Name, generation: int) -> m.Check:
+        return m.check(await self._c.call("leader.check", **m.term(workstream, generation)))
+
+    async def drain(self, workstream: m.Name, generation: Optional[int] = None) -> None:
+        if generation is None:
+            generation = (await self.info(workstream)).live_generation or 0
+        await self._c.call("leader.drain", **m.term(workstream, generation))
 
     async def read(self, workstream: m.Name, key: m.Name) -> Optional[Tuple[bytes, int]]:
         try:
@@ -1080,9 +1092,10 @@ class Client:
             except CoordError:
                 pass
 
-    async def try_leader(self, workstream: m.Name, *, lease: Optional[float] = 30.0
+    async def try_leader(self, workstream: m.Name, *, lease: Optional[float] = 30.0,
+                         protocol: Optional[str] = None, incident: Optional[str] = None
                          ) -> Optional[Leadership]:
-        lead = Leadership(self, workstream, lease=lease)
+        lead = Leadership(self, workstream, lease=lease, protocol=protocol, incident=incident)
         return lead if await lead.campaign(if_available=True) else None
 
 

@@ -25,9 +25,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from . import messages as m
 from .core import DEFAULT_MAX_FRAME, Core, Event, Reply
-from .errors import (Backoff, ConnectError, ConnectionLost, CoordError, Fenced, FlightFailed,
-                     LeadershipLost, LockLost, NotFound, ProtocolError, ShuttingDown, Timeout)
-from .handles import Result, State, owner_failure
+from .errors import (Backoff, ConnectError, ConnectionLost, CoordError, FlightFailed,
+                     LockLost, NotFound, ProtocolError, ShuttingDown, Timeout)
+from .handles import LeaderTerm, Result, State, owner_failure
 from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MIN_HELLO_TIMEOUT,
                     default_socket_path, instance_id, open_socket, program_name)
 
@@ -289,10 +289,9 @@ class Lock:
                                 timeout=None if try_once else self.timeout,
                                 lease=self.lease)
         conn = self._client._ensure()
-        sent = time.monotonic()
         self.lost.clear()
         self.lost_reason = None
-        call = conn.send("lock.acquire", fields, hook=lambda r: self._granted(conn, r, sent))
+        call = conn.send("lock.acquire", fields, hook=lambda r: self._granted(conn, r, time.monotonic()))
         reply = _wait(conn, call, self, lambda r: self._give_back(conn, r))
         if not reply.ok:
             raise reply.error()
@@ -302,13 +301,13 @@ class Lock:
             self._client._ticker.at(self._next_tick(), self._tick)
         return True
 
-    def _granted(self, conn: _Conn, r: Reply, sent: float) -> None:
+    def _granted(self, conn: _Conn, r: Reply, arrived: float) -> None:
         if r.ok and r.get("granted"):
             self.id = m.uint(r.body, "lock")
             self.token = m.uint(r.body, "token")
             self._conn = conn
             self._held = True
-            self._deadline = sent + (self.lease or 0)
+            self._deadline = arrived + (self.lease or 0)
             self._client._router.locks[self.id] = self
 
     def _give_back(self, conn: _Conn, r: Reply) -> None:
@@ -623,75 +622,57 @@ class _RecordAPI:
         return m.uint(self._c.call("record.purge", prefix=m.name(prefix, "prefix")), "deleted")
 
 
-class Leadership:
+class Leadership(LeaderTerm):
     """Leadership of a workstream.  ``with`` campaigns (raising
-    ``Timeout``, ``Disabled``, ``Aborted``... when not elected: the block
-    never runs as a non-leader) and resigns.  ``lost`` is set when the
-    lease ends, someone steals, the workstream is disabled or the connection
-    goes; ``commit`` then raises ``Fenced``."""
+    ``Timeout``, ``Disabled``, ``ProtocolPinned``, ``Policy``,
+    ``Aborted``... when not elected: the block never runs as a non-leader)
+    and resigns.  ``lost`` is set when the lease ends, someone steals, the
+    workstream is disabled, a max hold fences it or the connection goes;
+    the term's calls then raise ``Fenced``.  ``drain_requested`` is set by
+    ``leader.drain`` (``drain_reason``: requested, max_hold); ``mode``
+    follows ``leader.mode``."""
 
     def __init__(self, client: "Client", workstream: m.Name, *, lease: Optional[float] = 30.0,
-                 steal: bool = False, timeout: Optional[float] = None) -> None:
+                 steal: bool = False, timeout: Optional[float] = None,
+                 protocol: Optional[str] = None, incident: Optional[str] = None) -> None:
+        super().__init__(workstream, lease=lease, steal=steal, timeout=timeout,
+                         protocol=protocol, incident=incident, event=threading.Event)
         self._client = client
-        self.workstream = m.name(workstream, "workstream")
-        self.lease = lease
-        self.steal = steal
-        self.timeout = timeout
-        self.generation: Optional[int] = None
-        self.state = State.FOLLOWER
-        self.lost = threading.Event()
-        self.lost_reason: Optional[str] = None
         self._conn: Optional[_Conn] = None
-        self._deadline = 0.0
         self._waiting: Optional[Tuple[_Conn, _Call]] = None
-        m.campaign(self.workstream, lease=lease, steal=steal, if_available=False,
-                   timeout=timeout)
 
     def campaign(self, *, if_available: bool = False) -> bool:
-        if self.state in (State.LEADER, State.REQUESTING):
-            raise RuntimeError("already campaigning or leading")
-        try_once = if_available or self.timeout == 0
-        fields = m.campaign(self.workstream, lease=self.lease, steal=self.steal,
-                            if_available=try_once,
-                            timeout=None if try_once else self.timeout)
+        """Waits to be elected (up to ``timeout``); True once leading.  With
+        ``if_available`` (or ``timeout=0``) False at once when led."""
+        fields = self._campaign_fields(if_available)
         conn = self._client._ensure()
-        self.state = State.REQUESTING
-        self.lost.clear()
-        self.lost_reason = None
-        sent = time.monotonic()
-        call = conn.send("leader.campaign", fields, hook=lambda r: self._granted(conn, r, sent))
+        self._begin()
+        call = conn.send("leader.campaign", fields, hook=lambda r: self._granted(conn, r, time.monotonic()))
         try:
             r = _wait(conn, call, self, lambda r: self._give_back(conn, r))
         except BaseException:
-            self.state = State.ABORTED
+            self._refused(None)
             raise
         if not r.ok:
-            self.state = State.ABORTED
+            self._refused(r)
             raise r.error()
         if not r.get("granted"):
-            self.state = State.FOLLOWER
+            self._refused(r)
             return False
         self._client._ticker.at(self._next_tick(), self._tick)
         return True
 
-    def _granted(self, conn: _Conn, r: Reply, sent: float) -> None:
-        if r.ok and r.get("granted"):
-            self.generation = m.uint(r.body, "generation")
-            le = m.uint(r.body, "lease_ms")
-            if le:
-                self.lease = le / 1000.0
+    def _granted(self, conn: _Conn, r: Reply, arrived: float) -> None:
+        if self._grant(r, arrived):
             self._conn = conn
-            self._deadline = sent + (self.lease or 30.0)
-            self.state = State.LEADER
-            self._client._router.leaders[(m.name_key(self.workstream), self.generation)] = self
+            self._client._router.leaders[self.key] = self
 
     def _give_back(self, conn: _Conn, r: Reply) -> None:
         if r.ok and r.get("granted"):
             self._forget()
             self.state = State.ABORTED
             try:
-                conn.send("leader.resign", {"workstream": self.workstream,
-                                            "generation": m.uint(r.body, "generation")},
+                conn.send("leader.resign", m.term(self.workstream, m.uint(r.body, "generation")),
                           callback=lambda *a: None)
             except CoordError:
                 pass
@@ -702,23 +683,16 @@ class Leadership:
 
     def _forget(self) -> None:
         if self.generation is not None:
-            self._client._router.leaders.pop((m.name_key(self.workstream), self.generation),
-                                             None)
+            self._client._router.leaders.pop(self.key, None)
 
-    def _lost(self, reason: str) -> None:
-        if self.state != State.LEADER:
-            return
-        self._forget()
-        self.state = State.ABORTED
-        self.lost_reason = reason
-        self.lost.set()
-
-    def _next_tick(self) -> float:
-        return min(time.monotonic() + (self.lease or 30.0) / 3.0, self._deadline)
+    def _lost(self, reason: str, incident: Optional[str] = None) -> None:
+        if self.leading:
+            self._forget()
+            self._end(reason, incident)
 
     def _tick(self) -> None:
         conn = self._conn
-        if self.state != State.LEADER or conn is None:
+        if not self.leading or conn is None:
             return
         now = time.monotonic()
         if now >= self._deadline:
@@ -727,56 +701,72 @@ class Leadership:
 
         def done(_c: _Call, r: Optional[Reply], _e: Optional[BaseException]) -> None:
             if r is not None and r.ok:
-                le = m.uint(r.body, "lease_ms")
-                self._deadline = max(self._deadline, now + (le / 1000.0 if le else
-                                                            (self.lease or 30.0)))
+                self._renewed(r, now)
             elif r is not None and r.code == "FENCED":
                 self._lost("fenced")
         try:
-            conn.send("leader.renew", {"workstream": self.workstream,
-                                       "generation": self.generation}, callback=done)
+            conn.send("leader.renew", self._fields(), callback=done)
         except CoordError:
             return
         self._client._ticker.at(self._next_tick(), self._tick)
 
-    def _call(self, op: str, **fields: Any) -> Reply:
-        if self.state != State.LEADER or self._conn is None:
-            raise Fenced(f"not the leader of {self.workstream!r} "
-                         f"({self.lost_reason or self.state.value})")
-        r = self._conn.send(op, dict(workstream=self.workstream, generation=self.generation,
-                                     **fields)).wait()
-        if not r.ok and r.code == "FENCED":
-            self._lost("fenced")
-        return r
-
-    def commit(self, op_id: m.Name, key: m.Name, value: m.Payload) -> bool:
-        """Applies key=value once per op_id under this generation: True when
-        applied now, False when op_id was applied before.  ``Fenced`` when
-        this leadership is over."""
-        r = self._call("leader.commit", op_id=m.name(op_id, "op_id"), key=m.name(key, "key"),
-                       value=m.payload(value, "value"))
+    def _call(self, op: str, fields: Dict[str, Any], parse: Callable[[Dict[str, Any]], Any]
+              ) -> Any:
+        f = self._fields(**fields)
+        assert self._conn is not None
+        r = self._conn.send(op, f).wait()
         if not r.ok:
+            if r.code == "FENCED":
+                self._lost("fenced")
             raise r.error()
-        return bool(r.get("applied"))
+        return parse(r.body)
+
+    def commit(self, op_id: m.Name, key: Optional[m.Name] = None,
+               value: Optional[m.Payload] = None) -> m.Commit:
+        """Applies key=value (or, without key, records that op_id's effect
+        happened) once per op_id, and settles its claim.  The ``Commit`` is
+        true when applied now; else ``duplicate`` (with the generation that
+        applied it) or ``abandoned``.  ``Fenced`` when the term is over,
+        ``ReadOnly`` in the shadow and read-only modes."""
+        return self._call("leader.commit", m.commit(op_id, key, value), m.commit_result)
+
+    def claim(self, op_id: m.Name) -> m.Claim:
+        """Claims op_id for this generation before doing its external
+        effect (stored and synced first).  See ``Claim``: ``reconcile``
+        means an earlier leader claimed it and never settled it.
+        ``Draining`` once the term drains."""
+        k = m.name(op_id, "op_id")
+        return self._call("leader.claim", {"op_id": k}, lambda b: m.claim(k, b))
+
+    def abandon(self, op_id: m.Name, reason: str) -> m.Abandon:
+        """Settles op_id as never to be done (``reason``: 1..256 bytes)."""
+        return self._call("leader.abandon", m.abandon(op_id, reason), m.abandon_result)
+
+    def drain(self) -> None:
+        """Announces the term is finishing: new claims get ``Draining``;
+        commits and abandons still work; ``resign`` ends it."""
+        self._call("leader.drain", {}, lambda b: None)
+        self._drained()
+
+    def pending(self, limit: Optional[int] = None) -> m.Page:
+        """The workstream's claimed, unsettled ops (``PendingOp``), oldest
+        first: a new leader reconciles each one."""
+        return self._client.leader.pending(self.workstream, limit)
 
     def read(self, key: m.Name) -> Optional[bytes]:
         got = self._client.leader.read(self.workstream, key)
         return got[0] if got else None
 
-    def check(self) -> None:
-        if self.state != State.LEADER:
-            raise LeadershipLost(f"not the leader of {self.workstream!r}: "
-                                 f"{self.lost_reason or self.state.value}")
-
     def resign(self) -> None:
-        if self.state != State.LEADER or self._conn is None:
+        """Ends the term (nothing when it is over already)."""
+        if not self.leading or self._conn is None:
             return
         conn = self._conn
+        f = m.term(self.workstream, self.generation)
         self._forget()
-        self.state = State.RELEASED
+        self._end(None)
         try:
-            r = conn.send("leader.resign", {"workstream": self.workstream,
-                                            "generation": self.generation}).wait()
+            r = conn.send("leader.resign", f).wait()
         except ConnectionLost:
             return
         if not r.ok and r.code != "FENCED":
@@ -791,28 +781,64 @@ class Leadership:
         lost = self.lost.is_set()
         self.resign()
         if lost and et is None:
-            raise LeadershipLost(f"leadership of {self.workstream!r} was lost while the "
-                                 f"block ran: {self.lost_reason}")
-
-    def __repr__(self) -> str:
-        return (f"<coord.Leadership {self.workstream!r} {self.state.value} "
-                f"generation={self.generation}>")
+            raise self._lost_error()
 
 
 class _LeaderAPI:
-    """``c.leader(ws, ...)`` makes a Leadership; ``c.leader.info/read/
-    disable/enable`` act on a workstream."""
+    """``c.leader(ws, ...)`` makes a Leadership; ``c.leader.define/
+    describe/info/history/check/pending/drain/read/disable/enable`` act on a
+    workstream."""
 
     def __init__(self, client: "Client") -> None:
         self._c = client
 
     def __call__(self, workstream: m.Name, *, lease: Optional[float] = 30.0,
-                 steal: bool = False, timeout: Optional[float] = None) -> Leadership:
-        return Leadership(self._c, workstream, lease=lease, steal=steal, timeout=timeout)
+                 steal: bool = False, timeout: Optional[float] = None,
+                 protocol: Optional[str] = None, incident: Optional[str] = None) -> Leadership:
+        return Leadership(self._c, workstream, lease=lease, steal=steal, timeout=timeout,
+                          protocol=protocol, incident=incident)
+
+    def define(self, workstream: m.Name, *, protocol: Any = m.OMIT, max_hold: Any = m.OMIT,
+               steal: Any = m.OMIT, mode: Any = m.OMIT, fallback: Any = m.OMIT,
+               canonical_fence: Any = m.OMIT, force: bool = False) -> m.Descriptor:
+        """Changes the stored descriptor field by field: a field left out
+        (``coord.OMIT``, the default) keeps its value, None returns it to
+        its default, a value replaces it.  Returns the descriptor."""
+        return m.descriptor(self._c.call("leader.define", **m.define(
+            workstream, protocol=protocol, max_hold=max_hold, steal=steal, mode=mode,
+            fallback=fallback, canonical_fence=canonical_fence, force=force)))
+
+    def describe(self, workstream: m.Name) -> m.Descriptor:
+        """The stored descriptor; ``NotFound`` when never defined."""
+        return m.descriptor(self._c.call("leader.describe",
+                                         workstream=m.name(workstream, "workstream")))
 
     def info(self, workstream: m.Name) -> m.LeaderInfo:
         return m.leader_info(self._c.call("leader.info",
                                           workstream=m.name(workstream, "workstream")))
+
+    def history(self, workstream: m.Name, limit: Optional[int] = None) -> m.Page:
+        """The last terms (``Term``), newest first."""
+        return m.history(self._c.call("leader.history",
+                                      workstream=m.name(workstream, "workstream"),
+                                      limit=m.limit(limit)))
+
+    def pending(self, workstream: m.Name, limit: Optional[int] = None) -> m.Page:
+        return m.pending(self._c.call("leader.pending",
+                                      workstream=m.name(workstream, "workstream"),
+                                      limit=m.limit(limit)))
+
+    def check(self, workstream: m.Name, generation: int) -> m.Check:
+        """Whether ``generation`` is live now (``Fenced`` if not): for a
+        service acting on a leader's behalf; a check, not a lock."""
+        return m.check(self._c.call("leader.check", **m.term(workstream, generation)))
+
+    def drain(self, workstream: m.Name, generation: Optional[int] = None) -> None:
+        """Asks the leader to drain (it gets ``leader.drain``, reason
+        "requested"); ``generation`` defaults to the live one."""
+        if generation is None:
+            generation = self.info(workstream).live_generation or 0
+        self._c.call("leader.drain", **m.term(workstream, generation))
 
     def read(self, workstream: m.Name, key: m.Name) -> Optional[Tuple[bytes, int]]:
         try:
@@ -1239,10 +1265,11 @@ class Client:
 
     # ---- leadership ----
 
-    def try_leader(self, workstream: m.Name, *, lease: Optional[float] = 30.0
+    def try_leader(self, workstream: m.Name, *, lease: Optional[float] = 30.0,
+                   protocol: Optional[str] = None, incident: Optional[str] = None
                    ) -> Optional[Leadership]:
         """Leadership if nobody leads now, else None."""
-        lead = Leadership(self, workstream, lease=lease)
+        lead = Leadership(self, workstream, lease=lease, protocol=protocol, incident=incident)
         return lead if lead.campaign(if_available=True) else None
 
 

@@ -32,6 +32,24 @@ FRAME_SLACK = 64 * 1024
 
 _LEN = struct.Struct(">I")
 
+
+class _Nil:
+    """The value of a request field sent as MessagePack nil (a field whose
+    value is None is left out instead): ``leader.define`` uses it to return
+    a descriptor field to its default."""
+    _it: "Optional[_Nil]" = None
+
+    def __new__(cls) -> "_Nil":
+        if cls._it is None:
+            cls._it = super().__new__(cls)
+        return cls._it
+
+    def __repr__(self) -> str:
+        return "coord.core.NIL"
+
+
+NIL = _Nil()
+
 H = TypeVar("H")
 
 
@@ -154,7 +172,8 @@ class Core(Generic[H]):
 
     def request(self, op: str, fields: Dict[str, Any], handle: H) -> Tuple[int, bytes]:
         """Registers a request; returns its rid and the frame to send.
-        Fields whose value is None are left out (absent)."""
+        Fields whose value is None are left out (absent); ``NIL`` is sent
+        as nil."""
         if self.closed:
             raise ProtocolError("request on a closed connection")
         rid = self._next_rid
@@ -163,7 +182,9 @@ class Core(Generic[H]):
         self._next_rid = rid + 1 if rid < (1 << 63) else 1
         msg: Dict[str, Any] = {"op": op, "rid": rid}
         for k, v in fields.items():
-            if v is not None:
+            if v is NIL:
+                msg[k] = None
+            elif v is not None:
                 msg[k] = v
         frame = encode_frame(msg)
         self._pending[rid] = handle

@@ -124,6 +124,36 @@ class ShuttingDown(CoordError):
     pass
 
 
+@_wire("PROTOCOL_PINNED")
+class ProtocolPinned(CoordError):
+    """The campaign's ``protocol`` is older than (or another name than) the
+    workstream's pin; or a define would lower or remove the pin without
+    ``force``."""
+
+
+@_wire("POLICY")
+class Policy(CoordError):
+    """The workstream's descriptor forbids this: a steal under ``steal:
+    never``, a steal without ``incident`` under ``incident-only``."""
+
+
+@_wire("READ_ONLY")
+class ReadOnly(CoordError):
+    """Claims, commits and abandons are refused in the rollout modes
+    ``shadow`` and ``read-only``."""
+
+
+@_wire("DRAINING")
+class Draining(CoordError):
+    """A new claim from a leader whose term is draining."""
+
+
+@_wire("UNAVAILABLE")
+class Unavailable(CoordError):
+    """A remote ledger could not be reached in time.  For a commit or claim
+    already sent the outcome is unknown: retry with the same op id."""
+
+
 # ---- library errors: never on the wire ----
 
 class ConnectError(CoordError, ConnectionError):

@@ -1,21 +1,170 @@
 """handles.py - what the blocking and the asyncio handles share: the
-leadership states, how an owner's exception becomes a flight failure, and
-the result of ``once`` (``Result``: bytes that say where they came from)."""
+leadership states and a term's bookkeeping (``LeaderTerm``: everything of
+a Leadership but the I/O), how an owner's exception becomes a flight
+failure, and the result of ``once`` (``Result``: bytes that say where they
+came from)."""
 from __future__ import annotations
 
 import enum
-from typing import Any, Optional, Tuple
+import time
+from typing import Any, Callable, Dict, Optional, Tuple
 
-from .errors import FlightFailed, RetryAfter
+from . import messages as m
+from .core import Reply
+from .errors import Fenced, FlightFailed, LeadershipLost, RetryAfter
 
 
-class State(str, enum.Enum):
-    """A Leadership's state."""
+class LeaderState(str, enum.Enum):
+    """A Leadership's state (protocol: "The leader's states and draining")."""
     FOLLOWER = "follower"       # not campaigning (or not elected, if_available)
     REQUESTING = "requesting"   # the campaign waits
     LEADER = "leader"           # elected, generation live
-    RELEASED = "released"       # resigned
-    ABORTED = "aborted"         # campaign failed, or leadership lost/fenced
+    DRAINING = "draining"       # still leading, finishing: new claims refused
+    RELEASED = "released"       # the term is over: resigned, lost or fenced
+    ABORTED = "aborted"         # the campaign ended without a grant (cancelled,
+                                # timed out, refused)
+
+
+State = LeaderState
+LEADING = (LeaderState.LEADER, LeaderState.DRAINING)
+
+
+class LeaderTerm:
+    """A campaign and the term it wins, without I/O: the options, the
+    state, the events (``lost``, ``drain_requested``: ``threading.Event`` or
+    ``asyncio.Event``, whatever ``event`` makes) and what each reply and
+    event does to them.  The blocking and asyncio Leadership add the
+    sending.  Every method runs where replies and events are handled (the
+    reader thread, or the loop)."""
+
+    def __init__(self, workstream: m.Name, *, lease: Optional[float], steal: bool,
+                 timeout: Optional[float], protocol: Optional[str], incident: Optional[str],
+                 event: Callable[[], Any]) -> None:
+        self.workstream = m.name(workstream, "workstream")
+        self.lease = lease
+        self.steal = steal
+        self.timeout = timeout
+        self.protocol = protocol
+        self.incident = incident
+        self.generation: Optional[int] = None
+        self.state = LeaderState.FOLLOWER
+        self.mode: Optional[str] = None          # rollout mode of the term
+        self.lost = event()
+        self.lost_reason: Optional[str] = None
+        self.lost_incident: Optional[str] = None  # leader.lost's incident text
+        self.drain_requested = event()            # leader.drain came
+        self.drain_reason: Optional[str] = None   # "self" | "requested" | "max_hold"
+        self._deadline = 0.0
+        m.campaign(self.workstream, lease=lease, steal=steal, if_available=False,
+                   timeout=timeout, protocol=protocol, incident=incident)
+
+    @property
+    def leading(self) -> bool:
+        """LEADER or DRAINING: the generation is live (as far as we know)."""
+        return self.state in LEADING
+
+    @property
+    def draining(self) -> bool:
+        return self.state == LeaderState.DRAINING
+
+    @property
+    def key(self) -> Tuple[bytes, int]:
+        return m.name_key(self.workstream), self.generation or 0
+
+    def _campaign_fields(self, if_available: bool) -> Dict[str, Any]:
+        if self.state in LEADING or self.state == LeaderState.REQUESTING:
+            raise RuntimeError("already campaigning or leading")
+        try_once = if_available or self.timeout == 0
+        return m.campaign(self.workstream, lease=self.lease, steal=self.steal,
+                          if_available=try_once, timeout=None if try_once else self.timeout,
+                          protocol=self.protocol, incident=self.incident)
+
+    def _begin(self) -> None:
+        self.state = LeaderState.REQUESTING
+        self.lost.clear()
+        self.drain_requested.clear()
+        self.lost_reason = self.lost_incident = self.drain_reason = None
+
+    def _grant(self, r: Reply, arrived: float) -> bool:
+        """The campaign's reply: True when it granted (the term starts).
+        The lease counts from the reply's arrival: the broker starts it at
+        the grant, which for a campaign that waited in the queue can be
+        long after the request was sent (off by the reply's transit)."""
+        if not (r.ok and r.get("granted")):
+            return False
+        self.generation = m.uint(r.body, "generation")
+        le = m.uint(r.body, "lease_ms")
+        if le:
+            self.lease = le / 1000.0
+        self.mode = str(r.get("mode") or "active")
+        self._deadline = arrived + (self.lease or 30.0)
+        self.state = LeaderState.LEADER
+        return True
+
+    def _refused(self, r: Optional[Reply]) -> None:
+        """The campaign ended without a grant (r None: interrupted)."""
+        if self.state == LeaderState.REQUESTING:
+            self.state = (LeaderState.FOLLOWER if r is not None and r.ok
+                          else LeaderState.ABORTED)
+
+    def _end(self, reason: Optional[str], incident: Optional[str] = None) -> bool:
+        """The term ends; a reason means lost (``lost`` is set).  False if
+        it was not leading."""
+        if not self.leading:
+            return False
+        self.state = LeaderState.RELEASED
+        if reason is not None:
+            self.lost_reason = reason
+            self.lost_incident = incident
+            self.lost.set()
+        return True
+
+    def _drain(self, reason: str) -> None:
+        """``leader.drain``: asked to finish (``requested``, ``max_hold``)."""
+        if self.leading:
+            self.state = LeaderState.DRAINING
+            self.drain_reason = reason
+            self.drain_requested.set()
+
+    def _drained(self) -> None:
+        """Our own ``leader.drain`` was answered."""
+        if self.state == LeaderState.LEADER:
+            self.state = LeaderState.DRAINING
+            self.drain_reason = "self"
+
+    def _mode(self, mode: str) -> None:
+        if mode:
+            self.mode = mode
+
+    def _fields(self, **fields: Any) -> Dict[str, Any]:
+        """A request on the live term; ``Fenced`` when it is not live."""
+        if not self.leading:
+            raise Fenced(f"not the leader of {self.workstream!r} "
+                         f"({self.lost_reason or self.state.value})")
+        return m.term(self.workstream, self.generation, **fields)
+
+    def _renewed(self, r: Reply, sent: float) -> None:
+        le = m.uint(r.body, "lease_ms")
+        self._deadline = max(self._deadline, sent + (le / 1000.0 if le else
+                                                     (self.lease or 30.0)))
+
+    def _next_tick(self) -> float:
+        return min(time.monotonic() + (self.lease or 30.0) / 3.0, self._deadline)
+
+    def check(self) -> None:
+        """Raises ``LeadershipLost`` unless the term is live as far as this
+        client knows (no round trip: ``c.leader.check`` asks the broker)."""
+        if not self.leading:
+            raise LeadershipLost(f"not the leader of {self.workstream!r}: "
+                                 f"{self.lost_reason or self.state.value}")
+
+    def _lost_error(self) -> LeadershipLost:
+        return LeadershipLost(f"leadership of {self.workstream!r} was lost while the block "
+                              f"ran: {self.lost_reason}")
+
+    def __repr__(self) -> str:
+        return (f"<coord.Leadership {self.workstream!r} {self.state.value} "
+                f"generation={self.generation}>")
 
 
 def owner_failure(e: BaseException) -> Tuple[str, str, bool, Optional[float]]:

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from .core import Event
+from .core import NIL, Event
 
 Name = Union[str, bytes, bytearray, memoryview]
 Payload = Union[bytes, bytearray, memoryview, str]
@@ -125,8 +125,19 @@ def flight_join(key: Name, *, ttl: Optional[float], wait: Optional[float],
     return f
 
 
+def _text(x: Any, what: str) -> Optional[str]:
+    if x is None:
+        return None
+    if not isinstance(x, str):
+        raise TypeError(f"{what} must be str, not {type(x).__name__}")
+    return x
+
+
 def campaign(ws: Name, *, lease: Optional[float], steal: bool, if_available: bool,
-             timeout: Optional[float]) -> Dict[str, Any]:
+             timeout: Optional[float], protocol: Optional[str] = None,
+             incident: Optional[str] = None) -> Dict[str, Any]:
+    """``leader.campaign``; ``protocol`` ("name@N") and ``incident`` are
+    checked by the broker (``InvalidOptions``), only their type here."""
     f: Dict[str, Any] = {"workstream": name(ws, "workstream")}
     le = ms(lease, "lease")
     if le:
@@ -138,7 +149,86 @@ def campaign(ws: Name, *, lease: Optional[float], steal: bool, if_available: boo
     t = ms(timeout, "timeout")
     if t:
         f["timeout_ms"] = t
+    p = _text(protocol, "protocol")
+    if p is not None:
+        f["protocol"] = p
+    i = _text(incident, "incident")
+    if i is not None:
+        f["incident"] = i
     return f
+
+
+class _Omit:
+    """The default of ``leader.define``'s fields: leave the stored value
+    as it is (None instead returns the field to its default)."""
+    _it: "Optional[_Omit]" = None
+
+    def __new__(cls) -> "_Omit":
+        if cls._it is None:
+            cls._it = super().__new__(cls)
+        return cls._it
+
+    def __repr__(self) -> str:
+        return "coord.OMIT"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+OMIT: Any = _Omit()
+
+STEAL_POLICIES = ("never", "incident-only", "allowed")
+ROLLOUT_MODES = ("shadow", "read-only", "active")
+
+
+def define(ws: Name, *, protocol: Any = OMIT, max_hold: Any = OMIT, steal: Any = OMIT,
+           mode: Any = OMIT, fallback: Any = OMIT, canonical_fence: Any = OMIT,
+           force: bool = False) -> Dict[str, Any]:
+    """``leader.define``: a field left at ``OMIT`` is not sent (the stored
+    value stays), None is sent as nil (back to the default), anything else
+    replaces the stored value.  ``max_hold`` in seconds (0: none)."""
+    f: Dict[str, Any] = {"workstream": name(ws, "workstream")}
+    for k, v in (("protocol", protocol), ("steal", steal), ("mode", mode),
+                 ("fallback", fallback), ("canonical_fence", canonical_fence)):
+        if v is OMIT:
+            continue
+        f[k] = NIL if v is None else _text(v, k)
+    if max_hold is not OMIT:
+        f["max_hold_ms"] = NIL if max_hold is None else ms(max_hold, "max_hold")
+    if force:
+        f["force"] = True
+    return f
+
+
+def term(ws: Name, generation: Optional[int], **fields: Any) -> Dict[str, Any]:
+    """The fields of a request on one term (renew, resign, commit, claim,
+    abandon, drain, check)."""
+    f: Dict[str, Any] = {"workstream": name(ws, "workstream"), "generation": generation or 0}
+    f.update(fields)
+    return f
+
+
+def commit(op_id: Name, key: Optional[Name], value: Optional[Payload]) -> Dict[str, Any]:
+    if value is not None and key is None:
+        raise ValueError("commit: a value needs a key")
+    f: Dict[str, Any] = {"op_id": name(op_id, "op_id")}
+    if key is not None:
+        f["key"] = name(key, "key")
+        if value is not None:
+            f["value"] = payload(value, "value")
+    return f
+
+
+def abandon(op_id: Name, reason: str) -> Dict[str, Any]:
+    return {"op_id": name(op_id, "op_id"), "reason": _text(reason, "reason") or ""}
+
+
+def limit(n: Optional[int]) -> Optional[int]:
+    if n is None:
+        return None
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError("limit must be an int >= 1")
+    return n
 
 
 # ---- replies ----
@@ -354,8 +444,10 @@ def record_list(body: Dict[str, Any]) -> List[RecordEntry]:
 
 @dataclass
 class LeaderInfo:
+    """``leader.info``: the workstream, and its live term if someone leads.
+    Durations in seconds; ``max_hold`` None when there is none."""
     generation: int                 # the last one stored
-    state: str                      # "leading" | "idle" | "disabled"
+    state: str                      # "leading" | "draining" | "idle" | "disabled"
     disabled: bool
     live_generation: Optional[int] = None
     conn: Optional[int] = None
@@ -363,13 +455,198 @@ class LeaderInfo:
     pid: Optional[int] = None
     lease_left: Optional[float] = None
     leading: Optional[float] = None
+    mode: str = "active"
+    pinned_protocol: Optional[str] = None
+    max_hold: Optional[float] = None
+    protocol: Optional[str] = None  # the live term's campaign's
+    incident: Optional[str] = None  # the live term's campaign's
+    drain_reason: Optional[str] = None   # "self" | "requested" | "max_hold"
+
+
+def _opt_str(v: Any) -> Optional[str]:
+    return v if isinstance(v, str) else None
+
+
+def _opt_uint(v: Any) -> Optional[int]:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def _hold(body: Dict[str, Any]) -> Optional[float]:
+    h = uint(body, "max_hold_ms")
+    return h / 1000.0 if h else None
 
 
 def leader_info(body: Dict[str, Any]) -> LeaderInfo:
     return LeaderInfo(uint(body, "generation"), str(body.get("state", "")),
-                      bool(body.get("disabled")), body.get("live_generation"),
-                      body.get("conn"), body.get("client"), body.get("pid"),
-                      secs(body.get("lease_left_ms")), secs(body.get("leading_ms")))
+                      bool(body.get("disabled")), _opt_uint(body.get("live_generation")),
+                      _opt_uint(body.get("conn")), _opt_str(body.get("client")),
+                      _opt_uint(body.get("pid")),
+                      secs(body.get("lease_left_ms")), secs(body.get("leading_ms")),
+                      str(body.get("mode") or "active"), _opt_str(body.get("pinned_protocol")),
+                      _hold(body), _opt_str(body.get("protocol")),
+                      _opt_str(body.get("incident")), _opt_str(body.get("drain_reason")))
+
+
+@dataclass
+class Descriptor:
+    """A workstream's stored descriptor (``define`` / ``describe``).
+    ``protocol`` is the one defined, ``pinned_protocol`` the pin in force
+    (the ratchet: the highest version granted); ``max_hold`` seconds or
+    None; ``defined`` the Unix time of the last define."""
+    workstream: Union[str, bytes]
+    protocol: Optional[str]
+    pinned_protocol: Optional[str]
+    max_hold: Optional[float]
+    steal: str
+    mode: str
+    fallback: Optional[str]
+    canonical_fence: str
+    defined: float
+
+
+def descriptor(body: Dict[str, Any]) -> Descriptor:
+    d = body.get("descriptor")
+    d = d if isinstance(d, dict) else {}
+    return Descriptor(d.get("workstream", b""), _opt_str(d.get("protocol")),
+                      _opt_str(d.get("pinned_protocol")), _hold(d),
+                      str(d.get("steal") or "allowed"), str(d.get("mode") or "active"),
+                      _opt_str(d.get("fallback")), str(d.get("canonical_fence") or "local"),
+                      uint(d, "defined_ms") / 1000.0)
+
+
+class Page(list):  # type: ignore[type-arg]
+    """A list the broker may have cut to fit its frame (``truncated``)."""
+    truncated: bool = False
+
+
+def _page(items: List[Any], truncated: Any) -> Page:
+    p = Page(items)
+    p.truncated = truncated is True
+    return p
+
+
+@dataclass
+class Term:
+    """One entry of ``leader.history`` (newest first).  ``elected`` and
+    ``ended`` are Unix seconds; a live term has ``ended == 0`` and no
+    ``reason``; ``reason`` is one of ``leader.lost``'s, ``resigned`` or
+    ``restart``."""
+    generation: int
+    client: str
+    pid: int
+    instance: str
+    mode: str
+    elected: float
+    ended: float
+    protocol: Optional[str] = None
+    reason: Optional[str] = None
+    incident: Optional[str] = None
+
+    @property
+    def live(self) -> bool:
+        return self.ended == 0 and self.reason is None
+
+
+def history(body: Dict[str, Any]) -> Page:
+    return _page([Term(uint(t, "generation"), str(t.get("client", "")), uint(t, "pid"),
+                       str(t.get("instance", "")), str(t.get("mode") or "active"),
+                       uint(t, "elected_ms") / 1000.0, uint(t, "ended_ms") / 1000.0,
+                       _opt_str(t.get("protocol")), _opt_str(t.get("reason")),
+                       _opt_str(t.get("incident")))
+                  for t in body.get("terms") or [] if isinstance(t, dict)],
+                 body.get("truncated"))
+
+
+@dataclass
+class Claim:
+    """``leader.claim``.  ``claimed``: the op is ours to do now; with
+    ``reconcile`` an earlier generation (``previous_generation``, at Unix
+    ms ``claimed_ms``) claimed it and never settled it: its effect may or
+    may not have happened, so check the external system by this op id
+    before doing it again.  Not claimed: ``applied`` (by ``generation``)
+    or ``abandoned``."""
+    op_id: Union[str, bytes]
+    claimed: bool
+    reconcile: bool = False
+    previous_generation: Optional[int] = None
+    claimed_ms: Optional[int] = None
+    applied: bool = False
+    abandoned: bool = False
+    generation: Optional[int] = None
+
+
+def claim(op_id: Union[str, bytes], body: Dict[str, Any]) -> Claim:
+    return Claim(op_id, body.get("claimed") is True, body.get("reconcile") is True,
+                 _opt_uint(body.get("previous_generation")), _opt_uint(body.get("claimed_ms")),
+                 body.get("applied") is True, body.get("abandoned") is True,
+                 _opt_uint(body.get("generation")))
+
+
+@dataclass
+class Commit:
+    """``leader.commit``: true (``applied``) when applied now.  Else
+    ``duplicate`` (applied before, by ``generation``) or ``abandoned``
+    (nothing changed)."""
+    applied: bool
+    duplicate: bool = False
+    abandoned: bool = False
+    generation: Optional[int] = None
+
+    def __bool__(self) -> bool:
+        return self.applied
+
+
+def commit_result(body: Dict[str, Any]) -> Commit:
+    return Commit(body.get("applied") is True, body.get("duplicate") is True,
+                  body.get("abandoned") is True, _opt_uint(body.get("generation")))
+
+
+@dataclass
+class Abandon:
+    """``leader.abandon``: true (``abandoned``) when the op is settled as
+    never to be done; else it was ``applied`` already, by ``generation``."""
+    abandoned: bool
+    applied: bool = False
+    generation: Optional[int] = None
+
+    def __bool__(self) -> bool:
+        return self.abandoned
+
+
+def abandon_result(body: Dict[str, Any]) -> Abandon:
+    applied = body.get("applied") is True
+    return Abandon(not applied, applied, _opt_uint(body.get("generation")))
+
+
+@dataclass
+class PendingOp:
+    """One claimed, unsettled op (``leader.pending``, oldest claim first);
+    ``live``: its claiming generation is the live one."""
+    op_id: Union[str, bytes]
+    generation: int
+    claimed_ms: int
+    live: bool
+
+
+def pending(body: Dict[str, Any]) -> Page:
+    return _page([PendingOp(o.get("op_id", b""), uint(o, "generation"), uint(o, "claimed_ms"),
+                            o.get("live") is True)
+                  for o in body.get("ops") or [] if isinstance(o, dict)],
+                 body.get("truncated"))
+
+
+@dataclass
+class Check:
+    """``leader.check``: the generation was live when the broker answered
+    (a check, not a lock: it can end a moment later)."""
+    live: bool
+    lease_left: Optional[float]
+    mode: str
+
+
+def check(body: Dict[str, Any]) -> Check:
+    return Check(body.get("live") is True, secs(body.get("lease_left_ms")),
+                 str(body.get("mode") or "active"))
 
 
 @dataclass
@@ -413,7 +690,8 @@ def channel_item(ev: Event) -> Union[Message, Lifecycle, None]:
 
 class Router:
     """Which live handle an event concerns.  Handles implement
-    ``_lost(reason)`` (locks, leaderships), ``_abort(reason)`` (flights),
+    ``_lost(reason)`` (locks; leaderships also get the incident, and
+    ``_drain(reason)`` / ``_mode(mode)``), ``_abort(reason)`` (flights),
     ``_updated(u)`` / ``_watch_lost(exc)`` (flights served stale with
     notify) and ``_push(item)`` / ``_closed(exc)`` (subscriptions).  Registration
     happens where the reply is read, before any later event is handled."""
@@ -452,7 +730,14 @@ class Router:
         elif ev.name == "leader.lost":
             h = self.leaders.pop((name_key(b.get("workstream")), uint(b, "generation")), None)
             if h is not None:
-                h._lost(str(b.get("reason", "lost")))
+                h._lost(str(b.get("reason", "lost")), _opt_str(b.get("incident")))
+        elif ev.name in ("leader.drain", "leader.mode"):
+            h = self.leaders.get((name_key(b.get("workstream")), uint(b, "generation")))
+            if h is not None:
+                if ev.name == "leader.drain":
+                    h._drain(str(b.get("reason", "requested")))
+                else:
+                    h._mode(str(b.get("mode", "")))
         elif ev.name in ("message", "lifecycle"):
             item = channel_item(ev)
             for s in list(self.subs.get(name_key(b.get("channel")), ())):

@@ -1,0 +1,44 @@
+/* breaks.h - deliberately broken behaviours, for the fault suite's own
+ * tests: does its checker catch a broker that breaks an invariant?
+ *
+ * Compiled only into the test binary coordd-broken (COORD_TEST_BREAKS,
+ * broker/meson.build); in coordd every BROKEN(x) is the constant 0 and the
+ * code behind it is gone.  coordd-broken reads COORD_TEST_BREAK=name at
+ * start; one name per invariant of the leadership fault gate:
+ *   stale-write      claims accepted whatever their generation
+ *   pending-drop     leader.pending lists nothing
+ *   mode-ignored     claims and commits accepted in shadow / read-only
+ *   no-ratchet       a newer version's grant does not raise the pin
+ *   wipe-generation  generations not floored by the id allocator
+ *   max-hold-kept    a term past its max hold is drained, never fenced
+ *   claim-applied    a claim of an applied op answers claimed (fresh)
+ *   disabled-ignored campaigns pass a disabled workstream */
+#ifndef COORD_BREAKS_H
+#define COORD_BREAKS_H
+
+#define COORD_BREAK_NAMES(X) \
+    X(STALE_WRITE, "stale-write") \
+    X(PENDING_DROP, "pending-drop") \
+    X(MODE_IGNORED, "mode-ignored") \
+    X(NO_RATCHET, "no-ratchet") \
+    X(WIPE_GENERATION, "wipe-generation") \
+    X(MAX_HOLD_KEPT, "max-hold-kept") \
+    X(CLAIM_APPLIED, "claim-applied") \
+    X(DISABLED_IGNORED, "disabled-ignored")
+
+enum {
+#define BREAK_ENUM(id, name) BREAK_BIT_##id,
+    COORD_BREAK_NAMES(BREAK_ENUM)
+#undef BREAK_ENUM
+};
+
+#ifdef COORD_TEST_BREAKS
+extern unsigned coord_breaks;
+#define BROKEN(id) ((coord_breaks >> BREAK_BIT_##id) & 1u)
+/* Reads COORD_TEST_BREAK; -1 (with the name in err) when unknown. */
+int breaks_init(char *err, size_t errsize);
+#else
+#define BROKEN(id) 0
+#endif
+
+#endif
