@@ -33,7 +33,9 @@ struct broker_options {
     size_t max_outbuf;             /* bytes queued to one client */
     unsigned handshake_ms;
     uint64_t max_data_size;        /* LMDB map cap, bytes */
-    char leader_ledger[32];        /* --ledger: "local" (LMDB) */
+    char leader_ledger[32];        /* --ledger: "local" (LMDB) or "etcd" */
+    char etcd_endpoints[1024];     /* --etcd-endpoints URL[,URL] */
+    char etcd_prefix[128];         /* --etcd-prefix (default "/coord/") */
     bool log_names_plain;          /* --log-names plain (else keyed hashes) */
 };
 

@@ -2,7 +2,8 @@
  * copies and what they own) and the choice of backend by name.
  *
  * A backend is a struct ll_backend: open, submit, close, and its name as
- * descriptors report it.  "local" is LMDB (leader-lmdb.c).  A backend
+ * descriptors report it.  "local" is LMDB (leader-lmdb.c), "etcd" a shared
+ * cluster (leader-etcd.c).  A backend
  * answers through req->done on the loop thread, never inside submit. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,7 @@ struct leader_ledger {
     void *state;
 };
 
-static const struct ll_backend *const backends[] = { &ll_backend_lmdb };
+static const struct ll_backend *const backends[] = { &ll_backend_lmdb, &ll_backend_etcd };
 
 int ll_req_init(struct ll_req *r, enum ll_op op, const uint8_t *ws, size_t ws_len,
                 const uint8_t *op_id, size_t op_len, const uint8_t *key, size_t key_len,
@@ -85,6 +86,17 @@ void ll_submit(struct leader_ledger *l, struct ll_req *r)
     r->status = 0;
     r->why = NULL;
     l->be->submit(l->state, r);
+}
+
+void ll_cancel(struct leader_ledger *l, struct ll_req *r)
+{
+    if (l->be->cancel)
+        l->be->cancel(l->state, r);
+}
+
+bool ll_reachable(const struct leader_ledger *l)
+{
+    return !l->be->reachable || l->be->reachable(l->state);
 }
 
 const char *ll_name(const struct leader_ledger *l)

@@ -15,7 +15,8 @@
  * copies of all it needs: a backend touches only the request and its own
  * storage.  The backend is chosen at start by name (leader-ledger.c):
  * "local" is LMDB (leader-lmdb.c, on the broker's ledger and its writer
- * thread).
+ * thread); "etcd" is a cluster shared by several machines' brokers
+ * (leader-etcd.c, through etcd's JSON gateway).
  *
  * What a backend decides, it decides inside its own atomic step, never from
  * the broker's memory: the generation of a commit, claim or abandon against
@@ -91,6 +92,12 @@ struct ll_req {
     struct ws_patch patch;         /* DEFINE */
     struct ws_term term;           /* BUMP: the new term (generation and mode are
                                       the backend's); TERM_END: ended_ms, reason */
+    /* BUMP, for a remote ledger where another machine may lead: */
+    uint64_t lease_ms;             /* the term's lease (the remote lease's TTL) */
+    uint64_t deadline_ms;          /* broker_now_ms when a wait gives up (0: never):
+                                      TIMEOUT, or UNAVAILABLE when out of reach */
+    bool no_wait;                  /* if_available: busy instead of waiting */
+    bool steal;                    /* take the term from another machine */
     /* out */
     int status;
     const char *why;               /* STORAGE: the ledger's words, or NULL */
@@ -107,9 +114,12 @@ struct ll_req {
     struct ws_term *terms;         /* HISTORY: n_out entries, owned by the request */
     size_t n_out;
     bool truncated;                /* PENDING: more than limit */
+    bool busy;                     /* BUMP with no_wait: another machine leads
+                                      (status 0, nothing stored) */
     /* the backend's */
     struct ledger_job job;
     struct ll_req *next_done;
+    void *be;
 };
 
 /* Fills r with copies of ws and the op's bytes (each may be NULL/0).
@@ -131,14 +141,27 @@ struct ll_backend {
     int (*open)(void **state, struct broker *b, char *err, size_t errsize);
     void (*submit)(void *state, struct ll_req *r);
     void (*close)(void *state);
+    /* optional: the caller no longer wants r (a campaign cancelled while its
+     * BUMP waits); r is still answered, ABORTED unless already decided */
+    void (*cancel)(void *state, struct ll_req *r);
+    /* optional: false while the ledger is out of reach (else reachable) */
+    bool (*reachable)(void *state);
 };
-extern const struct ll_backend ll_backend_lmdb;
+extern const struct ll_backend ll_backend_lmdb, ll_backend_etcd;
+
+/* leaders.c: a backend's word that a term it granted is over although
+ * nobody ended it here (its remote lease could have expired: reason
+ * REASON_LEDGER_UNAVAILABLE; another machine took or disabled it).  The
+ * live leader of that generation, if any, is fenced and told. */
+void ll_term_lost(const uint8_t *ws, size_t ws_len, uint64_t generation, int reason);
 
 /* The backend b->opt.leader_ledger names.  0, or -1 with err filled. */
 int ll_open(struct leader_ledger **out, struct broker *b, char *err, size_t errsize);
 void ll_submit(struct leader_ledger *l, struct ll_req *r);
 /* Its name, as descriptors report it (canonical_fence). */
 const char *ll_name(const struct leader_ledger *l);
+void ll_cancel(struct leader_ledger *l, struct ll_req *r);
+bool ll_reachable(const struct leader_ledger *l);
 /* Before the ledger closes: answers what is pending, frees l. */
 void ll_close(struct leader_ledger *l);
 

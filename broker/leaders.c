@@ -60,6 +60,10 @@ struct campaign {
     uint16_t incident_len;         /* an incident campaign's text */
     uint8_t incident[LIMIT_INCIDENT];
     struct list lead_link;         /* conn->leads while leading */
+    /* for a remote ledger, where the bump may wait for another machine's
+     * term: the campaign's timeout (broker_now_ms, 0: none) and options */
+    uint64_t deadline_ms;
+    bool if_available, steal;
 };
 
 struct leader_counters leader_counts;
@@ -102,6 +106,11 @@ void leaders_stats(coord_enc *e)
 {
     const struct leader_counters *n = &leader_counts;
     coord_enc_kv_uint(e, "workstreams", W.streams.count);
+    /* which ledger, and whether it answers (coordctl status) */
+    if (W.ledger) {
+        coord_enc_kv_cstr(e, "ledger", ll_name(W.ledger));
+        coord_enc_kv_bool(e, "ledger_reachable", ll_reachable(W.ledger));
+    }
     coord_enc_kv_uint(e, "leaders_elected", n->elected);
     coord_enc_kv_uint(e, "leaders_lost", n->lost);
     coord_enc_kv_uint(e, "commits_applied", n->commits);
@@ -408,6 +417,11 @@ static void start_bump(struct campaign *cp)
     }
     cp->bump.generation = BROKEN(WIPE_GENERATION) ? 0 : ids_next();   /* the floor */
     cp->bump.incident = cp->incident_len > 0 || BROKEN(DISABLED_IGNORED);
+    /* a remote ledger's term lease, and how its wait for another machine ends */
+    cp->bump.lease_ms = capped_lease(cp->ws, cp->lease_ms);
+    cp->bump.deadline_ms = cp->deadline_ms;
+    cp->bump.no_wait = cp->if_available;
+    cp->bump.steal = cp->steal;
     t->pid = c->pid;
     t->elected_ms = wall_ms();
     t->protocol = cp->protocol;
@@ -440,6 +454,17 @@ static void bump_done(struct ll_req *req)
     struct campaign *cp = req->ud;
     struct workstream *ws = cp->ws;
     int status = req->status;
+    if (status == 0 && req->busy) {
+        /* if_available, and another machine leads (a remote ledger) */
+        if (!cp->gone) {
+            pending_finish(&cp->p);
+            locks_reply_refused(cp->conn, cp->p.rid, LOCK_NOT_AVAILABLE);
+        }
+        if (!cp->lock_lost)
+            locks_release(&cp->lock);
+        campaign_free(cp);
+        return;
+    }
     if (status == 0) {
         ws->generation = req->out_generation;
         ws->desc = req->desc;          /* the ratchet may have moved */
@@ -544,6 +569,8 @@ static void campaign_leave(struct pending *p, int code)
         conn_reply_error(cp->conn, p->rid, code, NULL);
     if (cp->state == CAMPAIGN_BUMPING) {
         cp->gone = true;               /* bump_done cleans up */
+        if (W.ledger)                  /* a remote bump may wait: answered soon */
+            ll_cancel(W.ledger, &cp->bump);
         return;
     }
     locks_release(&cp->lock);
@@ -562,6 +589,19 @@ void leaders_conn_closed(struct conn *c)
         leader_end(ws, REASON_DISCONNECTED, false, false);
         leaders_ws_unref(ws);
     }
+}
+
+/* A remote ledger says the term gen is over (its lease could have expired,
+ * another machine disabled or took it): fence and tell the leader. */
+void ll_term_lost(const uint8_t *key, size_t len, uint64_t gen, int reason)
+{
+    struct hentry *h = hashmap_get(&W.streams, key, len);
+    struct workstream *ws = h ? (struct workstream *)h : NULL;
+    if (!ws || !ws->live_generation || ws->live_generation != gen)
+        return;
+    ws->refs++;
+    leader_end(ws, (enum reason)reason, true, false);
+    leaders_ws_unref(ws);
 }
 
 /* ---- requests and their workstream ---- */
@@ -723,6 +763,9 @@ static void run_campaign(struct lreq *q, struct workstream *ws)
     cp->conn = c;
     c->refs++;
     cp->lease_ms = q->lease_ms;
+    cp->deadline_ms = q->have_timeout ? broker_now_ms(W.b) + q->timeout_ms : 0;
+    cp->if_available = q->if_available;
+    cp->steal = q->steal;
     cp->protocol = q->protocol;
     cp->incident_len = (uint16_t)q->text_len;
     if (q->text_len)

@@ -32,7 +32,11 @@ static void usage(FILE *f)
 "  --max-data-size BYTES   cap of the LMDB ledger (default 4294967296, at least\n"
 "                          1048576); past it writes fail with STORAGE\n"
 "  --ledger NAME           where leadership's generations and commits live:\n"
-"                          local (LMDB in the data dir, the default)\n"
+"                          local (LMDB in the data dir, the default) or etcd\n"
+"                          (shared by the brokers of several machines)\n"
+"  --etcd-endpoints URLS   etcd's client URLs, comma-separated\n"
+"                          (http://127.0.0.1:2379,...), for --ledger etcd\n"
+"  --etcd-prefix P         the ledger's keys in etcd start with P (default /coord/)\n"
 "  --log-names hash|plain  names, keys and client text in the log as keyed\n"
 "                          hashes (the default) or as they are (debugging)\n"
 "  --version, --help\n");
@@ -87,11 +91,12 @@ int main(int argc, char **argv)
     opt.max_outbuf = 16u << 20;
     opt.handshake_ms = 5000;
     strcpy(opt.leader_ledger, "local");
+    strcpy(opt.etcd_prefix, "/coord/");
     opt.max_data_size = LEDGER_DEFAULT_DATA_SIZE;
     const char *socket_arg = NULL, *data_arg = NULL;
 
     enum { O_FG = 1, O_SOCK, O_DATA, O_IDLE, O_READY, O_LOG, O_FRAME, O_CONNS,
-           O_PENDING, O_OUTBUF, O_HANDSHAKE, O_DATASIZE, O_LEDGER, O_LOGNAMES, O_VERSION, O_HELP };
+           O_PENDING, O_OUTBUF, O_HANDSHAKE, O_DATASIZE, O_LEDGER, O_LOGNAMES, O_VERSION, O_HELP, O_ETCD_EP, O_ETCD_PREFIX };
     static const struct option longopts[] = {
         { "foreground", no_argument, NULL, O_FG },
         { "socket", required_argument, NULL, O_SOCK },
@@ -109,6 +114,8 @@ int main(int argc, char **argv)
         { "log-names", required_argument, NULL, O_LOGNAMES },
         { "version", no_argument, NULL, O_VERSION },
         { "help", no_argument, NULL, O_HELP },
+        { "etcd-endpoints", required_argument, NULL, O_ETCD_EP },
+        { "etcd-prefix", required_argument, NULL, O_ETCD_PREFIX },
         { NULL, 0, NULL, 0 },
     };
     int ch;
@@ -142,6 +149,16 @@ int main(int argc, char **argv)
         case O_LOGNAMES:
             opt.log_names_plain = strcmp(optarg, "plain") == 0;
             bad = !opt.log_names_plain && strcmp(optarg, "hash") != 0;
+            break;
+        case O_ETCD_EP:
+            bad = strlen(optarg) >= sizeof opt.etcd_endpoints;
+            if (!bad)
+                strcpy(opt.etcd_endpoints, optarg);
+            break;
+        case O_ETCD_PREFIX:
+            bad = !*optarg || strlen(optarg) >= sizeof opt.etcd_prefix;
+            if (!bad)
+                strcpy(opt.etcd_prefix, optarg);
             break;
         case O_VERSION: printf("coordd %s\n", COORD_VERSION); return 0;
         case O_HELP: usage(stdout); return 0;

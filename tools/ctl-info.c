@@ -79,6 +79,12 @@ int cmd_status(struct ctl *ctl, int argc, char **argv)
     ctl_table_addf(&t, "epoch", "%llu", (unsigned long long)v);
     if (coord_map_uint(m, "connections", &v))
         ctl_table_addf(&t, "connections", "%llu", (unsigned long long)v);
+    /* the leader ledger: local (LMDB) or etcd, and whether it answers */
+    bool reachable;
+    if (coord_map_str(m, "ledger", &s, &n))
+        ctl_table_addf(&t, "ledger", "%.*s (%s)", (int)n, s,
+                       !coord_map_bool(m, "ledger_reachable", &reachable) || reachable
+                       ? "reachable" : "UNREACHABLE");
     ctl_table_add(&t, "socket", ctl->socket);
     rc = ctl_table_print(&t);
     coord_reply_free(reply);

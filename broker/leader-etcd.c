@@ -1,0 +1,1618 @@
+/* leader-etcd.c - the "etcd" leader ledger: generations, descriptors,
+ * commits, claims, pending lists, history and the disabled flag of every
+ * workstream in an etcd cluster that the brokers of several machines
+ * share (etcd-http.c: the v3 JSON gateway on the loop).
+ *
+ * The fence.  One contested leader key per workstream, bound to an etcd
+ * lease of the term's own: a term's generation is that key's
+ * create_revision, strictly increasing cluster-wide.  Every write is one
+ * Txn whose compares are the fence: the leader key's create_revision is
+ * the writer's generation, the op key is absent (at most once), the
+ * read-only marker is absent (the rollout mode).  Whatever the compares
+ * refuse is read back in the Txn's failure branch and named (FENCED,
+ * READ_ONLY, duplicate, abandoned): decided inside etcd, never from this
+ * broker's memory.
+ *
+ * A campaign (LL_BUMP) reads the workstream, checks the disabled flag and
+ * the pin, grants a lease (TTL: the term's lease, in seconds, rounded up)
+ * and creates the leader key in a Txn that compares everything it read.
+ * While another machine's term holds the key the bump waits here,
+ * re-reading every ETCD_POLL_MS, until the key is gone (resigned, or its
+ * lease expired), its deadline passes (TIMEOUT; UNAVAILABLE when etcd was
+ * out of reach), or it is cancelled.  A bump whose Txn outcome was lost
+ * recognises its own lease on the key when it reads again.
+ *
+ * Terms granted here are kept alive: every TTL/3 a lease keepalive and a
+ * read of the leader key.  The term is lost, and leaders.c told
+ * (ll_term_lost), at the latest at (send time of the last acknowledged
+ * keepalive + TTL - margin) on the loop's monotonic clock, at a keepalive
+ * answered without TTL (the lease is gone), or when the key is no longer
+ * the term's (another machine disabled or stole it).  A term's end
+ * revokes its lease, which deletes its leader key.
+ *
+ * Fail closed: a call that etcd does not answer is UNAVAILABLE (for a
+ * write the outcome is unknown; the op id settles a retry at most once);
+ * nothing is ever decided or applied from local state instead.
+ *
+ * Keys (P the prefix, W the scoped workstream in hex, N a name in hex):
+ *   P w/W/leader        the term's broker and history token; lease-bound
+ *   P w/W/desc          descriptor (ws_desc_encode)
+ *   P w/W/ro            present while the mode is not active
+ *   P w/W/disabled      "1" disabled, "0" enabled
+ *   P w/W/hist/T        a term (ws_term_encode); generation = its create_revision
+ *   P w/W/kv/N          generation u64 BE + value
+ *   P w/W/op/N          generation u64 BE (applied: kept, the at-most-once record)
+ *   P w/W/pend/N        generation u64, claimed_ms u64 (claimed, unsettled;
+ *                       oldest first by create_revision)
+ *   P w/W/aband/N       generation u64, ms u64, reason (abandoned)
+ * What is no longer needed goes: settled claims leave pend/, history is
+ * trimmed to LIMIT_HISTORY, a term's leader key goes with its lease, and
+ * old revisions are compacted (keeping the last ETCD_COMPACT_KEEP). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include "broker.h"
+#include "coord-limits.h"
+#include "errors.h"
+#include "etcd-http.h"
+#include "leader-ledger.h"
+#include "reasons.h"
+#include "records.h"
+#include "skey.h"
+
+/* One timer runs waiting bumps, keepalives, the probe and compaction. */
+#define ETCD_TICK_MS 50
+/* A bump waiting for another machine's term reads the key again this often. */
+#define ETCD_POLL_MS 100
+/* After etcd did not answer, a wait or keepalive tries again this soon. */
+#define ETCD_RETRY_MS 250
+/* One call, every endpoint tried included. */
+#define ETCD_CALL_MS 2000
+/* An idle broker asks etcd this often whether it is there (coordctl status). */
+#define ETCD_PROBE_MS 1000
+/* Compaction: at most this often, keeping this many revisions (nothing
+ * here reads an old revision; other users of the cluster may watch). */
+#define ETCD_COMPACT_MS 30000
+#define ETCD_COMPACT_KEEP 10000
+/* Attempts of a read-check-write that others keep changing. */
+#define ETCD_MAX_ATTEMPTS 32
+/* A key: prefix, "w/", the scoped workstream in hex, "/kind/", a name
+ * (op id, key, history token) in hex. */
+#define WS_BYTES_MAX (SKEY_HEADER + LIMIT_WORKSTREAM)
+#define NAME_BYTES_MAX 256
+#define EKEY_MAX (128 + 2 + 2 * WS_BYTES_MAX + 10 + 2 * NAME_BYTES_MAX + 1)
+/* At exit, a live term's lease is revoked within this (else it expires). */
+#define ETCD_EXIT_REVOKE_MS 200
+
+struct eterm;
+
+struct etcd_ll {
+    struct broker *b;
+    struct etcd *http;
+    char prefix[128];
+    uv_timer_t tick;
+    uv_idle_t idle;                /* answers, never inside submit */
+    struct ll_req *done_head, *done_tail;
+    struct list ops;               /* struct eop, every one not answered */
+    struct list terms;             /* struct eterm, granted here */
+    uint64_t nonce, seq;
+    uint64_t revision, compacted;  /* the highest revision seen, the last compacted */
+    uint64_t next_probe, next_compact;
+    bool probing, compacting, closing;
+    unsigned handles;              /* tick + idle, until closed */
+};
+
+enum phase { PH_READ, PH_LEASE, PH_TXN, PH_STEAL, PH_FIX, PH_WAIT, PH_TERM_HIST, PH_DONE };
+
+/* A request in progress (r->be). */
+struct eop {
+    struct etcd_ll *E;
+    struct ll_req *r;
+    struct list link;              /* E->ops */
+    enum phase phase;
+    unsigned attempts;
+    bool inflight, cancelled, unreachable;
+    uint64_t next_at;              /* PH_WAIT: when to read again */
+    /* bump */
+    int64_t lease;
+    uint64_t ttl_ms, lease_sent;
+    char token[40];
+    uint64_t leader_create, desc_mod, dis_mod, last_mod, hist_count;
+    char *last_key, *oldest_key;   /* history: the newest entry, the oldest */
+    struct ws_term last;
+    bool last_live;
+    /* claim / define */
+    uint64_t pend_mod, pend_gen, pend_ms, put_rev;
+};
+
+/* A term granted here, kept alive until it ends. */
+struct eterm {
+    struct list link;              /* E->terms */
+    struct etcd_ll *E;
+    uint8_t *ws;
+    size_t ws_len;
+    uint64_t generation;
+    int64_t lease;
+    uint64_t ttl_ms, acked_sent, ka_sent, next_ka;
+    char token[40];
+    struct ws_term term;
+    bool ka_inflight, check_inflight, lost, ended;
+    unsigned end_calls;            /* the end's calls in flight */
+    struct ll_req *end_req;        /* the TERM_END answered once they are back */
+};
+
+static void step(struct eop *o);
+
+/* ---- keys and JSON ---- */
+
+static void hex(char *out, const uint8_t *p, size_t n)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        *out++ = digits[p[i] >> 4];
+        *out++ = digits[p[i] & 15];
+    }
+    *out = 0;
+}
+
+/* P w/W/kind[/N]: kind may end in "/" (a prefix) */
+static void ekey(char *out, const struct etcd_ll *E, const uint8_t *ws, size_t wl,
+                 const char *kind, const uint8_t *name, size_t nl)
+{
+    char wh[2 * WS_BYTES_MAX + 1], nh[2 * NAME_BYTES_MAX + 1];
+    hex(wh, ws, wl < WS_BYTES_MAX ? wl : WS_BYTES_MAX);
+    nh[0] = 0;
+    if (name)
+        hex(nh, name, nl < NAME_BYTES_MAX ? nl : NAME_BYTES_MAX);
+    snprintf(out, EKEY_MAX, "%.127sw/%s/%.8s%s%s", E->prefix, wh, kind, name ? "/" : "", nh);
+}
+
+#define KEY(var, r, kind, name, nl) \
+    char var[EKEY_MAX]; ekey(var, o->E, (r)->ws, (r)->ws_len, kind, name, nl)
+
+static json_t *jb64(const void *p, size_t n)
+{
+    char *s = etcd_b64(p, n);
+    json_t *j = s ? json_string(s) : NULL;
+    free(s);
+    return j;
+}
+
+/* the end of the range of keys starting with k */
+static json_t *jend(const char *k)
+{
+    size_t n = strlen(k);
+    char *e = strdup(k);
+    if (!e)
+        return NULL;
+    e[n - 1]++;
+    json_t *j = jb64(e, n);
+    free(e);
+    return j;
+}
+
+static json_t *jnumstr(uint64_t v)
+{
+    char b[24];
+    snprintf(b, sizeof b, "%llu", (unsigned long long)v);
+    return json_string(b);
+}
+
+/* compare: target "CREATE", "MOD" or "VERSION" of key equals v */
+static json_t *cmp(const char *key, const char *target, uint64_t v)
+{
+    const char *field = strcmp(target, "CREATE") == 0 ? "create_revision"
+                        : strcmp(target, "MOD") == 0 ? "mod_revision" : "version";
+    json_t *c = json_object();
+    json_object_set_new(c, "key", jb64(key, strlen(key)));
+    json_object_set_new(c, "target", json_string(target));
+    json_object_set_new(c, "result", json_string("EQUAL"));
+    json_object_set_new(c, field, jnumstr(v));
+    return c;
+}
+
+enum { R_KEYS_ONLY = 1, R_COUNT_ONLY = 2, R_NEWEST = 4, R_OLDEST = 8, R_PREFIX = 16 };
+
+static json_t *range_body(const char *key, unsigned flags, uint64_t limit)
+{
+    json_t *r = json_object();
+    json_object_set_new(r, "key", jb64(key, strlen(key)));
+    if (flags & R_PREFIX)
+        json_object_set_new(r, "range_end", jend(key));
+    if (limit)
+        json_object_set_new(r, "limit", jnumstr(limit));
+    if (flags & (R_NEWEST | R_OLDEST)) {
+        json_object_set_new(r, "sort_target", json_string("CREATE"));
+        json_object_set_new(r, "sort_order", json_string(flags & R_NEWEST ? "DESCEND"
+                                                                           : "ASCEND"));
+    }
+    if (flags & R_KEYS_ONLY)
+        json_object_set_new(r, "keys_only", json_true());
+    if (flags & R_COUNT_ONLY)
+        json_object_set_new(r, "count_only", json_true());
+    return r;
+}
+
+static json_t *op_range(const char *key, unsigned flags, uint64_t limit)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "request_range", range_body(key, flags, limit));
+    return o;
+}
+
+static json_t *op_put(const char *key, const void *val, size_t vlen, int64_t lease)
+{
+    json_t *p = json_object();
+    json_object_set_new(p, "key", jb64(key, strlen(key)));
+    json_object_set_new(p, "value", jb64(val, vlen));
+    if (lease)
+        json_object_set_new(p, "lease", jnumstr((uint64_t)lease));
+    json_t *o = json_object();
+    json_object_set_new(o, "request_put", p);
+    return o;
+}
+
+static json_t *op_del(const char *key)
+{
+    json_t *d = json_object();
+    json_object_set_new(d, "key", jb64(key, strlen(key)));
+    json_t *o = json_object();
+    json_object_set_new(o, "request_delete_range", d);
+    return o;
+}
+
+struct txn { json_t *root, *cmp, *ok, *fail; };
+
+static void txn_init(struct txn *t)
+{
+    t->root = json_object();
+    t->cmp = json_array();
+    t->ok = json_array();
+    t->fail = json_array();
+    json_object_set_new(t->root, "compare", t->cmp);
+    json_object_set_new(t->root, "success", t->ok);
+    json_object_set_new(t->root, "failure", t->fail);
+}
+
+/* 64-bit numbers come back as strings; absent is 0 */
+static uint64_t jnum(json_t *o, const char *field)
+{
+    json_t *v = o ? json_object_get(o, field) : NULL;
+    if (json_is_string(v))
+        return strtoull(json_string_value(v), NULL, 10);
+    if (json_is_integer(v))
+        return (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+struct kv {
+    bool found;
+    uint64_t create, mod;
+    int64_t lease;
+    char *key;                     /* decoded, NUL-terminated */
+    uint8_t *val;
+    size_t vlen;
+};
+
+static void kv_free(struct kv *k)
+{
+    free(k->key);
+    free(k->val);
+    memset(k, 0, sizeof *k);
+}
+
+/* One kvs entry into k.  0, or -1 when it does not decode. */
+static int kv_decode(json_t *e, struct kv *k)
+{
+    memset(k, 0, sizeof *k);
+    k->found = true;
+    k->create = jnum(e, "create_revision");
+    k->mod = jnum(e, "mod_revision");
+    k->lease = (int64_t)jnum(e, "lease");
+    const char *key = json_string_value(json_object_get(e, "key"));
+    const char *val = json_string_value(json_object_get(e, "value"));
+    size_t kn;
+    if (!key || etcd_unb64(key, (uint8_t **)&k->key, &kn) < 0)
+        return -1;
+    k->key[kn] = 0;
+    if (etcd_unb64(val ? val : "", &k->val, &k->vlen) < 0)
+        return -1;
+    return 0;
+}
+
+/* The i-th response of a Txn answer, of kind ("response_range", ...). */
+static json_t *txn_resp(json_t *j, size_t i, const char *kind)
+{
+    json_t *rs = json_object_get(j, "responses");
+    json_t *one = json_array_get(rs, i);
+    return one ? json_object_get(one, kind) : NULL;
+}
+
+/* The first kv of the i-th response (a range) into k (found false when
+ * empty); *count its count when asked.  0, or -1 malformed. */
+static int txn_kv(json_t *j, size_t i, struct kv *k, uint64_t *count)
+{
+    memset(k, 0, sizeof *k);
+    json_t *rr = txn_resp(j, i, "response_range");
+    if (count)
+        *count = jnum(rr, "count");
+    json_t *kvs = rr ? json_object_get(rr, "kvs") : NULL;
+    json_t *first = json_array_get(kvs, 0);
+    if (!first)
+        return 0;
+    return kv_decode(first, k);
+}
+
+static void saw_revision(struct etcd_ll *E, json_t *j)
+{
+    json_t *h = json_object_get(j, "header");
+    if (!h) {
+        json_t *res = json_object_get(j, "result");
+        h = res ? json_object_get(res, "header") : NULL;
+    }
+    uint64_t rev = jnum(h, "revision");
+    if (rev > E->revision)
+        E->revision = rev;
+}
+
+static uint64_t header_revision(json_t *j)
+{
+    return jnum(json_object_get(j, "header"), "revision");
+}
+
+/* ---- answers ---- */
+
+static void on_idle(uv_idle_t *h)
+{
+    struct etcd_ll *E = h->data;
+    struct ll_req *r = E->done_head;
+    E->done_head = E->done_tail = NULL;
+    uv_idle_stop(&E->idle);
+    while (r) {
+        struct ll_req *next = r->next_done;
+        r->done(r);
+        r = next;
+    }
+}
+
+static void queue_done(struct etcd_ll *E, struct ll_req *r)
+{
+    r->next_done = NULL;
+    if (E->done_tail)
+        E->done_tail->next_done = r;
+    else
+        E->done_head = r;
+    E->done_tail = r;
+    uv_idle_start(&E->idle, on_idle);
+}
+
+static void lease_revoke(struct etcd_ll *E, int64_t lease);
+
+static void op_free(struct eop *o)
+{
+    list_del(&o->link);
+    free(o->last_key);
+    free(o->oldest_key);
+    free(o);
+}
+
+static void answer(struct eop *o, int status)
+{
+    struct ll_req *r = o->r;
+    struct etcd_ll *E = o->E;
+    r->status = status;
+    r->be = NULL;
+    /* a bump that did not grant gives its lease back */
+    if (r->op == LL_BUMP && o->lease && (status || r->busy))
+        lease_revoke(E, o->lease);
+    op_free(o);
+    queue_done(E, r);
+}
+
+static void answer_why(struct eop *o, int status, const char *why)
+{
+    o->r->why = why;
+    answer(o, status);
+}
+
+/* etcd did not answer */
+static void answer_unreachable(struct eop *o)
+{
+    answer_why(o, COORD_EUNAVAILABLE, "the etcd ledger is out of reach (outcome unknown)");
+}
+
+static void answer_malformed(struct eop *o)
+{
+    answer_why(o, COORD_ESTORAGE, "etcd sent an answer that does not decode");
+}
+
+/* ---- calls ---- */
+
+static void on_reply(void *ud, enum etcd_status st, long http, json_t *j);
+
+static void post(struct eop *o, const char *path, json_t *body, bool idempotent)
+{
+    o->inflight = true;
+    etcd_post(o->E->http, path, body, idempotent, ETCD_CALL_MS, on_reply, o);
+}
+
+/* fire and forget */
+static void on_ignore(void *ud, enum etcd_status st, long http, json_t *j)
+{
+    (void)ud; (void)st; (void)http; (void)j;
+}
+
+static void lease_revoke(struct etcd_ll *E, int64_t lease)
+{
+    if (E->closing)
+        return;
+    json_t *b = json_object();
+    json_object_set_new(b, "ID", jnumstr((uint64_t)lease));
+    etcd_post(E->http, "/v3/lease/revoke", b, true, ETCD_CALL_MS, on_ignore, NULL);
+}
+
+/* ---- terms kept alive ---- */
+
+static struct eterm *term_find(struct etcd_ll *E, const uint8_t *ws, size_t wl, uint64_t gen)
+{
+    struct list *pos, *tmp;
+    list_for_each_safe(pos, tmp, &E->terms) {
+        struct eterm *t = list_entry(pos, struct eterm, link);
+        if (t->generation == gen && t->ws_len == wl && memcmp(t->ws, ws, wl) == 0)
+            return t;
+    }
+    return NULL;
+}
+
+static void term_maybe_free(struct eterm *t)
+{
+    if (!t->ended || t->ka_inflight || t->check_inflight || t->end_calls)
+        return;
+    list_del(&t->link);
+    free(t->ws);
+    free(t);
+}
+
+static void on_term_end_call(void *ud, enum etcd_status st, long http, json_t *j)
+{
+    struct eterm *t = ud;
+    (void)http; (void)j;
+    t->end_calls--;
+    if (t->end_req && st != ETCD_OK)
+        t->end_req->status = COORD_EUNAVAILABLE;
+    if (!t->end_calls && t->end_req) {
+        queue_done(t->E, t->end_req);
+        t->end_req = NULL;
+    }
+    term_maybe_free(t);
+}
+
+/* The term is over: its history entry says how (unless trimmed away), its
+ * lease goes (and with it the leader key).  r, when given, is answered
+ * once both calls are back. */
+static void term_end(struct eterm *t, uint64_t ended_ms, uint8_t reason, struct ll_req *r)
+{
+    struct etcd_ll *E = t->E;
+    t->ended = true;
+    t->end_req = r;
+    if (r)
+        r->status = 0;
+    if (E->closing) {
+        if (r)
+            queue_done(E, r);
+        t->end_req = NULL;
+        term_maybe_free(t);
+        return;
+    }
+    struct ws_term tm = t->term;
+    tm.ended_ms = ended_ms;
+    tm.reason = reason;
+    uint8_t buf[WS_TERM_MAX];
+    char hk[EKEY_MAX];
+    ekey(hk, E, t->ws, t->ws_len, "hist", (const uint8_t *)t->token, strlen(t->token));
+    struct txn x;
+    txn_init(&x);
+    json_array_append_new(x.cmp, cmp(hk, "CREATE", t->generation));
+    json_array_append_new(x.ok, op_put(hk, buf, ws_term_encode(&tm, buf), 0));
+    t->end_calls = 2;
+    etcd_post(E->http, "/v3/kv/txn", x.root, true, ETCD_CALL_MS, on_term_end_call, t);
+    json_t *b = json_object();
+    json_object_set_new(b, "ID", jnumstr((uint64_t)t->lease));
+    etcd_post(E->http, "/v3/lease/revoke", b, true, ETCD_CALL_MS, on_term_end_call, t);
+}
+
+static void term_lost(struct eterm *t, int reason)
+{
+    if (t->lost || t->ended)
+        return;
+    t->lost = true;
+    log_event(LOG_WARN, "leader.etcd_term_lost", "generation=%llu reason=%s",
+              (unsigned long long)t->generation, reason_name((enum reason)reason));
+    /* leaders.c fences and tells the leader; its term end comes back here */
+    ll_term_lost(t->ws, t->ws_len, t->generation, reason);
+    if (!t->ended)
+        term_end(t, wall_ms(), (uint8_t)reason, NULL);
+}
+
+static uint64_t term_margin(const struct eterm *t)
+{
+    uint64_t m = t->ttl_ms / 5;
+    return m < 2 * ETCD_TICK_MS ? 2 * ETCD_TICK_MS : m;
+}
+
+static void on_keepalive(void *ud, enum etcd_status st, long http, json_t *j)
+{
+    struct eterm *t = ud;
+    (void)http;
+    t->ka_inflight = false;
+    uint64_t now = uv_now(t->E->b->loop);
+    if (st == ETCD_OK && !t->ended) {
+        json_t *res = json_object_get(j, "result");
+        uint64_t ttl = jnum(res ? res : j, "TTL");
+        saw_revision(t->E, j);
+        if (ttl == 0) {
+            term_lost(t, REASON_LEDGER_UNAVAILABLE);   /* the lease is gone */
+        } else {
+            t->acked_sent = t->ka_sent;
+            t->next_ka = t->ka_sent + t->ttl_ms / 3;
+        }
+    } else if (!t->ended) {
+        t->next_ka = now + ETCD_RETRY_MS;
+    }
+    term_maybe_free(t);
+}
+
+static void on_check(void *ud, enum etcd_status st, long http, json_t *j)
+{
+    struct eterm *t = ud;
+    (void)http;
+    t->check_inflight = false;
+    if (st == ETCD_OK && !t->ended) {
+        struct kv leader, dis;
+        if (txn_kv(j, 0, &leader, NULL) == 0 && txn_kv(j, 1, &dis, NULL) == 0) {
+            bool disabled = dis.found && dis.vlen == 1 && dis.val[0] == '1';
+            if (!leader.found || leader.create != t->generation)
+                term_lost(t, disabled ? REASON_DISABLED : REASON_STOLEN);
+        }
+        kv_free(&leader);
+        kv_free(&dis);
+    }
+    term_maybe_free(t);
+}
+
+static void term_tick(struct eterm *t, uint64_t now)
+{
+    if (t->ended || t->lost)
+        return;
+    if (now >= t->acked_sent + t->ttl_ms - term_margin(t)) {
+        term_lost(t, REASON_LEDGER_UNAVAILABLE);
+        return;
+    }
+    if (now < t->next_ka || t->ka_inflight)
+        return;
+    struct etcd_ll *E = t->E;
+    t->ka_inflight = true;
+    t->ka_sent = now;
+    t->next_ka = now + t->ttl_ms / 3;
+    json_t *b = json_object();
+    json_object_set_new(b, "ID", jnumstr((uint64_t)t->lease));
+    uint64_t left = t->acked_sent + t->ttl_ms - now;
+    etcd_post(E->http, "/v3/lease/keepalive", b, true, left < ETCD_CALL_MS ? left : ETCD_CALL_MS,
+              on_keepalive, t);
+    if (!t->check_inflight) {
+        char lk[EKEY_MAX], dk[EKEY_MAX];
+        ekey(lk, E, t->ws, t->ws_len, "leader", NULL, 0);
+        ekey(dk, E, t->ws, t->ws_len, "disabled", NULL, 0);
+        struct txn x;
+        txn_init(&x);
+        json_array_append_new(x.ok, op_range(lk, R_KEYS_ONLY, 0));
+        json_array_append_new(x.ok, op_range(dk, 0, 0));
+        t->check_inflight = true;
+        etcd_post(E->http, "/v3/kv/txn", x.root, true, ETCD_CALL_MS, on_check, t);
+    }
+}
+
+/* ---- the ops ---- */
+
+static void put_u64s(uint8_t *b, uint64_t a, uint64_t c)
+{
+    put_be64(b, a);
+    put_be64(b + 8, c);
+}
+
+/* LOAD, and BUMP's read: leader, desc, disabled, the newest and oldest
+ * history entries */
+static void send_read(struct eop *o)
+{
+    struct ll_req *r = o->r;
+    KEY(lk, r, "leader", NULL, 0);
+    KEY(dk, r, "desc", NULL, 0);
+    KEY(xk, r, "disabled", NULL, 0);
+    KEY(hk, r, "hist/", NULL, 0);
+    struct txn x;
+    txn_init(&x);
+    json_array_append_new(x.ok, op_range(lk, 0, 0));
+    json_array_append_new(x.ok, op_range(dk, 0, 0));
+    json_array_append_new(x.ok, op_range(xk, 0, 0));
+    json_array_append_new(x.ok, op_range(hk, R_PREFIX | R_NEWEST, 1));
+    json_array_append_new(x.ok, op_range(hk, R_PREFIX | R_OLDEST | R_KEYS_ONLY, 1));
+    post(o, "/v3/kv/txn", x.root, true);
+}
+
+static int desc_of(const struct kv *k, struct ws_desc *d)
+{
+    if (!k->found) {
+        ws_desc_default(d);
+        return 0;
+    }
+    return ws_desc_decode(d, k->val, k->vlen);
+}
+
+static bool is_disabled(const struct kv *k)
+{
+    return k->found && k->vlen == 1 && k->val[0] == '1';
+}
+
+static void load_read(struct eop *o, json_t *j)
+{
+    struct ll_req *r = o->r;
+    struct kv leader, desc, dis, newest;
+    int bad = txn_kv(j, 0, &leader, NULL) | txn_kv(j, 1, &desc, NULL) |
+              txn_kv(j, 2, &dis, NULL) | txn_kv(j, 3, &newest, NULL);
+    uint64_t g = leader.create;
+    if (newest.create > g) g = newest.create;
+    if (dis.mod > g) g = dis.mod;
+    r->out_generation = g;
+    r->out_disabled = is_disabled(&dis);
+    if (!bad && desc_of(&desc, &r->desc) < 0)
+        bad = -1;
+    kv_free(&leader);
+    kv_free(&desc);
+    kv_free(&dis);
+    kv_free(&newest);
+    if (bad)
+        answer_malformed(o);
+    else
+        answer(o, 0);
+}
+
+/* bump: the read is in; decide, then lease, then the Txn */
+static void bump_read(struct eop *o, json_t *j)
+{
+    struct ll_req *r = o->r;
+    struct kv leader, desc, dis, newest, oldest;
+    uint64_t count = 0;
+    int bad = txn_kv(j, 0, &leader, NULL) | txn_kv(j, 1, &desc, NULL) |
+              txn_kv(j, 2, &dis, NULL) | txn_kv(j, 3, &newest, &count) |
+              txn_kv(j, 4, &oldest, NULL);
+    if (!bad && desc_of(&desc, &r->desc) < 0)
+        bad = -1;
+    o->leader_create = leader.create;
+    o->desc_mod = desc.mod;
+    o->dis_mod = dis.mod;
+    o->hist_count = count;
+    free(o->last_key);
+    free(o->oldest_key);
+    o->last_key = o->oldest_key = NULL;
+    o->last_live = false;
+    o->last_mod = newest.mod;
+    if (!bad && newest.found && ws_term_decode(&o->last, newest.val, newest.vlen) == 0 &&
+        o->last.reason == REASON_NONE) {
+        o->last_live = true;
+        o->last.generation = newest.create;
+        o->last_key = strdup(newest.key);
+    }
+    if (!bad && oldest.found && count >= LIMIT_HISTORY)
+        o->oldest_key = strdup(oldest.key);
+    bool disabled = is_disabled(&dis);
+    bool ours = leader.found && o->lease && leader.lease == o->lease;
+    uint64_t leader_gen = leader.create;
+    kv_free(&leader);
+    kv_free(&desc);
+    kv_free(&dis);
+    kv_free(&newest);
+    kv_free(&oldest);
+    if (bad) {
+        answer_malformed(o);
+        return;
+    }
+    int rc;
+    if (ours) {
+        /* our Txn went through though its answer was lost */
+        r->out_generation = r->term.generation = leader_gen;
+        o->phase = PH_DONE;
+        step(o);
+        return;
+    }
+    if (disabled && !r->incident) {
+        answer_why(o, COORD_EDISABLED, "workstream is disabled");
+        return;
+    }
+    if ((rc = ws_desc_admit(&r->desc, &r->term.protocol))) {
+        answer(o, rc);
+        return;
+    }
+    if (o->leader_create) {
+        if (r->steal) {
+            o->phase = PH_STEAL;
+        } else if (r->no_wait) {
+            r->busy = true;
+            answer(o, 0);
+            return;
+        } else {
+            o->phase = PH_WAIT;
+            o->next_at = uv_now(o->E->b->loop) + ETCD_POLL_MS;
+            return;
+        }
+    } else {
+        o->phase = o->lease ? PH_TXN : PH_LEASE;
+    }
+    step(o);
+}
+
+static void send_bump_txn(struct eop *o)
+{
+    struct ll_req *r = o->r;
+    struct etcd_ll *E = o->E;
+    KEY(lk, r, "leader", NULL, 0);
+    KEY(dk, r, "desc", NULL, 0);
+    KEY(xk, r, "disabled", NULL, 0);
+    KEY(hk, r, "hist", (const uint8_t *)o->token, strlen(o->token));
+    struct txn x;
+    txn_init(&x);
+    json_array_append_new(x.cmp, cmp(lk, "CREATE", 0));
+    json_array_append_new(x.cmp, cmp(dk, "MOD", o->desc_mod));
+    json_array_append_new(x.cmp, cmp(xk, "MOD", o->dis_mod));
+    char who[96];
+    int wn = snprintf(who, sizeof who, "%016llx %s", (unsigned long long)E->nonce, o->token);
+    json_array_append_new(x.ok, op_put(lk, who, (size_t)wn, o->lease));
+    struct ws_term t = r->term;
+    t.generation = 0;              /* its key's create_revision */
+    t.mode = r->desc.mode;
+    t.reason = REASON_NONE;
+    t.ended_ms = 0;
+    uint8_t buf[WS_TERM_MAX];
+    json_array_append_new(x.ok, op_put(hk, buf, ws_term_encode(&t, buf), 0));
+    struct ws_desc d = r->desc;
+    if (ws_desc_grant(&d, &r->term.protocol)) {
+        uint8_t db[WS_DESC_MAX];
+        json_array_append_new(x.ok, op_put(dk, db, ws_desc_encode(&d, db), 0));
+    }
+    /* the term before, never ended (its broker stopped): restart */
+    if (o->last_key) {
+        json_array_append_new(x.cmp, cmp(o->last_key, "MOD", o->last_mod));
+        struct ws_term last = o->last;
+        last.reason = REASON_RESTART;
+        json_array_append_new(x.ok, op_put(o->last_key, buf, ws_term_encode(&last, buf), 0));
+    }
+    if (o->oldest_key && (!o->last_key || strcmp(o->oldest_key, o->last_key) != 0))
+        json_array_append_new(x.ok, op_del(o->oldest_key));
+    post(o, "/v3/kv/txn", x.root, false);
+}
+
+static void bump_granted(struct eop *o)
+{
+    struct ll_req *r = o->r;
+    struct etcd_ll *E = o->E;
+    ws_desc_grant(&r->desc, &r->term.protocol);
+    r->term.mode = r->desc.mode;
+    r->term.reason = REASON_NONE;
+    r->term.ended_ms = 0;
+    struct eterm *t = calloc(1, sizeof *t);
+    uint8_t *ws = t ? malloc(r->ws_len ? r->ws_len : 1) : NULL;
+    if (!ws) {
+        free(t);
+        /* the lease goes, and with it the key: nobody leads */
+        answer_why(o, COORD_ESTORAGE, "out of memory");
+        return;
+    }
+    memcpy(ws, r->ws, r->ws_len);
+    t->E = E;
+    t->ws = ws;
+    t->ws_len = r->ws_len;
+    t->generation = r->out_generation;
+    t->lease = o->lease;
+    t->ttl_ms = o->ttl_ms;
+    t->acked_sent = o->lease_sent;
+    t->next_ka = uv_now(E->b->loop) + o->ttl_ms / 3;
+    memcpy(t->token, o->token, sizeof t->token);
+    t->term = r->term;
+    list_append(&E->terms, &t->link);
+    o->lease = 0;                  /* the term's now */
+    answer(o, 0);
+}
+
+/* LL_SET_DISABLED: disable writes "1" and deletes the leader key (fencing
+ * the live term wherever it is), enable writes "0"; the flag's revision is
+ * the stored generation (above every term before it) */
+static void send_disable(struct eop *o)
+{
+    struct ll_req *r = o->r;
+    KEY(lk, r, "leader", NULL, 0);
+    KEY(xk, r, "disabled", NULL, 0);
+    struct txn x;
+    txn_init(&x);
+    json_array_append_new(x.ok, op_put(xk, r->disable ? "1" : "0", 1, 0));
+    if (r->disable)
+        json_array_append_new(x.ok, op_del(lk));
+    post(o, "/v3/kv/txn", x.root, true);
+}
+
+static void disable_done(struct eop *o, json_t *j)
+{
+    struct ll_req *r = o->r;
+    /* the flag's revision: disabling fences every earlier generation */
+    r->out_generation = header_revision(j);
+    answer(o, 0);
+}
+
+/* the fence of commit, claim and abandon: generation, mode, op, abandon */
+static void fence_compares(struct eop *o, struct txn *x, bool claim)
+{
+    struct ll_req *r = o->r;
+    KEY(lk, r, "leader", NULL, 0);
+    KEY(rk, r, "ro", NULL, 0);
+    KEY(ok, r, "op", r->op_id, r->op_len);
+    KEY(ak, r, "aband", r->op_id, r->op_len);
+    KEY(pk, r, "pend", r->op_id, r->op_len);
+    json_array_append_new(x->cmp, cmp(lk, "CREATE", r->generation));
+    json_array_append_new(x->cmp, cmp(rk, "CREATE", 0));
+    json_array_append_new(x->cmp, cmp(ok, "CREATE", 0));
+    json_array_append_new(x->cmp, cmp(ak, "CREATE", 0));
+    if (claim)
+        json_array_append_new(x->cmp, cmp(pk, "CREATE", 0));
+    json_array_append_new(x->fail, op_range(lk, R_KEYS_ONLY, 0));
+    json_array_append_new(x->fail, op_range(rk, R_KEYS_ONLY, 0));
+    json_array_append_new(x->fail, op_range(ok, 0, 0));
+    json_array_append_new(x->fail, op_range(ak, R_KEYS_ONLY, 0));
+    json_array_append_new(x->fail, op_range(pk, 0, 0));
+}
+
+/* A refused fence, in LMDB's order: FENCED, READ_ONLY, then applied or
+ * abandoned (1: the caller goes on with the pend entry in o). */
+enum refusal { REF_FENCED = 1, REF_READ_ONLY, REF_APPLIED, REF_ABANDONED, REF_PENDING, REF_BAD };
+
+static enum refusal why_refused(struct eop *o, json_t *j, uint64_t *applied_gen)
+{
+    struct ll_req *r = o->r;
+    struct kv leader, ro, op, ab, pend;
+    int bad = txn_kv(j, 0, &leader, NULL) | txn_kv(j, 1, &ro, NULL) | txn_kv(j, 2, &op, NULL) |
+              txn_kv(j, 3, &ab, NULL) | txn_kv(j, 4, &pend, NULL);
+    enum refusal why = REF_BAD;
+    if (bad)
+        why = REF_BAD;
+    else if (!leader.found || leader.create != r->generation)
+        why = REF_FENCED;
+    else if (ro.found)
+        why = REF_READ_ONLY;
+    else if (op.found) {
+        why = REF_APPLIED;
+        *applied_gen = op.vlen >= 8 ? get_be64(op.val) : 0;
+    } else if (ab.found)
+        why = REF_ABANDONED;
+    else if (pend.found && pend.vlen >= 16) {
+        why = REF_PENDING;
+        o->pend_mod = pend.mod;
+        o->pend_gen = get_be64(pend.val);
+        o->pend_ms = get_be64(pend.val + 8);
+    }
+    kv_free(&leader);
+    kv_free(&ro);
+    kv_free(&op);
+    kv_free(&ab);
+    kv_free(&pend);
+    return why;
+}
+
+static void send_commit(struct eop *o)
+{
+    struct ll_req *r = o->r;
+    KEY(ok, r, "op", r->op_id, r->op_len);
+    KEY(pk, r, "pend", r->op_id, r->op_len);
+    KEY(kk, r, "kv", r->key, r->key_len);
+    struct txn x;
+    txn_init(&x);
+    fence_compares(o, &x, false);
+    uint8_t g[8];
+    put_be64(g, r->generation);
+    json_array_append_new(x.ok, op_put(ok, g, 8, 0));
+    json_array_append_new(x.ok, op_del(pk));
+    if (r->has_key) {
+        uint8_t *v = malloc(8 + r->value_len);
+        if (!v) {
+            json_decref(x.root);
+            answer_why(o, COORD_ESTORAGE, "out of memory");
+            return;
+        }
+        memcpy(v, g, 8);
+        if (r->value_len)
+            memcpy(v + 8, r->value, r->value_len);
+        json_array_append_new(x.ok, op_put(kk, v, 8 + r->value_len, 0));
+        free(v);
+    }
+    post(o, "/v3/kv/txn", x.root, false);
+}
+
+static int refusal_status(enum refusal why)
+{
+    return why == REF_FENCED ? COORD_EFENCED : why == REF_READ_ONLY ? COORD_EREAD_ONLY
+                                                                    : COORD_ESTORAGE;
+}
+
+static void commit_done(struct eop *o, json_t *j)
+{
+    struct ll_req *r = o->r;
+    if (json_is_true(json_object_get(j, "succeeded"))) {
+        answer(o, 0);
+        return;
+    }
+    uint64_t g = 0;
+    enum refusal why = why_refused(o, j, &g);
+    if (why == REF_APPLIED) {
+        r->duplicate = true;
+        r->out_generation = g;
+        answer(o, 0);
+    } else if (why == REF_ABANDONED) {
+        r->out_abandoned = true;
+        answer(o, 0);
+    } else if (why == REF_BAD) {
+        answer_malformed(o);
+    } else {
+        answer(o, refusal_status(why));
+    }
+}
+
+static void send_claim(struct eop *o)
+{
+    struct ll_req *r = o->r;
+    KEY(pk, r, "pend", r->op_id, r->op_len);
+    KEY(pp, r, "pend/", NULL, 0);
+    KEY(lk, r, "leader", NULL, 0);
+    uint8_t v[16];
+    put_u64s(v, r->generation, r->now_ms);
+    struct txn x;
+    txn_init(&x);
+    if (o->phase == PH_FIX) {
+        /* reconcile: an earlier generation's claim becomes ours, in its place */
+        json_array_append_new(x.cmp, cmp(lk, "CREATE", r->generation));
+        json_array_append_new(x.cmp, cmp(pk, "MOD", o->pend_mod));
+        json_array_append_new(x.ok, op_put(pk, v, 16, 0));
+    } else {
+        fence_compares(o, &x, true);
+        json_array_append_new(x.ok, op_put(pk, v, 16, 0));
+        json_array_append_new(x.ok, op_range(pp, R_PREFIX | R_COUNT_ONLY, 0));
+    }
+    post(o, "/v3/kv/txn", x.root, false);
+}
+
+static void claim_done(struct eop *o, json_t *j)
+{
+    struct ll_req *r = o->r;
+    struct ll_claim *out = &r->claim;
+    bool ok = json_is_true(json_object_get(j, "succeeded"));
+    if (o->phase == PH_FIX) {
+        if (ok) {
+            out->claimed = out->reconcile = true;
+            out->previous_generation = o->pend_gen;
+            out->claimed_ms = o->pend_ms;
+            answer(o, 0);
+        } else if (++o->attempts < ETCD_MAX_ATTEMPTS) {
+            o->phase = PH_TXN;
+            step(o);
+        } else {
+            answer_why(o, COORD_ESTORAGE, "the claim kept changing");
+        }
+        return;
+    }
+    if (o->phase == PH_STEAL) {       /* undo of a claim past LIMIT_CLAIMS */
+        answer_why(o, COORD_ELIMIT, NULL);
+        return;
+    }
+    if (ok) {
+        json_t *rr = txn_resp(j, 1, "response_range");
+        if (jnum(rr, "count") > LIMIT_CLAIMS) {
+            KEY(pk, r, "pend", r->op_id, r->op_len);
+            struct txn x;
+            txn_init(&x);
+            json_array_append_new(x.cmp, cmp(pk, "MOD", header_revision(j)));
+            json_array_append_new(x.ok, op_del(pk));
+            o->phase = PH_STEAL;
+            post(o, "/v3/kv/txn", x.root, true);
+            return;
+        }
+        out->claimed = true;
+        answer(o, 0);
+        return;
+    }
+    uint64_t g = 0;
+    enum refusal why = why_refused(o, j, &g);
+    if (why == REF_APPLIED) {
+        out->applied = true;
+        out->generation = g;
+        answer(o, 0);
+    } else if (why == REF_ABANDONED) {
+        out->abandoned = true;
+        answer(o, 0);
+    } else if (why == REF_PENDING && o->pend_gen == r->generation) {
+        out->claimed = true;
+        answer(o, 0);
+    } else if (why == REF_PENDING) {
+        o->phase = PH_FIX;
+        step(o);
+    } else if (why == REF_BAD) {
+        /* compares failed, nothing found: the pend entry moved meanwhile */
+        if (++o->attempts < ETCD_MAX_ATTEMPTS)
+            step(o);
+        else
+            answer_malformed(o);
+    } else {
+        answer(o, refusal_status(why));
+    }
+}
+
+static void send_abandon(struct eop *o)
+{
+    struct ll_req *r = o->r;
+    KEY(ak, r, "aband", r->op_id, r->op_len);
+    KEY(pk, r, "pend", r->op_id, r->op_len);
+    size_t rlen = r->value_len > LIMIT_INCIDENT ? LIMIT_INCIDENT : r->value_len;
+    uint8_t v[16 + LIMIT_INCIDENT];
+    put_u64s(v, r->generation, r->now_ms);
+    if (rlen)
+        memcpy(v + 16, r->value, rlen);
+    struct txn x;
+    txn_init(&x);
+    fence_compares(o, &x, false);
+    json_array_append_new(x.ok, op_put(ak, v, 16 + rlen, 0));
+    json_array_append_new(x.ok, op_del(pk));
+    post(o, "/v3/kv/txn", x.root, false);
+}
+
+static void abandon_done(struct eop *o, json_t *j)
+{
+    struct ll_req *r = o->r;
+    if (json_is_true(json_object_get(j, "succeeded"))) {
+        answer(o, 0);
+        return;
+    }
+    uint64_t g = 0;
+    enum refusal why = why_refused(o, j, &g);
+    if (why == REF_APPLIED) {
+        r->duplicate = true;
+        r->out_generation = g;
+        answer(o, 0);
+    } else if (why == REF_ABANDONED) {
+        answer(o, 0);
+    } else if (why == REF_BAD) {
+        answer_malformed(o);
+    } else {
+        answer(o, refusal_status(why));
+    }
+}
+
+static void send_define(struct eop *o)
+{
+    struct ll_req *r = o->r;
+    KEY(dk, r, "desc", NULL, 0);
+    KEY(rk, r, "ro", NULL, 0);
+    if (o->phase == PH_READ) {
+        struct txn x;
+        txn_init(&x);
+        json_array_append_new(x.ok, op_range(dk, 0, 0));
+        post(o, "/v3/kv/txn", x.root, true);
+        return;
+    }
+    uint8_t db[WS_DESC_MAX];
+    struct txn x;
+    txn_init(&x);
+    json_array_append_new(x.cmp, cmp(dk, "MOD", o->desc_mod));
+    json_array_append_new(x.ok, op_put(dk, db, ws_desc_encode(&r->desc, db), 0));
+    json_array_append_new(x.ok, r->desc.mode == WS_MODE_ACTIVE ? op_del(rk)
+                                                                : op_put(rk, "1", 1, 0));
+    post(o, "/v3/kv/txn", x.root, false);
+}
+
+static void define_done(struct eop *o, json_t *j)
+{
+    struct ll_req *r = o->r;
+    if (o->phase == PH_READ) {
+        struct kv desc;
+        if (txn_kv(j, 0, &desc, NULL) < 0 || desc_of(&desc, &r->desc) < 0) {
+            kv_free(&desc);
+            answer_malformed(o);
+            return;
+        }
+        o->desc_mod = desc.mod;
+        kv_free(&desc);
+        int rc = ws_desc_define(&r->desc, &r->patch, r->now_ms);
+        if (rc) {
+            answer(o, rc);
+            return;
+        }
+        o->phase = PH_TXN;
+        step(o);
+        return;
+    }
+    if (json_is_true(json_object_get(j, "succeeded")))
+        answer(o, 0);
+    else if (++o->attempts < ETCD_MAX_ATTEMPTS) {
+        o->phase = PH_READ;
+        step(o);
+    } else
+        answer_why(o, COORD_ESTORAGE, "the descriptor kept changing");
+}
+
+static void send_list(struct eop *o)
+{
+    struct ll_req *r = o->r;
+    json_t *b;
+    if (r->op == LL_READ) {
+        KEY(kk, r, "kv", r->key, r->key_len);
+        b = range_body(kk, 0, 0);
+    } else if (r->op == LL_PENDING) {
+        KEY(pp, r, "pend/", NULL, 0);
+        b = range_body(pp, R_PREFIX | R_OLDEST, (uint64_t)r->limit + 1);
+    } else {
+        KEY(hp, r, "hist/", NULL, 0);
+        uint64_t lim = r->limit > LIMIT_HISTORY ? LIMIT_HISTORY : r->limit;
+        b = range_body(hp, R_PREFIX | R_NEWEST, lim ? lim : 1);
+    }
+    post(o, "/v3/kv/range", b, true);
+}
+
+static int unhex(const char *s, uint8_t *out, size_t cap, size_t *n)
+{
+    size_t len = strlen(s);
+    if (len % 2 || len / 2 > cap)
+        return -1;
+    for (size_t i = 0; i < len; i += 2) {
+        int v = 0;
+        for (int k = 0; k < 2; k++) {
+            char c = s[i + k];
+            int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+            if (d < 0)
+                return -1;
+            v = v * 16 + d;
+        }
+        out[i / 2] = (uint8_t)v;
+    }
+    *n = len / 2;
+    return 0;
+}
+
+static void list_done(struct eop *o, json_t *j)
+{
+    struct ll_req *r = o->r;
+    json_t *kvs = json_object_get(j, "kvs");
+    size_t n = json_array_size(kvs);
+    if (r->op == LL_READ) {
+        struct kv k;
+        if (!n) {
+            answer(o, COORD_ENOT_FOUND);
+            return;
+        }
+        if (kv_decode(json_array_get(kvs, 0), &k) < 0 || k.vlen < 8) {
+            kv_free(&k);
+            answer_malformed(o);
+            return;
+        }
+        r->out_generation = get_be64(k.val);
+        r->out_value_len = k.vlen - 8;
+        r->out_value = malloc(r->out_value_len ? r->out_value_len : 1);
+        if (r->out_value)
+            memcpy(r->out_value, k.val + 8, r->out_value_len);
+        kv_free(&k);
+        if (!r->out_value)
+            answer_why(o, COORD_ESTORAGE, "out of memory");
+        else
+            answer(o, 0);
+        return;
+    }
+    if (r->op == LL_HISTORY) {
+        r->terms = malloc((n ? n : 1) * sizeof *r->terms);
+        if (!r->terms) {
+            answer_why(o, COORD_ESTORAGE, "out of memory");
+            return;
+        }
+        for (size_t i = 0; i < n; i++) {
+            struct kv k;
+            if (kv_decode(json_array_get(kvs, i), &k) < 0 ||
+                ws_term_decode(&r->terms[i], k.val, k.vlen) < 0) {
+                kv_free(&k);
+                answer_malformed(o);
+                return;
+            }
+            r->terms[i].generation = k.create;
+            kv_free(&k);
+        }
+        r->n_out = n;
+        answer(o, 0);
+        return;
+    }
+    /* pending: entries then op ids, in one block */
+    if (n > r->limit) {
+        r->truncated = true;
+        n = r->limit;
+    }
+    r->pending = malloc(n * sizeof *r->pending + n * LIMIT_OP_ID + 1);
+    if (!r->pending) {
+        answer_why(o, COORD_ESTORAGE, "out of memory");
+        return;
+    }
+    uint8_t *ids = (uint8_t *)(r->pending + n);
+    KEY(pp, r, "pend/", NULL, 0);
+    size_t plen = strlen(pp);
+    for (size_t i = 0; i < n; i++) {
+        struct kv k;
+        struct ll_pending *p = &r->pending[i];
+        if (kv_decode(json_array_get(kvs, i), &k) < 0 || k.vlen < 16 ||
+            strncmp(k.key, pp, plen) != 0 ||
+            unhex(k.key + plen, ids, LIMIT_OP_ID, &p->op_len) < 0) {
+            kv_free(&k);
+            answer_malformed(o);
+            return;
+        }
+        p->op_id = ids;
+        ids += p->op_len;
+        p->generation = get_be64(k.val);
+        p->claimed_ms = get_be64(k.val + 8);
+        kv_free(&k);
+    }
+    r->n_out = n;
+    answer(o, 0);
+}
+
+/* ---- the machine ---- */
+
+static void send_lease(struct eop *o)
+{
+    uint64_t ttl = (o->r->lease_ms + 999) / 1000;
+    json_t *b = json_object();
+    json_object_set_new(b, "TTL", jnumstr(ttl ? ttl : 1));
+    o->lease_sent = uv_now(o->E->b->loop);
+    post(o, "/v3/lease/grant", b, false);
+}
+
+static void send_steal(struct eop *o)
+{
+    struct ll_req *r = o->r;
+    KEY(lk, r, "leader", NULL, 0);
+    struct txn x;
+    txn_init(&x);
+    json_array_append_new(x.cmp, cmp(lk, "CREATE", o->leader_create));
+    json_array_append_new(x.ok, op_del(lk));
+    post(o, "/v3/kv/txn", x.root, true);
+}
+
+static void step(struct eop *o)
+{
+    struct ll_req *r = o->r;
+    if (o->cancelled && r->op == LL_BUMP && o->phase != PH_DONE) {
+        answer_why(o, COORD_EABORTED, "campaign cancelled");
+        return;
+    }
+    switch (r->op) {
+    case LL_LOAD:
+        send_read(o);
+        break;
+    case LL_BUMP:
+        switch (o->phase) {
+        case PH_READ: case PH_WAIT: o->phase = PH_READ; send_read(o); break;
+        case PH_LEASE: send_lease(o); break;
+        case PH_TXN: send_bump_txn(o); break;
+        case PH_STEAL: send_steal(o); break;
+        case PH_DONE: bump_granted(o); break;
+        default: break;
+        }
+        break;
+    case LL_SET_DISABLED:
+        send_disable(o);
+        break;
+    case LL_DEFINE:
+        send_define(o);
+        break;
+    case LL_COMMIT:
+        send_commit(o);
+        break;
+    case LL_CLAIM:
+        send_claim(o);
+        break;
+    case LL_ABANDON:
+        send_abandon(o);
+        break;
+    case LL_READ: case LL_PENDING: case LL_HISTORY:
+        send_list(o);
+        break;
+    case LL_TERM_END:
+        break;
+    }
+}
+
+/* a bump etcd did not answer waits and tries again, until its deadline */
+static void bump_unreachable(struct eop *o)
+{
+    struct ll_req *r = o->r;
+    uint64_t now = broker_now_ms(o->E->b);
+    o->unreachable = true;
+    if (r->no_wait || (r->deadline_ms && now >= r->deadline_ms) || o->E->closing) {
+        answer_unreachable(o);
+        return;
+    }
+    o->phase = PH_WAIT;
+    o->next_at = uv_now(o->E->b->loop) + ETCD_RETRY_MS;
+}
+
+static void on_reply(void *ud, enum etcd_status st, long http, json_t *j)
+{
+    struct eop *o = ud;
+    struct ll_req *r = o->r;
+    o->inflight = false;
+    if (st != ETCD_OK)
+        log_event(LOG_DEBUG, "leader.etcd_failed", "op=%d phase=%d status=%d http=%ld",
+                  (int)r->op, (int)o->phase, (int)st, http);
+    if (st == ETCD_OK)
+        saw_revision(o->E, j);
+    if (r->op == LL_BUMP) {
+        if (st == ETCD_UNREACHABLE) {
+            bump_unreachable(o);
+            return;
+        }
+        if (st == ETCD_REFUSED) {
+            log_event(LOG_WARN, "leader.etcd_refused", "http=%ld", http);
+            if (o->phase == PH_TXN && http == 404)
+                o->lease = 0;          /* the lease expired meanwhile: a new one */
+            if (++o->attempts >= ETCD_MAX_ATTEMPTS) {
+                answer_why(o, COORD_ESTORAGE, "etcd refused the campaign");
+                return;
+            }
+            o->phase = PH_WAIT;
+            o->next_at = uv_now(o->E->b->loop) + ETCD_RETRY_MS;
+            return;
+        }
+        o->unreachable = false;
+        switch (o->phase) {
+        case PH_READ:
+            bump_read(o, j);
+            return;
+        case PH_LEASE:
+            o->lease = (int64_t)jnum(j, "ID");
+            o->ttl_ms = jnum(j, "TTL") * 1000;
+            if (!o->lease || !o->ttl_ms) {
+                answer_malformed(o);
+                return;
+            }
+            o->phase = PH_TXN;
+            step(o);
+            return;
+        case PH_TXN:
+            if (json_is_true(json_object_get(j, "succeeded"))) {
+                r->out_generation = r->term.generation = header_revision(j);
+                o->phase = PH_DONE;
+            } else if (++o->attempts >= ETCD_MAX_ATTEMPTS) {
+                answer_why(o, COORD_ESTORAGE, "the workstream kept changing");
+                return;
+            } else {
+                o->phase = PH_READ;    /* something moved: read again */
+            }
+            step(o);
+            return;
+        case PH_STEAL:
+            o->phase = PH_READ;
+            step(o);
+            return;
+        default:
+            return;
+        }
+    }
+    if (st == ETCD_UNREACHABLE) {
+        answer_unreachable(o);
+        return;
+    }
+    if (st == ETCD_REFUSED) {
+        log_event(LOG_WARN, "leader.etcd_refused", "http=%ld op=%d", http, (int)r->op);
+        answer_why(o, COORD_ESTORAGE, "etcd refused the request");
+        return;
+    }
+    switch (r->op) {
+    case LL_LOAD: load_read(o, j); break;
+    case LL_SET_DISABLED: disable_done(o, j); break;
+    case LL_DEFINE: define_done(o, j); break;
+    case LL_COMMIT: commit_done(o, j); break;
+    case LL_CLAIM: claim_done(o, j); break;
+    case LL_ABANDON: abandon_done(o, j); break;
+    default: list_done(o, j); break;
+    }
+}
+
+static void etcd_submit(void *state, struct ll_req *r)
+{
+    struct etcd_ll *E = state;
+    if (r->op == LL_TERM_END) {
+        struct eterm *t = term_find(E, r->ws, r->ws_len, r->generation);
+        if (!t || t->ended) {
+            r->status = 0;             /* ended already (lost), or never here */
+            queue_done(E, r);
+            return;
+        }
+        term_end(t, r->term.ended_ms, r->term.reason, r);
+        return;
+    }
+    struct eop *o = calloc(1, sizeof *o);
+    if (!o) {
+        r->status = COORD_ESTORAGE;
+        r->why = "out of memory";
+        queue_done(E, r);
+        return;
+    }
+    o->E = E;
+    o->r = r;
+    r->be = o;
+    list_append(&E->ops, &o->link);
+    if (E->closing) {
+        answer(o, COORD_ESHUTTING_DOWN);
+        return;
+    }
+    if (r->op == LL_BUMP)
+        snprintf(o->token, sizeof o->token, "%016llx%016llx", (unsigned long long)E->nonce,
+                 (unsigned long long)++E->seq);
+    o->phase = PH_READ;
+    step(o);
+}
+
+static void etcd_cancel(void *state, struct ll_req *r)
+{
+    struct etcd_ll *E = state;
+    struct eop *o = r->be;
+    (void)E;
+    if (!o)
+        return;
+    o->cancelled = true;
+    if (!o->inflight && o->phase == PH_WAIT)
+        answer_why(o, COORD_EABORTED, "campaign cancelled");
+    /* in flight: step() answers ABORTED when the call is back (unless it
+     * granted: then the caller ends the term) */
+}
+
+static void on_probe(void *ud, enum etcd_status st, long http, json_t *j)
+{
+    struct etcd_ll *E = ud;
+    (void)http;
+    E->probing = false;
+    if (st == ETCD_OK)
+        saw_revision(E, j);
+}
+
+static void on_compact(void *ud, enum etcd_status st, long http, json_t *j)
+{
+    struct etcd_ll *E = ud;
+    (void)st; (void)http; (void)j;
+    E->compacting = false;
+}
+
+static void on_tick(uv_timer_t *h)
+{
+    struct etcd_ll *E = h->data;
+    uint64_t now = uv_now(E->b->loop), bnow = broker_now_ms(E->b);
+    struct list *pos, *tmp;
+    list_for_each_safe(pos, tmp, &E->ops) {
+        struct eop *o = list_entry(pos, struct eop, link);
+        if (o->r->op != LL_BUMP || o->phase != PH_WAIT || o->inflight)
+            continue;
+        if (o->r->deadline_ms && bnow >= o->r->deadline_ms) {
+            if (o->unreachable)
+                answer_unreachable(o);
+            else
+                answer_why(o, COORD_ETIMEOUT, "not elected within timeout_ms");
+        } else if (now >= o->next_at) {
+            step(o);
+        }
+    }
+    list_for_each_safe(pos, tmp, &E->terms)
+        term_tick(list_entry(pos, struct eterm, link), now);
+    if (now >= E->next_probe && !E->probing && etcd_inflight(E->http) == 0) {
+        E->probing = true;
+        E->next_probe = now + ETCD_PROBE_MS;
+        etcd_post(E->http, "/v3/maintenance/status", json_object(), true, ETCD_CALL_MS,
+                  on_probe, E);
+    }
+    if (now >= E->next_compact && !E->compacting &&
+        E->revision > E->compacted + 2 * ETCD_COMPACT_KEEP) {
+        E->compacting = true;
+        E->next_compact = now + ETCD_COMPACT_MS;
+        E->compacted = E->revision - ETCD_COMPACT_KEEP;
+        json_t *b = json_object();
+        json_object_set_new(b, "revision", jnumstr(E->compacted));
+        etcd_post(E->http, "/v3/kv/compaction", b, true, ETCD_CALL_MS, on_compact, E);
+    }
+}
+
+static bool etcd_is_reachable(void *state)
+{
+    struct etcd_ll *E = state;
+    return etcd_reachable(E->http);
+}
+
+static int etcd_ll_open(void **state, struct broker *b, char *err, size_t errsize)
+{
+    struct etcd_ll *E = calloc(1, sizeof *E);
+    if (!E) {
+        snprintf(err, errsize, "out of memory");
+        return -1;
+    }
+    if (strlen(b->opt.etcd_prefix) >= sizeof E->prefix) {
+        snprintf(err, errsize, "--etcd-prefix is too long");
+        free(E);
+        return -1;
+    }
+    strcpy(E->prefix, b->opt.etcd_prefix);
+    if (etcd_open(&E->http, b->loop, b->opt.etcd_endpoints, err, errsize) < 0) {
+        free(E);
+        return -1;
+    }
+    E->b = b;
+    list_init(&E->ops);
+    list_init(&E->terms);
+    if (getrandom(&E->nonce, sizeof E->nonce, 0) != sizeof E->nonce)
+        E->nonce = (uint64_t)getpid() << 32 ^ wall_ms();
+    uv_idle_init(b->loop, &E->idle);
+    E->idle.data = E;
+    uv_timer_init(b->loop, &E->tick);
+    E->tick.data = E;
+    uv_timer_start(&E->tick, on_tick, ETCD_TICK_MS, ETCD_TICK_MS);
+    E->handles = 2;
+    E->next_compact = uv_now(b->loop) + ETCD_COMPACT_MS;
+    log_event(LOG_INFO, "leader.etcd", "endpoints=\"%s\"", b->opt.etcd_endpoints);
+    *state = E;
+    return 0;
+}
+
+static void handle_closed(uv_handle_t *h)
+{
+    struct etcd_ll *E = h->data;
+    if (--E->handles == 0)
+        free(E);
+}
+
+static void etcd_ll_close(void *state)
+{
+    struct etcd_ll *E = state;
+    E->closing = true;
+    /* live terms: their leases go now (best effort; they expire anyway) */
+    struct list *pos, *tmp;
+    list_for_each_safe(pos, tmp, &E->terms) {
+        struct eterm *t = list_entry(pos, struct eterm, link);
+        if (!t->ended) {
+            json_t *b = json_object();
+            json_object_set_new(b, "ID", jnumstr((uint64_t)t->lease));
+            etcd_post_sync(E->http, "/v3/lease/revoke", b, ETCD_EXIT_REVOKE_MS);
+        }
+    }
+    /* answers every call in flight: ops answer UNAVAILABLE, terms free */
+    etcd_close(E->http);
+    E->http = NULL;
+    while (!list_empty(&E->ops))
+        answer(list_entry(E->ops.next, struct eop, link), COORD_ESHUTTING_DOWN);
+    list_for_each_safe(pos, tmp, &E->terms) {
+        struct eterm *t = list_entry(pos, struct eterm, link);
+        t->ended = true;
+        t->ka_inflight = t->check_inflight = false;
+        t->end_calls = 0;
+        if (t->end_req)
+            queue_done(E, t->end_req);
+        t->end_req = NULL;
+        term_maybe_free(t);
+    }
+    for (struct ll_req *r = E->done_head; r; r = r->next_done)
+        if (!r->status)
+            r->status = COORD_ESHUTTING_DOWN;
+    on_idle(&E->idle);
+    uv_timer_stop(&E->tick);
+    uv_close((uv_handle_t *)&E->tick, handle_closed);
+    uv_close((uv_handle_t *)&E->idle, handle_closed);
+}
+
+const struct ll_backend ll_backend_etcd = {
+    .name = "etcd", .open = etcd_ll_open, .submit = etcd_submit, .close = etcd_ll_close,
+    .cancel = etcd_cancel, .reachable = etcd_is_reachable,
+};
