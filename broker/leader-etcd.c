@@ -1614,5 +1614,5 @@ static void etcd_ll_close(void *state)
 
 const struct ll_backend ll_backend_etcd = {
     .name = "etcd", .open = etcd_ll_open, .submit = etcd_submit, .close = etcd_ll_close,
-    .cancel = etcd_cancel, .reachable = etcd_is_reachable,
+    .cancel = etcd_cancel, .reachable = etcd_is_reachable, .term_end_first = true,
 };

@@ -104,6 +104,11 @@ const char *ll_name(const struct leader_ledger *l)
     return l->be->name;
 }
 
+bool ll_term_end_first(const struct leader_ledger *l)
+{
+    return l->be->term_end_first;
+}
+
 void ll_close(struct leader_ledger *l)
 {
     if (!l)

@@ -146,6 +146,11 @@ struct ll_backend {
     void (*cancel)(void *state, struct ll_req *r);
     /* optional: false while the ledger is out of reach (else reachable) */
     bool (*reachable)(void *state);
+    /* a term's LL_TERM_END must be submitted before the next term's
+     * LL_BUMP (etcd: the end revokes the lease that holds the leader key
+     * the bump waits for); else it goes after, so that the bump never
+     * waits behind it (LMDB: one batch less on the transition) */
+    bool term_end_first;
 };
 extern const struct ll_backend ll_backend_lmdb, ll_backend_etcd;
 
@@ -160,6 +165,8 @@ int ll_open(struct leader_ledger **out, struct broker *b, char *err, size_t errs
 void ll_submit(struct leader_ledger *l, struct ll_req *r);
 /* Its name, as descriptors report it (canonical_fence). */
 const char *ll_name(const struct leader_ledger *l);
+/* The backend's term_end_first. */
+bool ll_term_end_first(const struct leader_ledger *l);
 void ll_cancel(struct leader_ledger *l, struct ll_req *r);
 bool ll_reachable(const struct leader_ledger *l);
 /* Before the ledger closes: answers what is pending, frees l. */

@@ -278,13 +278,17 @@ static void leader_end_ex(struct workstream *ws, enum reason why, bool tell, boo
     }
     struct conn_job resign = resigning;
     resigning.conn = NULL;
+    bool end_first = W.ledger && ll_term_end_first(W.ledger);
+    if (end_first)
+        record_term_end_for(ws, gen, why, resign.conn, resign.rid);
     ws->refs++;                        /* cp's reference goes with it */
     if (!lock_gone)
         locks_release(&cp->lock);      /* the next campaign's bump is queued now */
     campaign_free(cp);
-    /* the history after it: the next term's generation never waits for
-     * the old term's end to be written */
-    record_term_end_for(ws, gen, why, resign.conn, resign.rid);
+    /* else the history after it: the next term's generation does not wait
+     * for the old term's end to be written (leader-ledger.h) */
+    if (!end_first)
+        record_term_end_for(ws, gen, why, resign.conn, resign.rid);
     ws->refs--;
 }
 
