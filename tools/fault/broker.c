@@ -1,6 +1,11 @@
-/* broker.c - the broker under attack: started in our temp dir with
+/* broker.c - the brokers under attack: started in our temp dir with
  * --foreground --ready-fd, killed with SIGKILL and started again on the
- * same data dir, stopped with SIGTERM at the end. */
+ * same data dir, stopped with SIGTERM at the end.
+ *
+ * Normally one broker.  With --etcd N, N brokers stand for N machines:
+ * each has its own socket and data dir, and all share the leader ledger
+ * of one etcd started here (Debian's etcd-server, on free loopback ports);
+ * a client talks to the broker of its machine (its slot modulo N). */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -9,26 +14,88 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "etcd-proc.h"
 #include "fault.h"
 #include "spawn-broker.h"
 
-static pid_t bpid;
+static struct {
+    pid_t pid;
+    char sock[320], data[320], log[320];
+} B[MAX_BROKERS];
+static struct etcd_cluster etcd;
+static bool etcd_up;
 
-pid_t broker_pid(void)
+static void paths(unsigned i)
 {
-    return bpid;
+    if (B[i].sock[0])
+        return;
+    if (i == 0) {
+        snprintf(B[i].sock, sizeof B[i].sock, "%s", CFG->socket_path);
+        snprintf(B[i].data, sizeof B[i].data, "%s", CFG->data_dir);
+        snprintf(B[i].log, sizeof B[i].log, "%s/coordd.log", CFG->tmpdir);
+    } else {
+        snprintf(B[i].sock, sizeof B[i].sock, "%s/broker%u.sock", CFG->tmpdir, i);
+        snprintf(B[i].data, sizeof B[i].data, "%s/data%u", CFG->tmpdir, i);
+        snprintf(B[i].log, sizeof B[i].log, "%s/coordd%u.log", CFG->tmpdir, i);
+    }
 }
 
-void broker_reaped(void)
+const char *broker_socket(unsigned i)
 {
-    bpid = 0;
+    paths(i % CFG->nbrokers);
+    return B[i % CFG->nbrokers].sock;
 }
 
-void broker_log_tail(void)
+const char *broker_data_dir(unsigned i)
 {
-    char path[300], line[512];
-    snprintf(path, sizeof path, "%s/coordd.log", CFG->tmpdir);
-    FILE *f = fopen(path, "r");
+    paths(i);
+    return B[i].data;
+}
+
+int etcd_begin(void)
+{
+    if (!CFG->etcd)
+        return 0;
+    if (!etcd_binary()) {
+        fprintf(stderr, "coord-fault: SKIP: --etcd needs etcd (apt-get install etcd-server)\n");
+        exit(77);                       /* meson's SKIP */
+    }
+    if (etcd_start(&etcd, 1) < 0)
+        return -1;
+    etcd_up = true;
+    return 0;
+}
+
+void etcd_end(void)
+{
+    if (etcd_up)
+        etcd_stop(&etcd);
+    etcd_up = false;
+}
+
+pid_t broker_pid(unsigned i)
+{
+    return B[i].pid;
+}
+
+int broker_of_pid(pid_t pid)
+{
+    for (unsigned i = 0; i < CFG->nbrokers; i++)
+        if (B[i].pid > 0 && B[i].pid == pid)
+            return (int)i;
+    return -1;
+}
+
+void broker_reaped(unsigned i)
+{
+    B[i].pid = 0;
+}
+
+void broker_log_tail(unsigned i)
+{
+    paths(i);
+    char line[512];
+    FILE *f = fopen(B[i].log, "r");
     if (!f)
         return;
     /* the last 40 lines */
@@ -37,55 +104,56 @@ void broker_log_tail(void)
     while (fgets(line, sizeof line, f))
         snprintf(ring[n++ % 40], sizeof ring[0], "%s", line);
     fclose(f);
-    fprintf(stderr, "coord-fault: coordd's log (%s), last lines:\n", path);
-    for (unsigned i = n > 40 ? n - 40 : 0; i < n; i++)
-        fprintf(stderr, "  %s", ring[i % 40]);
+    fprintf(stderr, "coord-fault: coordd's log (%s), last lines:\n", B[i].log);
+    for (unsigned k = n > 40 ? n - 40 : 0; k < n; k++)
+        fprintf(stderr, "  %s", ring[k % 40]);
 }
 
-int broker_start(void)
+int broker_start(unsigned i)
 {
-    char logpath[300];
-    snprintf(logpath, sizeof logpath, "%s/coordd.log", CFG->tmpdir);
-    pid_t pid = spawn_broker("coord-fault", CFG->broker, CFG->socket_path, CFG->data_dir,
-                             logpath, NULL, 15000);
+    paths(i);
+    const char *extra[] = { "--ledger", "etcd", "--etcd-endpoints", etcd.endpoints,
+                            "--etcd-prefix", "/coord-fault/", NULL };
+    pid_t pid = spawn_broker("coord-fault", CFG->broker, B[i].sock, B[i].data, B[i].log,
+                             CFG->etcd ? extra : NULL, 15000);
     if (pid < 0) {
-        broker_log_tail();
+        broker_log_tail(i);
         return -1;
     }
-    bpid = pid;
+    B[i].pid = pid;
     return 0;
 }
 
-void broker_kill(void)
+void broker_kill(unsigned i)
 {
-    if (bpid <= 0)
+    if (B[i].pid <= 0)
         return;
-    kill(bpid, SIGKILL);
-    while (waitpid(bpid, NULL, 0) < 0 && errno == EINTR)
+    kill(B[i].pid, SIGKILL);
+    while (waitpid(B[i].pid, NULL, 0) < 0 && errno == EINTR)
         ;
-    bpid = 0;
+    B[i].pid = 0;
 }
 
-int broker_stop(void)
+int broker_stop(unsigned i)
 {
-    if (bpid <= 0)
+    if (B[i].pid <= 0)
         return -1;
-    kill(bpid, SIGTERM);
+    kill(B[i].pid, SIGTERM);
     int st = 0;
-    for (int i = 0; i < 1000; i++) {
-        pid_t r = waitpid(bpid, &st, WNOHANG);
-        if (r == bpid) {
-            bpid = 0;
+    for (int k = 0; k < 1000; k++) {
+        pid_t r = waitpid(B[i].pid, &st, WNOHANG);
+        if (r == B[i].pid) {
+            B[i].pid = 0;
             if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
                 return 0;
-            fprintf(stderr, "coord-fault: coordd ended with %s %d on SIGTERM\n",
+            fprintf(stderr, "coord-fault: coordd %u ended with %s %d on SIGTERM\n", i,
                     WIFEXITED(st) ? "status" : "signal",
                     WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
             return -1;
         }
         sleep_ms(10);
     }
-    fprintf(stderr, "coord-fault: coordd ignored SIGTERM for 10 s; killing it\n");
-    broker_kill();
+    fprintf(stderr, "coord-fault: coordd %u ignored SIGTERM for 10 s; killing it\n", i);
+    broker_kill(i);
     return -1;
 }

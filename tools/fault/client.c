@@ -75,7 +75,7 @@ void ensure_conn(struct cl *k)
     set_state(k, ST_CONNECTING, 0, 0);
     coord_options o;
     coord_options_init(&o);
-    o.socket_path = CFG->socket_path;
+    o.socket_path = broker_socket(k->machine);          /* its machine's broker */
     o.scope = SCOPE;
     o.client_name = k->name;
     o.no_autostart = true;
@@ -855,8 +855,15 @@ void client_main(int slot)
 {
     struct cl k = { 0 };
     k.slot = slot;
-    k.provider = -1;
     k.sl = &S->slots[slot];
+    k.provider = -1;
+    /* locks and flights are each machine's own (only the leader ledger is
+     * shared): a machine's lock and flight indexes are its own range, and
+     * a stealer talks to the machine of the lock it steals */
+    k.machine = (unsigned)slot % CFG->nbrokers;
+    unsigned lbase = k.machine * CFG->nlocks, fbase = k.machine * CFG->nfkeys;
+    if (atomic_load(&k.sl->role) == ROLE_STEAL_LOCK)
+        k.machine = k.sl->arg / CFG->nlocks;
     k.r.s = k.sl->seed | 1;
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     signal(SIGPIPE, SIG_IGN);
@@ -885,11 +892,11 @@ void client_main(int slot)
                 sleep_ms(rng_below(&k.r, 4));
             break;
         case ROLE_LOCK:
-            lock_round(&k, (unsigned)rng_below(&k.r, CFG->nlocks), false);
+            lock_round(&k, lbase + (unsigned)rng_below(&k.r, CFG->nlocks), false);
             sleep_ms(rng_below(&k.r, 6));
             break;
         case ROLE_FLIGHT:
-            flight_round(&k, (unsigned)rng_below(&k.r, CFG->nfkeys));
+            flight_round(&k, fbase + (unsigned)rng_below(&k.r, CFG->nfkeys));
             sleep_ms(rng_below(&k.r, 6));
             break;
         case ROLE_STEAL_LOCK:

@@ -17,6 +17,7 @@ struct cl {
     struct rng r;
     coord_t *c;
     int provider;                   /* socket to the provider, or -1 */
+    unsigned machine;               /* the broker it talks to (etcd mode: one of several) */
     char name[32];
     /* events seen on this connection */
     struct { unsigned ws; uint64_t gen; char reason[16]; } lost[EVRING];

@@ -29,8 +29,8 @@
 
 #define MAX_WS 8            /* workstreams */
 #define NKEYS 6             /* keys committed per workstream */
-#define MAX_LOCKS 4
-#define MAX_FKEYS 4
+#define MAX_LOCKS 8         /* nlocks per machine (broker) */
+#define MAX_FKEYS 8
 #define MAX_SLOTS 64        /* clients + short-lived stealers */
 #define OPS_RING 64         /* recent op ids of a workstream, for re-sending */
 #define FENCED_RING 64
@@ -38,6 +38,7 @@
 #define VMSG_LEN 400
 
 #define SCOPE "fault"
+#define MAX_BROKERS 4
 
 /* leadership part 2: the outbox workstreams ("outbox-0" has a max hold and
  * steal: incident-only, takes incident takeovers; "outbox-1" has its
@@ -363,6 +364,8 @@ struct config {
     unsigned wipe_pct;      /* broker kills that also wipe the data dir */
     bool outbox;            /* run leadership part 2's outbox roles and faults */
     const char *expect;     /* --expect-violation NAME: pass iff it is seen */
+    bool etcd;              /* --etcd N: N brokers sharing an etcd leader ledger */
+    unsigned nbrokers;
     bool verbose;
     char tmpdir[256];
     char socket_path[300];
@@ -413,13 +416,19 @@ const char *fkey_name(unsigned i);
 /* client.c: the body of a forked client; never returns */
 void client_main(int slot) __attribute__((noreturn));
 
-/* broker.c */
-int broker_start(void);
-void broker_kill(void);             /* SIGKILL + reap */
-int broker_stop(void);              /* SIGTERM; 0 when it exited 0 */
-pid_t broker_pid(void);
-void broker_reaped(void);           /* it died and was reaped by someone else */
-void broker_log_tail(void);
+/* broker.c: broker i of CFG->nbrokers (one, or one per "machine" with
+ * --etcd), and the etcd they share */
+int broker_start(unsigned i);
+void broker_kill(unsigned i);       /* SIGKILL + reap */
+int broker_stop(unsigned i);        /* SIGTERM; 0 when it exited 0 */
+pid_t broker_pid(unsigned i);
+int broker_of_pid(pid_t pid);       /* its index, or -1 */
+void broker_reaped(unsigned i);     /* it died and was reaped by someone else */
+void broker_log_tail(unsigned i);
+const char *broker_socket(unsigned i);  /* i modulo nbrokers */
+const char *broker_data_dir(unsigned i);
+int etcd_begin(void);               /* --etcd: start it; 0 or -1 */
+void etcd_end(void);
 
 /* provider.c: the external system the outbox leaders act on.  A process
  * of its own (forked by the driver) on a Unix socket: APPLY performs an

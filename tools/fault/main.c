@@ -53,6 +53,8 @@ static void usage(FILE *f)
 "  --keep               keep the temp dir (broker log, data dir)\n"
 "  --wipe-pct N         broker kills that also delete the data dir (default 25)\n"
 "  --no-outbox          no outbox leaders (leadership part 2) and none of their faults\n"
+"  --etcd N             N brokers (\"machines\": own sockets and data dirs; clients spread\n"
+"                       over them) sharing one etcd leader ledger (etcd-server needed)\n"
 "  --expect-violation NAME\n"
 "                       pass (exit 0) only if violation NAME is seen; the run ends as\n"
 "                       soon as it is (for the broken brokers of coordd-broken)\n"
@@ -89,6 +91,7 @@ static int parse_args(int argc, char **argv)
     cfg.broker_kill_max_ms = 6000;
     cfg.wipe_pct = 25;
     cfg.outbox = true;
+    cfg.nbrokers = 1;
     cfg.broker = getenv("COORD_BROKER");
     if (!cfg.broker || !*cfg.broker)
         cfg.broker = COORD_FAULT_BROKER;
@@ -149,6 +152,14 @@ static int parse_args(int argc, char **argv)
         } else if (!strcmp(a, "--wipe-pct")) {
             NEED_NUM();
             cfg.wipe_pct = n > 100 ? 100 : (unsigned)n;
+        } else if (!strcmp(a, "--etcd")) {
+            NEED_NUM();
+            if (n < 1 || n > MAX_BROKERS) {
+                fprintf(stderr, "coord-fault: --etcd must be 1..%d brokers\n", MAX_BROKERS);
+                return -1;
+            }
+            cfg.etcd = true;
+            cfg.nbrokers = (unsigned)n;
         } else if (!strcmp(a, "--no-outbox")) {
             cfg.outbox = false;
         } else if (!strcmp(a, "--expect-violation")) {
@@ -614,12 +625,13 @@ static void reap(void)
         pid_t pid = waitpid(-1, &st, WNOHANG);
         if (pid <= 0)
             return;
-        if (pid == broker_pid()) {
-            VIOL(broker_crash, "coordd (pid %d) ended by itself: %s %d", (int)pid,
+        int b = broker_of_pid(pid);
+        if (b >= 0) {
+            VIOL(broker_crash, "coordd %d (pid %d) ended by itself: %s %d", b, (int)pid,
                  WIFEXITED(st) ? "status" : "signal",
                  WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-            broker_log_tail();
-            broker_reaped();
+            broker_log_tail((unsigned)b);
+            broker_reaped((unsigned)b);
             drop_transitions();
             continue;       /* the main loop restarts it */
         }
@@ -644,32 +656,39 @@ static void reap(void)
     }
 }
 
-static int restart_broker(bool killed)
+/* (Re)starts broker i; killed: SIGKILL it first (and maybe wipe its
+ * data dir).  With the etcd ledger a wipe takes only the machine's local
+ * state (records, its id epoch): the leader ledger is etcd's, and every
+ * leadership check stays as strict as before. */
+static int restart_broker(unsigned i, bool killed)
 {
-    bool wiped = !killed;               /* the first start: a fresh data dir */
+    bool wiped = !killed && i == 0;     /* the first start: a fresh data dir */
     if (killed) {
         drop_transitions();
-        broker_kill();
+        broker_kill(i);
         CNT(broker_kills);
         if (rng_pct(&R, cfg.wipe_pct)) {
-            /* the ledger is gone while the broker is down: everything it
-             * knew is forgotten, generations must still go up */
-            if (cfg.outbox)
-                ob_wiped();
-            atomic_fetch_add(&S->wipes, 1);
-            atomic_store(&S->wipe_seq, seq_next());
-            rm_rf(cfg.data_dir);
+            if (!cfg.etcd) {
+                /* the ledger is gone while the broker is down: everything
+                 * it knew is forgotten, generations must still go up */
+                if (cfg.outbox)
+                    ob_wiped();
+                atomic_fetch_add(&S->wipes, 1);
+                atomic_store(&S->wipe_seq, seq_next());
+                wiped = true;
+            }
+            rm_rf(broker_data_dir(i));
             CNT(wipes);
-            wiped = true;
         }
         sleep_ms(rng_below(&R, 300));
     }
     alarm(120);
-    if (broker_start() < 0)
+    if (broker_start(i) < 0)
         return -1;
     if (wiped && cfg.outbox && ob_define_all() < 0)
         return -1;
-    verify_epoch();
+    if (i == 0)
+        verify_epoch();
     verify_state("after broker restart", false);
     alarm(0);
     return 0;
@@ -738,15 +757,25 @@ int main(int argc, char **argv)
         return 3;
     printf("coord-fault: seed %" PRIu64 ", %u clients (%d leaders, %d lock, %d flight, "
            "%d outbox), "
-           "%u workstreams, rounds %" PRIu64 ", seconds %u, broker kills %s, broker %s\n",
+           "%u workstreams, rounds %" PRIu64 ", seconds %u, broker kills %s, broker %s%s\n",
            cfg.seed, cfg.clients, nclients_role(ROLE_LEADER), nclients_role(ROLE_LOCK),
-           nclients_role(ROLE_FLIGHT), nclients_role(ROLE_OUTBOX), cfg.nws, cfg.rounds, cfg.seconds,
-           cfg.broker_kill ? "on" : "off", cfg.broker);
+           nclients_role(ROLE_FLIGHT), nclients_role(ROLE_OUTBOX), cfg.nws, cfg.rounds,
+           cfg.seconds, cfg.broker_kill ? "on" : "off", cfg.broker,
+           cfg.etcd ? " (brokers sharing an etcd ledger)" : "");
+    if (cfg.etcd)
+        printf("coord-fault: %u brokers, etcd leader ledger\n", cfg.nbrokers);
     if (cfg.outbox && provider_start() < 0)
         return 3;
-    if (restart_broker(false) < 0) {
+    if (etcd_begin() < 0) {
         rm_rf(cfg.tmpdir);
         return 3;
+    }
+    for (unsigned b = cfg.nbrokers; b-- > 0;) {     /* broker 0 last: it defines */
+        if (restart_broker(b, false) < 0) {
+            etcd_end();
+            rm_rf(cfg.tmpdir);
+            return 3;
+        }
     }
     for (unsigned i = 0; i < cfg.clients; i++)
         if (spawn(i, role_of(i), 0) < 0)
@@ -758,7 +787,10 @@ int main(int argc, char **argv)
     int rc_run = 0;
     for (;;) {
         reap();
-        if (broker_pid() <= 0 && restart_broker(false) < 0) {
+        bool down = false;
+        for (unsigned b = 0; b < cfg.nbrokers && !down; b++)
+            down = broker_pid(b) <= 0 && restart_broker(b, false) < 0;
+        if (down) {
             rc_run = 3;
             break;
         }
@@ -771,7 +803,7 @@ int main(int argc, char **argv)
             next_fault = now + rng_range(&R, 1, 2ull * cfg.fault_ms) * 1000000ull;
         }
         if (cfg.broker_kill && now >= next_bkill) {
-            if (restart_broker(true) < 0) {
+            if (restart_broker((unsigned)rng_below(&R, cfg.nbrokers), true) < 0) {
                 rc_run = 3;
                 break;
             }
@@ -823,14 +855,14 @@ int main(int argc, char **argv)
         reap();
         sleep_ms(1);
     }
-    if (rc_run == 0 && broker_pid() > 0) {
+    if (rc_run == 0 && broker_pid(0) > 0) {
         alarm(300);
         verify_state("end of load", true);
         if (cfg.broker_kill) {
             drop_transitions();
-            broker_kill();
+            broker_kill(0);
             CNT(broker_kills);
-            if (broker_start() < 0)
+            if (broker_start(0) < 0)
                 rc_run = 3;
             else {
                 verify_epoch();
@@ -838,11 +870,14 @@ int main(int argc, char **argv)
             }
         }
         alarm(0);
-        if (broker_pid() > 0 && broker_stop() != 0)
-            VIOL(broker_crash, "coordd did not exit 0 on SIGTERM");
+        for (unsigned b = 0; b < cfg.nbrokers; b++)
+            if (broker_pid(b) > 0 && broker_stop(b) != 0)
+                VIOL(broker_crash, "coordd %u did not exit 0 on SIGTERM", b);
     } else {
-        broker_kill();
+        for (unsigned b = 0; b < cfg.nbrokers; b++)
+            broker_kill(b);
     }
+    etcd_end();
 
     /* transitions */
     uint64_t nt = atomic_load(&S->ntrans);

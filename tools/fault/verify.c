@@ -70,7 +70,11 @@ static void check_gens(coord_t *c, const char *when)
         coord_map_uint(coord_reply_map(r), "generation", &g);
         coord_reply_free(r);
         /* a wiped ledger knows no generation until the next grant (which
-         * record_grant checks against every earlier one) */
+         * record_grant checks against every earlier one); with the etcd
+         * ledger, leader.info's generation is the one this broker last saw
+         * (other machines' grants are etcd's) */
+        if (CFG->etcd)
+            continue;
         if (atomic_load(&S->ws[ws].max_granted_seq) < atomic_load(&S->wipe_seq))
             continue;
         if (g < m)
