@@ -51,12 +51,18 @@
  * n (the same write transaction chain), but they are answered only after
  * n+1 is covered, and n before it.
  *
- * Wake-ups: the loop signals the writer once per submit while it waits;
- * the writer wakes the loop once per covered batch (uv_async coalesces).
- * After a batch is covered its committers are on their way back: the
- * writer waits a little for them (LINGER_NS for the first, LINGER_GAP_NS
- * between the next) so the next commit, which also covers the unsynced
- * batch, carries them too; if none comes it flushes explicitly. */
+ * Wake-ups: a submit wakes the writer only when it waits for work or the
+ * queue reached what it lingers for; the writer wakes the loop once per
+ * covered batch (uv_async coalesces).  With an unsynced batch the writer
+ * commits whatever is queued at once (that commit is the flush the batch
+ * waits for) or, with nothing queued, flushes explicitly; with none it
+ * waits a little for the committers it just answered (LINGER_NS for the
+ * first, LINGER_GAP_NS between the next), so one commit carries them.
+ *
+ * data.mdb grows ahead of LMDB in PREALLOC_BYTES steps of zeros, written
+ * inside a write transaction (LMDB's writer lock: no commit writes beyond
+ * the old end meanwhile): a commit that grew the file would make its
+ * fdatasync commit ext4's journal as well, a second flush. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -84,6 +90,11 @@
 /* LMDB reports a short write as EIO: with less free space than this left
  * in the data dir, that EIO is a full disk and the message says so. */
 #define LOW_SPACE_BYTES (256u << 10)
+/* data.mdb is kept at least PREALLOC_LOW bytes past its last page, grown
+ * PREALLOC_BYTES at a time (one journal flush per step instead of one per
+ * growing commit; the disk space is used a few MiB early). */
+#define PREALLOC_BYTES (4u << 20)
+#define PREALLOC_LOW (1u << 20)
 /* Grow-and-retry rounds for one batch (doubling from 256 MiB, this reaches
  * any cap). */
 #define MAX_ATTEMPTS 64
@@ -113,6 +124,7 @@ struct ledger {
     MDB_dbi dbi[DB_COUNT];
     size_t map_size;
     size_t max_size;              /* --max-data-size */
+    unsigned psize;               /* LMDB's page size */
     char *dir;                    /* owned */
     char limit_msg[96];           /* a job's why at the cap */
     uint64_t limit_hits;          /* under mu */
@@ -133,6 +145,9 @@ struct ledger {
     unsigned unsynced_n;
     MDB_txn *unsynced_snap;
     unsigned just_acked;          /* under mu: jobs of the last covered batch */
+    /* under mu: a submit wakes the writer only when it waits for work
+     * (wake_at 1) or lingers and the queue reached wake_at; else 0 */
+    unsigned wake_at;
     /* under mu: a covered snapshot for the loop, not yet taken */
     MDB_txn *snap_ready;
     MDB_txn *snap;                /* loop thread: what ledger_read_begin reads */
@@ -256,6 +271,34 @@ static unsigned fail_all(struct ledger_job *batch, const char *why)
     return n;
 }
 
+/* Inside a write transaction: extends data.mdb with zeros when LMDB's
+ * pages come within PREALLOC_LOW of its end, never past the map or the
+ * cap.  Failing (a full disk) changes nothing LMDB relies on: it then
+ * grows the file itself, and reports what it meets. */
+static void prealloc(struct ledger *l)
+{
+    static const uint8_t zeros[64 << 10];
+    MDB_envinfo info;
+    mdb_filehandle_t fd;
+    struct stat st;
+    if (mdb_env_info(l->env, &info) || mdb_env_get_fd(l->env, &fd) || fstat(fd, &st))
+        return;
+    uint64_t used = ((uint64_t)info.me_last_pgno + 1) * l->psize;
+    uint64_t limit = l->map_size < l->max_size ? l->map_size : l->max_size;
+    if ((uint64_t)st.st_size >= used + PREALLOC_LOW || (uint64_t)st.st_size >= limit)
+        return;
+    uint64_t end = used + PREALLOC_BYTES;
+    if (end > limit)
+        end = limit;
+    for (uint64_t at = (uint64_t)st.st_size; at < end;) {
+        size_t n = end - at < sizeof zeros ? (size_t)(end - at) : sizeof zeros;
+        ssize_t w = pwrite(fd, zeros, n, (off_t)at);
+        if (w <= 0)
+            return;
+        at += (uint64_t)w;
+    }
+}
+
 /* Runs one batch to a commit (its data pages flushed, its meta page
  * written, not flushed: see the top).  Every job gets its status.  A job
  * that fills the map makes the batch grow it and run again; once the map
@@ -272,6 +315,8 @@ static bool run_batch(struct ledger *l, struct ledger_job *batch)
         unsigned refused = 0;
         pthread_rwlock_rdlock(&l->resize);
         rc = mdb_txn_begin(l->env, NULL, 0, &txn);
+        if (rc == 0 && attempt == 0)
+            prealloc(l);
         for (struct ledger_job *j = batch; rc == 0 && j; j = j->next) {
             MDB_txn *child;
             j->why = NULL;
@@ -387,6 +432,7 @@ static void linger(struct ledger *l, unsigned expect)
     struct timespec now, until, gap;
     clock_gettime(CLOCK_MONOTONIC, &now);
     until = ts_add(now, LINGER_NS);
+    l->wake_at = expect;
     while (l->queued < expect && !l->stopping) {
         unsigned before = l->queued;
         gap = before ? ts_add(now, LINGER_GAP_NS) : until;
@@ -397,6 +443,7 @@ static void linger(struct ledger *l, unsigned expect)
         if ((rc == ETIMEDOUT && l->queued == before) || !ts_before(now, until))
             break;
     }
+    l->wake_at = 0;
 }
 
 static void *writer_main(void *arg)
@@ -404,13 +451,17 @@ static void *writer_main(void *arg)
     struct ledger *l = arg;
     for (;;) {
         pthread_mutex_lock(&l->mu);
+        l->wake_at = 1;
         while (!l->queue_head && !l->unsynced && !l->stopping)
             pthread_cond_wait(&l->cond, &l->mu);
+        l->wake_at = 0;
         /* Those answered by the last covered batch are likely on their
-         * way back: one commit can carry them and cover the unsynced
-         * batch.  A lone committer (nobody else in flight) never waits. */
+         * way back: with nothing unsynced (nobody waits for the writer),
+         * one commit can carry them all.  With an unsynced batch the next
+         * commit starts at once: it is the flush that batch waits for.  A
+         * lone committer (nobody else in flight) never waits. */
         unsigned expect = l->just_acked + l->queued;
-        if (l->just_acked && (l->unsynced || l->queued) && (l->unsynced_n + expect) >= 2)
+        if (l->just_acked && !l->unsynced && l->queued && expect >= 2)
             linger(l, expect);
         struct ledger_job *batch = l->queue_head, *last = batch;
         unsigned n = batch ? 1 : 0;
@@ -504,8 +555,12 @@ void ledger_submit(struct ledger *l, struct ledger_job *job)
         l->queue_head = job;
     l->queue_tail = job;
     l->queued++;
-    pthread_cond_signal(&l->cond);
+    /* one wake-up per reason, not one per job: while the writer lingers it
+     * looks at the queue itself at each gap */
+    bool wake = l->wake_at && l->queued >= l->wake_at;
     pthread_mutex_unlock(&l->mu);
+    if (wake)
+        pthread_cond_signal(&l->cond);
 }
 
 /* What was found in dir before LMDB opened it. */
@@ -662,6 +717,7 @@ int ledger_open(struct ledger **out, const char *dir, uint64_t max_size,
     }
     /* LMDB raised the map to what the file holds if that is more */
     l->map_size = info.me_mapsize;
+    l->psize = mst.ms_psize;
     if (need > l->max_size)
         log_event(LOG_WARN, "ledger.over_limit",
                   "data_bytes=%llu max_data_size=%zu error=\"new writes will fail\"",
