@@ -9,7 +9,60 @@
  * lock.mdb, which it only ftruncates (sparse), so on a full disk its first
  * store would be a SIGBUS: ledger_open allocates it for real first.  The
  * map is capped at --max-data-size: past it a job fails with STORAGE and
- * says why, and the rest of its batch still commits. */
+ * says why, and the rest of its batch still commits.
+ *
+ * One flush per batch.  A plain LMDB commit syncs twice: the data pages
+ * (fdatasync), then the meta page that makes them current (an O_DSYNC
+ * write).  The environment is opened with MDB_NOMETASYNC instead, so a
+ * commit writes its pages, fdatasyncs them, and writes its meta page
+ * without waiting for it.  Batch n is therefore durable only once a later
+ * flush covered its meta page: the data fdatasync of batch n+1 (which
+ * flushes every dirty page of data.mdb, n's meta page included), or, when
+ * nothing else is queued, an explicit mdb_env_sync.  The writer keeps the
+ * last committed batch back ("unsynced") and hands it to the loop, whose
+ * done callbacks send the replies, only after that covering flush
+ * returned.  Nothing is answered from an unsynced batch: a generation
+ * reaches its campaigner, a commit its committer, a completion record its
+ * owner and followers only once it is on disk.
+ *
+ * The crash argument.  LMDB keeps two meta pages and, on open, takes the
+ * valid one with the higher transaction id.  (1) Batch n's data pages are
+ * fdatasynced before n's meta page is written, so a meta page that reached
+ * the disk only names pages that are on it.  (2) A transaction reuses only
+ * pages freed before the oldest live snapshot, never pages of the tree
+ * the previous meta names (n-1, on disk while n's meta may not be), so a
+ * crash at any instant leaves meta n-1 intact and naming intact pages, or
+ * meta n the same way.  (3) So a crash (kill -9, power loss) loses at most
+ * the unsynced batch, whose jobs nobody heard about; every batch whose
+ * done callbacks ran had its meta page flushed before them.  (This is
+ * LMDB's documented guarantee for MDB_NOMETASYNC: atomic and consistent,
+ * the last commit may be undone.  MDB_NOSYNC would not be: without the
+ * data flush a meta page could name pages that never reached the disk.)
+ * The epoch written by ledger_store_epoch outside the writer is synced
+ * explicitly before it returns.
+ *
+ * Reads on the loop never see the unsynced batch: they would let an answer
+ * depend on a write a crash could undo (a duplicate op_id reported as
+ * applied, a record served to a joiner).  The writer opens a read snapshot
+ * right after each commit and publishes it together with that batch, once
+ * covered; ledger_read_begin hands out the published snapshot, so the loop
+ * reads exactly the durable state, which includes every batch whose done
+ * callbacks ran (read-your-writes holds).  Jobs of batch n+1 do see batch
+ * n (the same write transaction chain), but they are answered only after
+ * n+1 is covered, and n before it.
+ *
+ * Wake-ups: a submit wakes the writer only when it waits for work or the
+ * queue reached what it lingers for; the writer wakes the loop once per
+ * covered batch (uv_async coalesces).  With an unsynced batch the writer
+ * commits whatever is queued at once (that commit is the flush the batch
+ * waits for) or, with nothing queued, flushes explicitly; with none it
+ * waits a little for the committers it just answered (LINGER_NS for the
+ * first, LINGER_GAP_NS between the next), so one commit carries them.
+ *
+ * data.mdb grows ahead of LMDB in PREALLOC_BYTES steps of zeros, written
+ * inside a write transaction (LMDB's writer lock: no commit writes beyond
+ * the old end meanwhile): a commit that grew the file would make its
+ * fdatasync commit ext4's journal as well, a second flush. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -37,6 +90,11 @@
 /* LMDB reports a short write as EIO: with less free space than this left
  * in the data dir, that EIO is a full disk and the message says so. */
 #define LOW_SPACE_BYTES (256u << 10)
+/* data.mdb is kept at least PREALLOC_LOW bytes past its last page, grown
+ * PREALLOC_BYTES at a time (one journal flush per step instead of one per
+ * growing commit; the disk space is used a few MiB early). */
+#define PREALLOC_BYTES (4u << 20)
+#define PREALLOC_LOW (1u << 20)
 /* Grow-and-retry rounds for one batch (doubling from 256 MiB, this reaches
  * any cap). */
 #define MAX_ATTEMPTS 64
@@ -66,6 +124,7 @@ struct ledger {
     MDB_dbi dbi[DB_COUNT];
     size_t map_size;
     size_t max_size;              /* --max-data-size */
+    unsigned psize;               /* LMDB's page size */
     char *dir;                    /* owned */
     char limit_msg[96];           /* a job's why at the cap */
     uint64_t limit_hits;          /* under mu */
@@ -80,6 +139,19 @@ struct ledger {
     unsigned queued;
     unsigned last_batch, prev_batch;  /* sizes, to guess who comes back */
     struct ledger_job *done_head, *done_tail;
+    /* Writer thread only: the last committed batch, its meta page not yet
+     * flushed, and the snapshot of it (published once it is). */
+    struct ledger_job *unsynced, *unsynced_last;
+    unsigned unsynced_n;
+    MDB_txn *unsynced_snap;
+    unsigned just_acked;          /* under mu: jobs of the last covered batch */
+    /* under mu: a submit wakes the writer only when it waits for work
+     * (wake_at 1) or lingers and the queue reached wake_at; else 0 */
+    unsigned wake_at;
+    /* under mu: a covered snapshot for the loop, not yet taken */
+    MDB_txn *snap_ready;
+    MDB_txn *snap;                /* loop thread: what ledger_read_begin reads */
+    uint64_t syncs;               /* under mu: explicit flushes (idle) */
     int stopping;
     int thread_started;
 
@@ -130,19 +202,32 @@ static const char *storage_strerror(const char *dir, int rc)
     return mdb_strerror(rc);
 }
 
+/* The published snapshot: the durable state.  The resize lock is held
+ * while it is read, not in between (an idle read transaction keeps only
+ * page numbers and its reader slot, so it survives the map being moved). */
 int ledger_read_begin(struct ledger *l, MDB_txn **txn)
 {
     pthread_rwlock_rdlock(&l->resize);
-    int rc = mdb_txn_begin(l->env, NULL, MDB_RDONLY, txn);
-    if (rc)
+    if (!l->snap) {
         pthread_rwlock_unlock(&l->resize);
-    return rc;
+        return MDB_BAD_TXN;
+    }
+    *txn = l->snap;
+    return 0;
 }
 
 void ledger_read_end(struct ledger *l, MDB_txn *txn)
 {
-    mdb_txn_abort(txn);
+    (void)txn;                    /* stays open until the next one replaces it */
     pthread_rwlock_unlock(&l->resize);
+}
+
+uint64_t ledger_syncs(struct ledger *l)
+{
+    pthread_mutex_lock(&l->mu);
+    uint64_t n = l->syncs;
+    pthread_mutex_unlock(&l->mu);
+    return n;
 }
 
 /* Doubles the map, up to max_size.  0 grown, -1 at the cap, or an MDB
@@ -186,19 +271,52 @@ static unsigned fail_all(struct ledger_job *batch, const char *why)
     return n;
 }
 
-/* Runs one batch to a durable commit.  Every job gets its status.  A job
+/* Inside a write transaction: extends data.mdb with zeros when LMDB's
+ * pages come within PREALLOC_LOW of its end, never past the map or the
+ * cap.  Failing (a full disk) changes nothing LMDB relies on: it then
+ * grows the file itself, and reports what it meets. */
+static void prealloc(struct ledger *l)
+{
+    static const uint8_t zeros[64 << 10];
+    MDB_envinfo info;
+    mdb_filehandle_t fd;
+    struct stat st;
+    if (mdb_env_info(l->env, &info) || mdb_env_get_fd(l->env, &fd) || fstat(fd, &st))
+        return;
+    uint64_t used = ((uint64_t)info.me_last_pgno + 1) * l->psize;
+    uint64_t limit = l->map_size < l->max_size ? l->map_size : l->max_size;
+    if ((uint64_t)st.st_size >= used + PREALLOC_LOW || (uint64_t)st.st_size >= limit)
+        return;
+    uint64_t end = used + PREALLOC_BYTES;
+    if (end > limit)
+        end = limit;
+    for (uint64_t at = (uint64_t)st.st_size; at < end;) {
+        size_t n = end - at < sizeof zeros ? (size_t)(end - at) : sizeof zeros;
+        ssize_t w = pwrite(fd, zeros, n, (off_t)at);
+        if (w <= 0)
+            return;
+        at += (uint64_t)w;
+    }
+}
+
+/* Runs one batch to a commit (its data pages flushed, its meta page
+ * written, not flushed: see the top).  Every job gets its status.  A job
  * that fills the map makes the batch grow it and run again; once the map
  * is at its cap, that job alone fails (its nested transaction is dropped)
- * and the others commit. */
-static void run_batch(struct ledger *l, struct ledger_job *batch)
+ * and the others commit.  Returns true when the commit wrote a new meta
+ * page (and so flushed the data before it: the unsynced batch is covered);
+ * false when it failed or had nothing to write. */
+static bool run_batch(struct ledger *l, struct ledger_job *batch)
 {
     for (int attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
         MDB_txn *txn;
         int rc;
-        bool at_cap = l->map_size >= l->max_size;
+        bool at_cap = l->map_size >= l->max_size, wrote = false;
         unsigned refused = 0;
         pthread_rwlock_rdlock(&l->resize);
         rc = mdb_txn_begin(l->env, NULL, 0, &txn);
+        if (rc == 0 && attempt == 0)
+            prealloc(l);
         for (struct ledger_job *j = batch; rc == 0 && j; j = j->next) {
             MDB_txn *child;
             j->why = NULL;
@@ -221,10 +339,15 @@ static void run_batch(struct ledger *l, struct ledger_job *batch)
             }
             j->status = st > 0 ? COORD_ESTORAGE : st;
         }
-        if (rc == 0)
+        if (rc == 0) {
+            size_t id = mdb_txn_id(txn);
+            MDB_envinfo info;
             rc = mdb_txn_commit(txn);     /* frees txn, success or not */
-        else
+            wrote = rc == 0 && mdb_env_info(l->env, &info) == 0 &&
+                    info.me_last_txnid == id;
+        } else {
             mdb_txn_abort(txn);
+        }
         pthread_rwlock_unlock(&l->resize);
         if (rc == MDB_MAP_FULL) {
             int g = grow_map(l);
@@ -232,7 +355,7 @@ static void run_batch(struct ledger *l, struct ledger_job *batch)
                 continue;
             if (g < 0) {                  /* the commit itself met the cap */
                 count_limit(l, fail_all(batch, l->limit_msg));
-                return;
+                return false;
             }
             rc = g;
         }
@@ -243,9 +366,84 @@ static void run_batch(struct ledger *l, struct ledger_job *batch)
             log_event(LOG_ERROR, "ledger.commit_failed", "rc=%d error=\"%s\"", rc, why);
             fail_all(batch, why);
         }
-        return;
+        return wrote;
     }
     fail_all(batch, NULL);
+    return false;
+}
+
+/* Hands jobs (first..last, n of them) to the loop, with snap (may be
+ * NULL: none newer) as the snapshot the loop reads from now on. */
+static void hand_back(struct ledger *l, struct ledger_job *first, struct ledger_job *last,
+                      unsigned n, MDB_txn *snap)
+{
+    MDB_txn *old = NULL;
+    pthread_mutex_lock(&l->mu);
+    if (first) {
+        if (l->done_tail)
+            l->done_tail->next = first;
+        else
+            l->done_head = first;
+        l->done_tail = last;
+    }
+    if (snap) {
+        old = l->snap_ready;          /* never taken: the loop was busy */
+        l->snap_ready = snap;
+    }
+    l->just_acked = n;
+    pthread_mutex_unlock(&l->mu);
+    if (old)
+        mdb_txn_abort(old);
+    uv_async_send(&l->async);
+}
+
+/* The unsynced batch is covered (flushed is true) or could not be: then
+ * an explicit flush is tried, and when that fails too its jobs fail with
+ * STORAGE (their writes may survive; they were never acknowledged). */
+static void cover_unsynced(struct ledger *l, bool flushed)
+{
+    if (!l->unsynced && flushed)
+        return;
+    if (!flushed) {
+        int rc = mdb_env_sync(l->env, 1);
+        pthread_mutex_lock(&l->mu);
+        l->syncs++;
+        pthread_mutex_unlock(&l->mu);
+        if (rc) {
+            const char *why = storage_strerror(l->dir, rc);
+            log_event(LOG_ERROR, "ledger.sync_failed", "rc=%d error=\"%s\"", rc, why);
+            fail_all(l->unsynced, why);
+        }
+    }
+    if (!l->unsynced)
+        return;
+    hand_back(l, l->unsynced, l->unsynced_last, l->unsynced_n, l->unsynced_snap);
+    l->unsynced = l->unsynced_last = NULL;
+    l->unsynced_n = 0;
+    l->unsynced_snap = NULL;
+}
+
+/* Waits (mu held) for the committers of the batch covered last, who are
+ * on their way back: until `expect` jobs are queued, LINGER_NS for the
+ * first to come, then while they keep coming (a gap of LINGER_GAP_NS with
+ * none ends it), never past LINGER_NS in all. */
+static void linger(struct ledger *l, unsigned expect)
+{
+    struct timespec now, until, gap;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    until = ts_add(now, LINGER_NS);
+    l->wake_at = expect;
+    while (l->queued < expect && !l->stopping) {
+        unsigned before = l->queued;
+        gap = before ? ts_add(now, LINGER_GAP_NS) : until;
+        if (ts_before(until, gap))
+            gap = until;
+        int rc = pthread_cond_timedwait(&l->cond, &l->mu, &gap);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((rc == ETIMEDOUT && l->queued == before) || !ts_before(now, until))
+            break;
+    }
+    l->wake_at = 0;
 }
 
 static void *writer_main(void *arg)
@@ -253,28 +451,18 @@ static void *writer_main(void *arg)
     struct ledger *l = arg;
     for (;;) {
         pthread_mutex_lock(&l->mu);
-        while (!l->queue_head && !l->stopping)
+        l->wake_at = 1;
+        while (!l->queue_head && !l->unsynced && !l->stopping)
             pthread_cond_wait(&l->cond, &l->mu);
-        /* Committers answered by the last two batches are likely on their
-         * way back: wait while they keep arriving (a gap of LINGER_GAP_NS
-         * with none ends it, as does LINGER_NS in all), so one sync serves
-         * them all.  A lone committer never waits. */
-        unsigned expect = l->last_batch + l->prev_batch;
-        if (l->last_batch >= 2 && l->queued < expect && !l->stopping) {
-            struct timespec now, until, gap;
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            until = ts_add(now, LINGER_NS);
-            while (l->queued < expect && !l->stopping) {
-                unsigned before = l->queued;
-                gap = ts_add(now, LINGER_GAP_NS);
-                if (ts_before(until, gap))
-                    gap = until;
-                int rc = pthread_cond_timedwait(&l->cond, &l->mu, &gap);
-                clock_gettime(CLOCK_MONOTONIC, &now);
-                if ((rc == ETIMEDOUT && l->queued == before) || !ts_before(now, until))
-                    break;
-            }
-        }
+        l->wake_at = 0;
+        /* Those answered by the last covered batch are likely on their
+         * way back: with nothing unsynced (nobody waits for the writer),
+         * one commit can carry them all.  With an unsynced batch the next
+         * commit starts at once: it is the flush that batch waits for.  A
+         * lone committer (nobody else in flight) never waits. */
+        unsigned expect = l->just_acked + l->queued;
+        if (l->just_acked && !l->unsynced && l->queued && expect >= 2)
+            linger(l, expect);
         struct ledger_job *batch = l->queue_head, *last = batch;
         unsigned n = batch ? 1 : 0;
         /* bounded batches keep one commit from growing without end */
@@ -291,22 +479,41 @@ static void *writer_main(void *arg)
             l->prev_batch = l->last_batch;
             l->last_batch = n;
         }
-        int stop = l->stopping && !batch;
+        l->just_acked = 0;
+        int stop = l->stopping && !batch && !l->unsynced;
         pthread_mutex_unlock(&l->mu);
         if (stop)
             break;
+        if (!batch) {                 /* idle: flush the unsynced batch now */
+            cover_unsynced(l, false);
+            continue;
+        }
 
-        run_batch(l, batch);
-
+        bool wrote = run_batch(l, batch);
         pthread_mutex_lock(&l->mu);
-        if (l->done_tail)
-            l->done_tail->next = batch;
-        else
-            l->done_head = batch;
-        l->done_tail = last;
         l->batches++;
         pthread_mutex_unlock(&l->mu);
-        uv_async_send(&l->async);
+        /* the snapshot of this commit, for the loop once it is covered (on
+         * failure the loop keeps reading the older one) */
+        MDB_txn *snap = NULL;
+        if (!wrote) {
+            /* Failed, wrote nothing, or a commit on another thread came in
+             * between (ledger_store_epoch): one explicit flush makes every
+             * commit so far durable, so its answers and the snapshot taken
+             * after it rest on the disk alone. */
+            cover_unsynced(l, false);
+            if (mdb_txn_begin(l->env, NULL, MDB_RDONLY, &snap) != 0)
+                snap = NULL;
+            hand_back(l, batch, last, n, snap);
+            continue;
+        }
+        cover_unsynced(l, true);
+        if (mdb_txn_begin(l->env, NULL, MDB_RDONLY, &snap) != 0)
+            snap = NULL;
+        l->unsynced = batch;
+        l->unsynced_last = last;
+        l->unsynced_n = n;
+        l->unsynced_snap = snap;
     }
     return NULL;
 }
@@ -316,7 +523,15 @@ static void run_done(struct ledger *l)
     pthread_mutex_lock(&l->mu);
     struct ledger_job *j = l->done_head;
     l->done_head = l->done_tail = NULL;
+    MDB_txn *snap = l->snap_ready;
+    l->snap_ready = NULL;
     pthread_mutex_unlock(&l->mu);
+    /* the newer durable snapshot first: the answers below may read it */
+    if (snap) {
+        if (l->snap)
+            mdb_txn_abort(l->snap);
+        l->snap = snap;
+    }
     while (j) {
         struct ledger_job *next = j->next;
         l->jobs++;
@@ -340,8 +555,12 @@ void ledger_submit(struct ledger *l, struct ledger_job *job)
         l->queue_head = job;
     l->queue_tail = job;
     l->queued++;
-    pthread_cond_signal(&l->cond);
+    /* one wake-up per reason, not one per job: while the writer lingers it
+     * looks at the queue itself at each gap */
+    bool wake = l->wake_at && l->queued >= l->wake_at;
     pthread_mutex_unlock(&l->mu);
+    if (wake)
+        pthread_cond_signal(&l->cond);
 }
 
 /* What was found in dir before LMDB opened it. */
@@ -413,6 +632,8 @@ static void forget_creation(const char *dir, enum prior prior)
 
 static void destroy(struct ledger *l)
 {
+    if (l->snap)
+        mdb_txn_abort(l->snap);
     if (l->env)
         mdb_env_close(l->env);
     pthread_mutex_destroy(&l->mu);
@@ -459,7 +680,7 @@ int ledger_open(struct ledger **out, const char *dir, uint64_t max_size,
     if ((rc = mdb_env_create(&l->env)) ||
         (rc = mdb_env_set_maxdbs(l->env, 16)) ||
         (rc = mdb_env_set_mapsize(l->env, l->map_size)) ||
-        (rc = mdb_env_open(l->env, dir, MDB_NOTLS, 0600))) {
+        (rc = mdb_env_open(l->env, dir, MDB_NOTLS | MDB_NOMETASYNC, 0600))) {
         if (rc == MDB_INVALID)
             snprintf(err, errsize, "%s is not an LMDB ledger (a foreign, damaged or "
                      "truncated file): move it away to start with an empty ledger", path);
@@ -496,6 +717,7 @@ int ledger_open(struct ledger **out, const char *dir, uint64_t max_size,
     }
     /* LMDB raised the map to what the file holds if that is more */
     l->map_size = info.me_mapsize;
+    l->psize = mst.ms_psize;
     if (need > l->max_size)
         log_event(LOG_WARN, "ledger.over_limit",
                   "data_bytes=%llu max_data_size=%zu error=\"new writes will fail\"",
@@ -512,6 +734,11 @@ int ledger_open(struct ledger **out, const char *dir, uint64_t max_size,
             rc = mdb_dbi_open(txn, db_names[i], MDB_CREATE, &l->dbi[i]);
         rc = rc ? (mdb_txn_abort(txn), rc) : mdb_txn_commit(txn);
     }
+    /* durable (MDB_NOMETASYNC: see the top), then the first snapshot */
+    if (rc == 0)
+        rc = mdb_env_sync(l->env, 1);
+    if (rc == 0)
+        rc = mdb_txn_begin(l->env, NULL, MDB_RDONLY, &l->snap);
     if (rc) {
         snprintf(err, errsize, "cannot open databases in %s: %s", dir,
                  rc == MDB_MAP_FULL ? l->limit_msg : storage_strerror(dir, rc));
@@ -576,9 +803,10 @@ uint64_t ledger_store_epoch(struct ledger *l, uint64_t floor, char *err, size_t 
     int rc = mdb_txn_begin(l->env, NULL, 0, &txn);
     if (rc == 0 && (rc = ledger_put_epoch(l, txn, floor, &epoch)) != 0)
         mdb_txn_abort(txn);
-    /* a plain commit syncs: the epoch is on disk before anyone sees it */
-    else if (rc == 0)
-        rc = mdb_txn_commit(txn);
+    /* the commit flushes the data, the explicit sync its meta page
+     * (MDB_NOMETASYNC): the epoch is on disk before anyone sees it */
+    else if (rc == 0 && (rc = mdb_txn_commit(txn)) == 0)
+        rc = mdb_env_sync(l->env, 1);
     pthread_rwlock_unlock(&l->resize);
     if (rc == 0)
         return epoch;
@@ -605,6 +833,9 @@ void ledger_close(struct ledger *l)
     if (l->thread_started)
         pthread_join(l->thread, NULL);
     run_done(l);
+    if (l->snap)
+        mdb_txn_abort(l->snap);
+    l->snap = NULL;
     mdb_env_close(l->env);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cond);

@@ -2,10 +2,12 @@
  *
  * Writes never run on the loop thread: a job is queued, the writer thread
  * applies every queued job in one transaction (each in a nested one, so one
- * refused job does not spoil its batch), commits with a sync, and then hands
- * the jobs back to the loop, where their done callbacks send the replies.
- * Many writers, one fsync: that is the group commit.  Reads happen on the
- * loop thread in short read transactions (LMDB readers never block). */
+ * refused job does not spoil its batch), commits it with one data flush,
+ * and hands the jobs back to the loop once a later flush made the commit
+ * durable (ledger.c's top comment: MDB_NOMETASYNC), where their done
+ * callbacks send the replies.  Many writers, one fsync: that is the group
+ * commit.  Reads happen on the loop thread in the durable snapshot
+ * (LMDB readers never block). */
 #ifndef COORD_LEDGER_H
 #define COORD_LEDGER_H
 
@@ -86,7 +88,11 @@ void ledger_submit(struct ledger *l, struct ledger_job *job);
 void ledger_close(struct ledger *l);
 
 MDB_dbi ledger_dbi(struct ledger *l, enum ledger_db db);
-/* Short read transactions on the loop thread.  Returns 0 or an MDB error. */
+/* Reads on the loop thread, between begin and end, never across a loop
+ * turn: the transaction is the published snapshot (every batch whose done
+ * callbacks ran, nothing not yet durable), owned by the ledger; end does
+ * not abort it.  Cursors opened on it must be closed before end.  Returns
+ * 0 or an MDB error. */
 int ledger_read_begin(struct ledger *l, MDB_txn **txn);
 void ledger_read_end(struct ledger *l, MDB_txn *txn);
 
@@ -95,6 +101,7 @@ uint64_t ledger_batches(const struct ledger *l);
 uint64_t ledger_jobs(const struct ledger *l);
 uint64_t ledger_data_limit_hits(struct ledger *l);   /* jobs refused at the cap */
 uint64_t ledger_map_size(struct ledger *l);
+uint64_t ledger_syncs(struct ledger *l);             /* explicit flushes when idle */
 
 static inline void put_be64(uint8_t *p, uint64_t v)
 {

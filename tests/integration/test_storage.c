@@ -102,6 +102,28 @@ static off_t file_size(const char *path)
     return stat(path, &st) == 0 ? st.st_size : -1;
 }
 
+/* The bytes of data.mdb up to its last page that is not all zeros: the
+ * broker keeps zeros ahead of LMDB's pages (ledger.c, PREALLOC_BYTES). */
+static off_t used_size(const char *path)
+{
+    long ps = sysconf(_SC_PAGESIZE);
+    uint8_t page[65536];
+    int fd = open(path, O_RDONLY);
+    off_t size = file_size(path), used = 0;
+    for (off_t at = 0; fd >= 0 && at + ps <= size && ps <= (long)sizeof page; at += ps) {
+        if (pread(fd, page, (size_t)ps, at) != ps)
+            break;
+        for (long i = 0; i < ps; i++)
+            if (page[i]) {
+                used = at + ps;
+                break;
+            }
+    }
+    if (fd >= 0)
+        close(fd);
+    return used;
+}
+
 /* Owner of key: joins, completes with a result of n bytes kept as a
  * record.  Returns the completion's reply code (0 ok). */
 static int store_record(struct rcl *c, uint64_t rid, const char *key, size_t n)
@@ -165,7 +187,7 @@ static void test_truncated_to_half(void)
     make_ledger(&bp, 40);
     char path[400];
     data_path(&bp, "data.mdb", path, sizeof path);
-    off_t size = file_size(path);
+    off_t size = used_size(path);
     REQUIRE(size > 16 * sysconf(_SC_PAGESIZE));
     REQUIRE(truncate(path, size / 2) == 0);
     struct outcome o = spawn(&bp, NULL, true, 0);

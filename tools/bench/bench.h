@@ -30,6 +30,7 @@ struct bench {
     char data_dir[128];          /* the broker's data dir, "" when unknown */
     char tmpdir[64];             /* ours: sockets, data dir, fsync file */
     char echo_path[108];         /* the baseline echo server's socket */
+    char redis_path[108];        /* our redis-server's socket, "" when none */
 
     /* options */
     bool quick;
@@ -77,6 +78,7 @@ struct wconn {
     uint64_t t_sent;
     int idx;
     char name[32];               /* the lock name this connection uses */
+    char token[24];              /* Redis: the value its lock holds */
 };
 
 int wc_open(struct wconn *w);                      /* fd = -1, buffers */
@@ -137,6 +139,29 @@ int echo_start(const char *path, bool process, struct echo_server **out);
 void echo_stop(struct echo_server *s);
 /* The child's pid in process mode, else 0. */
 pid_t echo_pid(const struct echo_server *s);
+
+/* ---- redis.c: the Redis peer ---- */
+
+struct rs_reply {
+    char type;                   /* '+', '-', ':', '$' */
+    const char *ptr;             /* text / bulk bytes (into the wconn) */
+    size_t len;
+    long long num;               /* ':' value, '$' length (-1: nil) */
+};
+/* Starts redis-server on a socket in our temp dir and loads the release
+ * script: 0, 1 when redis-server is not installed, -1 on failure. */
+int redis_start(struct bench *b);
+void redis_stop(struct bench *b);
+bool redis_up(const struct bench *b);
+pid_t redis_server_pid(void);
+/* RESP: encode a command into w->out; take one reply from w's input (1, 0
+ * not complete yet, -1 a type not used here); send out and wait for one. */
+void rs_cmd(struct wconn *w, int argc, const char *const *argv);
+int rs_next(struct wconn *w, struct rs_reply *r);
+int rs_call(struct wconn *w, struct rs_reply *r);
+/* SET w->name w->token NX PX 30000 / EVALSHA compare-and-delete. */
+void rs_acquire(struct wconn *w);
+void rs_release(struct wconn *w);
 
 /* ---- spawn.c ---- */
 
@@ -230,6 +255,18 @@ void sc_flight_storm(struct bench *b, struct result *r);
 void sc_durable_commits(struct bench *b, struct result *r);
 void sc_durable_records(struct bench *b, struct result *r);
 void sc_fanout(struct bench *b, struct result *r);
+
+void sc_redis(struct bench *b, struct result *r);
+
+/* sc-lock.c: n acquire+release cycles on w (its name); total/acq/rel[i]
+ * in ns (may be NULL); 0, or -1 with *err. */
+int lock_cycles(struct wconn *w, double *total, double *acq, double *rel, size_t n,
+                int *err);
+/* sc-many.c: requests (or Redis commands) per second on n connections,
+ * one in flight each, driven by b->threads epoll threads. */
+enum mc_mode { MC_RAW, MC_LOCK, MC_PING, MC_REDIS };
+double mc_run(struct bench *b, struct wconn *conns, int n, enum mc_mode mode,
+              unsigned warm_ms, unsigned dur_ms, pid_t server, double *cpu, int *err);
 
 /* sc-lock.c: the raw round trip used by several scenarios.  Fills out[n]
  * with round-trip times in ns on conn w (connected to the echo server). */

@@ -28,6 +28,7 @@ static const struct {
     { "durable-commits", sc_durable_commits, "leader.commit, 32 clients: commits/s / fsyncs/s (>= 10x)" },
     { "durable-records", sc_durable_records, "flight.join+complete keep_ms, 32 clients: records/s / fsyncs/s (info)" },
     { "fanout", sc_fanout, "20 subscribers: delivered messages/s" },
+    { "redis", sc_redis, "coord's lock cycle / Redis's (SET NX PX + EVALSHA) at 1, 16, 64 clients (>= 1x)" },
 };
 #define NSCEN (int)(sizeof scenarios / sizeof scenarios[0])
 
@@ -69,6 +70,7 @@ static bool keep_tmp;
 
 static void cleanup(void)
 {
+    redis_stop(&B);
     if (B.echo) {
         echo_stop(B.echo);
         B.echo = NULL;
@@ -200,6 +202,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "coord-bench: echo server: %s\n", strerror(-rc));
         return 1;
     }
+
+    /* the Redis peer, when installed and asked for */
+    if (selected[find_scenario("redis")] && redis_start(&B) < 0)
+        fprintf(stderr, "coord-bench: redis-server did not start; its scenario is skipped\n");
 
     if (socket_arg) {
         snprintf(B.socket_path, sizeof B.socket_path, "%s", socket_arg);

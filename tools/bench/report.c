@@ -159,7 +159,8 @@ static void print_fig(FILE *o, const struct figure *f)
         fmt_num(a, sizeof a, f->broker);
         fprintf(o, "  broker  %-*s %12s %s\n", W_WHAT, f->what, a, f->unit);
         fmt_num(a, sizeof a, f->base);
-        fprintf(o, "  raw     %-*s %12s %s\n", W_WHAT, f->bwhat, a, f->unit);
+        fprintf(o, "  %-7s %-*s %12s %s\n", strncmp(f->bwhat, "Redis", 5) ? "raw" : "redis",
+                W_WHAT, f->bwhat, a, f->unit);
         fmt_num(a, sizeof a, f->value);
         if (f->cmp != CMP_NONE) {
             fmt_num(t, sizeof t, f->target);

@@ -52,7 +52,7 @@ int raw_round_trips(struct bench *b, struct wconn *w, double *out, size_t n)
 }
 
 /* n acquire+release cycles; total[i], acq[i], rel[i] in ns (may be NULL). */
-static int lock_cycles(struct wconn *w, double *total, double *acq, double *rel,
+int lock_cycles(struct wconn *w, double *total, double *acq, double *rel,
                        size_t n, int *err)
 {
     for (size_t i = 0; i < n; i++) {

@@ -14,7 +14,6 @@
 #include <unistd.h>
 #include "bench.h"
 
-enum mc_mode { MC_RAW, MC_LOCK, MC_PING };
 
 struct mc_thr {
     pthread_t th;
@@ -38,6 +37,13 @@ static int mc_send(struct wconn *c, enum mc_mode mode)
         break;
     case MC_PING:
         c->expect = wq_ping(c);
+        break;
+    case MC_REDIS:
+        if (c->holding)
+            rs_release(c);
+        else
+            rs_acquire(c);
+        c->expect = 1;
         break;
     }
     return wc_flush(c);
@@ -66,6 +72,36 @@ static int mc_handle(struct wconn *c, enum mc_mode mode)
         }
     }
     return 1;
+}
+
+/* A Redis reply on c: 1 the cycle's step done, <0 an error. */
+static int rs_handle(struct wconn *c, const struct rs_reply *r)
+{
+    c->expect = 0;
+    if (!c->holding && r->type == '+') {
+        c->holding = true;
+        return 1;
+    }
+    if (c->holding && r->type == ':' && r->num == 1) {
+        c->holding = false;
+        return 1;
+    }
+    return COORD_EPROTOCOL;
+}
+
+/* The next frame or reply on c, handled: 1 the awaited one, 0 none
+ * (complete) or another, <0 an error; *got: whether one was taken. */
+static int mc_take(struct wconn *c, enum mc_mode mode, bool *got)
+{
+    if (mode == MC_REDIS) {
+        struct rs_reply r;
+        int k = rs_next(c, &r);
+        *got = k == 1;
+        return k < 0 ? COORD_EPROTOCOL : k == 0 ? 0 : rs_handle(c, &r);
+    }
+    int f = wc_next(c);
+    *got = f == 1;
+    return f < 0 ? COORD_EPROTOCOL : f == 0 ? 0 : mc_handle(c, mode);
 }
 
 static void *mc_main(void *arg)
@@ -98,9 +134,9 @@ static void *mc_main(void *arg)
                 t->err = COORD_ECLOSED;
                 goto out;
             }
-            int f;
-            while ((f = wc_next(c)) == 1) {
-                int h = mc_handle(c, t->mode);
+            bool got = true;
+            while (got) {
+                int h = mc_take(c, t->mode, &got);
                 if (h < 0) {
                     t->err = h;
                     goto out;
@@ -114,26 +150,21 @@ static void *mc_main(void *arg)
                     }
                 }
             }
-            if (f < 0) {
-                t->err = COORD_EPROTOCOL;
-                goto out;
-            }
         }
     }
 out:
     /* settle: every connection ends with no request in flight */
     for (int j = 0; j < t->n && !t->err; j++) {
         struct wconn *c = &t->conns[j];
-        while (c->expect) {
-            if (wc_read(c) < 0) {
-                t->err = COORD_ECLOSED;
-                break;
-            }
-            int h = mc_handle(c, t->mode);
+        while (c->expect && !t->err) {
+            bool got;
+            int h = mc_take(c, t->mode, &got);
             if (h < 0)
                 t->err = h;
-            if (h != 0)
+            else if (h == 1)
                 break;
+            else if (!got && wc_fill(c) <= 0)
+                t->err = COORD_ECLOSED;
         }
     }
     close(ep);
@@ -149,7 +180,7 @@ static uint64_t mc_sum(struct mc_thr *t, int n)
 }
 
 /* Round trips per second over dur_ms, after warm_ms. */
-static double mc_run(struct bench *b, struct wconn *conns, int n, enum mc_mode mode,
+double mc_run(struct bench *b, struct wconn *conns, int n, enum mc_mode mode,
                      unsigned warm_ms, unsigned dur_ms, pid_t server, double *cpu,
                      int *err)
 {
