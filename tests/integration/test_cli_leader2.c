@@ -502,17 +502,29 @@ static const char *const outbox_script =
     "[ \"$CRASH\" = 2 ] && exit 0\n"
     "$C leader commit \"$COORD_WORKSTREAM\" \"$op\" >/dev/null\n";
 
-static int run_outbox(struct report *rep, const char *script, const char *op,
-                      const char *crash)
+/* Runs script for op under leader-run ($CRASH=crash): the claim's exit
+ * status that it reported on the report pipe, or -1 (after saying why)
+ * when leader-run failed or no "claim=N" line came. */
+static int outbox_step(struct report *rep, const char *script, const char *op,
+                       const char *crash)
 {
     setenv("CRASH", crash, 1);
     struct run r;
     ctl_start(&r, rep->wr, ARGS("leader-run", "ow", "--", "sh", script, op));
     int st = run_finish(&r, T);
     if (st != 0)
-        fprintf(stderr, "leader-run stderr: %s\n", run_text(&r, ERR));
+        fprintf(stderr, "leader-run exited %d; stderr: %s\n", st, run_text(&r, ERR));
     run_free(&r);
-    return st;
+    if (st != 0)
+        return -1;
+    const char *l = report_line(rep, T);
+    int claim;
+    char tail;
+    if (!l || sscanf(l, "claim=%d%c", &claim, &tail) != 1) {
+        fprintf(stderr, "not a \"claim=N\" line: %s\n", l ? l : "(none)");
+        return -1;
+    }
+    return claim;
 }
 
 static int effects_of(const char *path, const char *op)
@@ -542,36 +554,28 @@ static void test_outbox_script(void)
     setenv("EFFECTS", effects, 1);
     struct report rep;
     report_open(&rep);
-    const char *l;
 
     /* claimed, done, committed; again: already applied, nothing done */
-    CHECK_EQ(run_outbox(&rep, script, "inv-1", "0"), 0);
-    CHECK((l = report_line(&rep, T)) && !strcmp(l, "claim=0"));
-    CHECK_EQ(run_outbox(&rep, script, "inv-1", "0"), 0);
-    CHECK((l = report_line(&rep, T)) && !strcmp(l, "claim=11"));
+    CHECK_EQ(outbox_step(&rep, script, "inv-1", "0"), 0);
+    CHECK_EQ(outbox_step(&rep, script, "inv-1", "0"), 11);
     CHECK_EQ(effects_of(effects, "inv-1"), 1);
 
     /* died after the claim, before the effect: reconcile finds no effect
      * and does it */
-    CHECK_EQ(run_outbox(&rep, script, "inv-2", "1"), 0);
-    CHECK((l = report_line(&rep, T)) && !strcmp(l, "claim=0"));
+    CHECK_EQ(outbox_step(&rep, script, "inv-2", "1"), 0);
     struct run o;
     CHECK_EQ(ctl_run(&o, ARGS("leader", "pending", "ow")), 0);
     CHECK(run_has(&o, OUT, "inv-2 "));
     run_free(&o);
-    CHECK_EQ(run_outbox(&rep, script, "inv-2", "0"), 0);
-    CHECK((l = report_line(&rep, T)) && !strcmp(l, "claim=10"));
+    CHECK_EQ(outbox_step(&rep, script, "inv-2", "0"), 10);
     CHECK_EQ(effects_of(effects, "inv-2"), 1);
 
     /* died after the effect, before the commit: reconcile finds the
      * effect and only commits */
-    CHECK_EQ(run_outbox(&rep, script, "inv-3", "2"), 0);
-    CHECK((l = report_line(&rep, T)) && !strcmp(l, "claim=0"));
-    CHECK_EQ(run_outbox(&rep, script, "inv-3", "0"), 0);
-    CHECK((l = report_line(&rep, T)) && !strcmp(l, "claim=10"));
+    CHECK_EQ(outbox_step(&rep, script, "inv-3", "2"), 0);
+    CHECK_EQ(outbox_step(&rep, script, "inv-3", "0"), 10);
     CHECK_EQ(effects_of(effects, "inv-3"), 1);
-    CHECK_EQ(run_outbox(&rep, script, "inv-3", "0"), 0);
-    CHECK((l = report_line(&rep, T)) && !strcmp(l, "claim=11"));
+    CHECK_EQ(outbox_step(&rep, script, "inv-3", "0"), 11);
     CHECK_EQ(effects_of(effects, "inv-3"), 1);
 
     CHECK_EQ(ctl_run(&o, ARGS("leader", "pending", "ow")), 0);
