@@ -24,12 +24,8 @@ COORD_API int coord_leader_claim(coord_t *c, const void *ws, size_t ws_len,
     coord_map m = coord_reply_map(reply);
     coord_claim_result res;
     memset(&res, 0, sizeof res);
-    if (!coord_map_bool(m, "claimed", &res.claimed)) {
-        coord_reply_free(reply);
-        coord__set_error(c, "%s: reply without claimed",
-                         coord_op_name(COORD_OP_LEADER_CLAIM));
-        return COORD_EPROTOCOL;
-    }
+    if (!coord_map_bool(m, "claimed", &res.claimed))
+        return coord__reply_lacks(c, reply, COORD_OP_LEADER_CLAIM, "claimed");
     if (res.claimed) {
         coord_map_bool(m, "reconcile", &res.reconcile);
         if (res.reconcile) {
@@ -110,12 +106,8 @@ COORD_API int coord_leader_check(coord_t *c, const void *ws, size_t ws_len,
     coord_map m = coord_reply_map(reply);
     coord_leader_check_result res;
     memset(&res, 0, sizeof res);
-    if (!coord_map_bool(m, "live", &res.live)) {
-        coord_reply_free(reply);
-        coord__set_error(c, "%s: reply without live",
-                         coord_op_name(COORD_OP_LEADER_CHECK));
-        return COORD_EPROTOCOL;
-    }
+    if (!coord_map_bool(m, "live", &res.live))
+        return coord__reply_lacks(c, reply, COORD_OP_LEADER_CHECK, "live");
     coord_map_uint(m, "lease_left_ms", &res.lease_left_ms);
     coord__map_strcpy(m, "mode", res.mode, sizeof res.mode);
     coord_reply_free(reply);

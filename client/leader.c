@@ -45,6 +45,13 @@ bool coord__map_strcpy(coord_map m, const char *key, char *dst, size_t size)
     return true;
 }
 
+int coord__reply_lacks(coord_t *c, coord_reply_t *reply, enum coord_op op, const char *key)
+{
+    coord_reply_free(reply);
+    coord__set_error(c, "%s: reply without %s", coord_op_name(op), key);
+    return COORD_EPROTOCOL;
+}
+
 coord_req_t *coord__campaign_req(const void *ws, size_t ws_len, const coord_leader_opts *o)
 {
     coord_req_t *r = coord__ws_req(COORD_OP_LEADER_CAMPAIGN, ws, ws_len);
@@ -157,12 +164,8 @@ COORD_API int coord_leader_commit(coord_t *c, const void *ws, size_t ws_len,
     coord_map m = coord_reply_map(reply);
     bool applied = false, dup = false, abandoned = false;
     uint64_t gen = 0;
-    if (!coord_map_bool(m, "applied", &applied)) {
-        coord_reply_free(reply);
-        coord__set_error(c, "%s: reply without applied",
-                         coord_op_name(COORD_OP_LEADER_COMMIT));
-        return COORD_EPROTOCOL;
-    }
+    if (!coord_map_bool(m, "applied", &applied))
+        return coord__reply_lacks(c, reply, COORD_OP_LEADER_COMMIT, "applied");
     coord_map_bool(m, "duplicate", &dup);
     coord_map_bool(m, "abandoned", &abandoned);
     if (dup)
@@ -202,12 +205,8 @@ COORD_API int coord_leader_read(coord_t *c, const void *ws, size_t ws_len,
     if (!coord_map_bin(m, "value", &p, &n)) {
         /* a str is accepted too: only the bytes matter */
         const char *s = NULL;
-        if (!coord_map_str(m, "value", &s, &n)) {
-            coord_reply_free(reply);
-            coord__set_error(c, "%s: reply without value",
-                             coord_op_name(COORD_OP_LEADER_READ));
-            return COORD_EPROTOCOL;
-        }
+        if (!coord_map_str(m, "value", &s, &n))
+            return coord__reply_lacks(c, reply, COORD_OP_LEADER_READ, "value");
         p = s;
     }
     char *copy = coord__dup_bytes(p, n);

@@ -271,6 +271,9 @@ int cmd_purge(struct ctl *ctl, int argc, char **argv);
 int cmd_leader(struct ctl *ctl, int argc, char **argv);
 /* A generation as an operand: a positive decimal number. */
 bool ctl_parse_generation(const char *s, uint64_t *gen);
+/* The single WORKSTREAM operand (after ctl_first_operand's --json and
+ * "--") into *ws: 0, or a usage status. */
+int ctl_one_workstream(struct ctl *ctl, int argc, char **argv, const char **ws);
 
 /* ---- leader subcommands (argv[0] is the subcommand's name) ---- */
 /* ctl-descriptor.c: define (flags, or -f FILE), describe */
@@ -286,6 +289,12 @@ int ctl_leader_commit(struct ctl *ctl, int argc, char **argv);
 int ctl_leader_abandon(struct ctl *ctl, int argc, char **argv);
 int ctl_leader_pending(struct ctl *ctl, int argc, char **argv);
 int ctl_leader_check(struct ctl *ctl, int argc, char **argv);
+/* Their arguments (and history's): [--generation N] [--limit N] [--json]
+ * then min..max operands into ops[] (*nops of them).  gen NULL: no
+ * --generation (else from it or $COORD_GENERATION, required); limit NULL:
+ * no --limit (else 0 when absent).  0, or a usage status. */
+int ctl_leader_args(struct ctl *ctl, int argc, char **argv, int min, int max,
+                    char **ops, int *nops, uint64_t *gen, unsigned *limit);
 int cmd_leader_run(struct ctl *ctl, int argc, char **argv);
 int cmd_disable(struct ctl *ctl, int argc, char **argv);
 int cmd_enable(struct ctl *ctl, int argc, char **argv);

@@ -462,14 +462,9 @@ int ctl_leader_define(struct ctl *ctl, int argc, char **argv)
 
 int ctl_leader_describe(struct ctl *ctl, int argc, char **argv)
 {
-    int i = ctl_first_operand(ctl, argc, argv);
-    if (i >= argc)
-        return ctl_usage(ctl, "missing WORKSTREAM");
-    if (i + 1 < argc)
-        return ctl_usage(ctl, "unexpected argument %s", argv[i + 1]);
-    const char *ws = argv[i];
-    int rc = ctl_connect(ctl);
-    if (rc)
+    const char *ws;
+    int rc = ctl_one_workstream(ctl, argc, argv, &ws);
+    if (rc || (rc = ctl_connect(ctl)))
         return rc;
     coord_leader_descriptor d;
     rc = coord_leader_describe(ctl->c, ws, strlen(ws), &d);

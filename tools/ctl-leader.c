@@ -24,8 +24,8 @@
 
 #define DEFAULT_LEASE_MS 30000
 
-/* The single WORKSTREAM argument of leader, disable and enable. */
-static int one_workstream(struct ctl *ctl, int argc, char **argv, const char **ws)
+/* See coordctl.h: leader, describe, disable and enable. */
+int ctl_one_workstream(struct ctl *ctl, int argc, char **argv, const char **ws)
 {
     int i = ctl_first_operand(ctl, argc, argv);
     if (i >= argc)
@@ -53,7 +53,7 @@ static void add_escaped(struct ctl_table *t, const char *name, const char *p, si
 static int leader_info(struct ctl *ctl, int argc, char **argv)
 {
     const char *ws;
-    int rc = one_workstream(ctl, argc, argv, &ws);
+    int rc = ctl_one_workstream(ctl, argc, argv, &ws);
     if (rc || (rc = ctl_connect(ctl)))
         return rc;
     coord_reply_t *reply = NULL;
@@ -159,45 +159,17 @@ static char *str_cell(coord_map m, const char *key)
 
 static int leader_history(struct ctl *ctl, int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        { "limit", required_argument, NULL, 'l' },
-        { "json", no_argument, NULL, 'j' },
-        { NULL, 0, NULL, 0 },
-    };
-    unsigned long limit = 0;
-    int opt;
-    /* 0: a full restart, options may follow the operands */
-    optind = 0;
-    opterr = 0;
-    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        char *end;
-        switch (opt) {
-        case 'l':
-            limit = strtoul(optarg, &end, 10);
-            if (!*optarg || *end || limit == 0 || limit > 100000)
-                return ctl_usage(ctl, "--limit needs a positive number, not %s", optarg);
-            break;
-        case 'j':
-            ctl->json = true;
-            break;
-        case ':':
-            return ctl_usage(ctl, "%s needs a value", argv[optind - 1]);
-        default:
-            return ctl_usage(ctl, "unknown flag %s", argv[optind - 1]);
-        }
-    }
-    if (optind < argc && !strcmp(argv[optind], "--"))
-        optind++;
-    if (optind >= argc)
-        return ctl_usage(ctl, "missing WORKSTREAM");
-    if (optind + 1 < argc)
-        return ctl_usage(ctl, "unexpected argument %s", argv[optind + 1]);
-    const char *ws = argv[optind];
-    int rc = ctl_connect(ctl);
+    char *ops[1];
+    int nops;
+    unsigned limit = 0;
+    int rc = ctl_leader_args(ctl, argc, argv, 1, 1, ops, &nops, NULL, &limit);
     if (rc)
         return rc;
+    const char *ws = ops[0];
+    if ((rc = ctl_connect(ctl)))
+        return rc;
     coord_reply_t *reply = NULL;
-    rc = coord_leader_history(ctl->c, ws, strlen(ws), (unsigned)limit, &reply);
+    rc = coord_leader_history(ctl->c, ws, strlen(ws), limit, &reply);
     if (rc < 0)
         return ctl_fail_call(ctl, "leader history", rc);
     coord_map m = coord_reply_map(reply);
@@ -341,7 +313,7 @@ int cmd_leader(struct ctl *ctl, int argc, char **argv)
 int cmd_disable(struct ctl *ctl, int argc, char **argv)
 {
     const char *ws;
-    int rc = one_workstream(ctl, argc, argv, &ws);
+    int rc = ctl_one_workstream(ctl, argc, argv, &ws);
     if (rc || (rc = ctl_connect(ctl)))
         return rc;
     uint64_t gen = 0;
@@ -358,7 +330,7 @@ int cmd_disable(struct ctl *ctl, int argc, char **argv)
 int cmd_enable(struct ctl *ctl, int argc, char **argv)
 {
     const char *ws;
-    int rc = one_workstream(ctl, argc, argv, &ws);
+    int rc = ctl_one_workstream(ctl, argc, argv, &ws);
     if (rc || (rc = ctl_connect(ctl)))
         return rc;
     rc = coord_leader_enable(ctl->c, ws, strlen(ws));

@@ -29,11 +29,9 @@ enum {
     OUTBOX_EXIT_ABANDONED = 12, /* abandoned (claim, commit): never do it */
 };
 
-/* Parses [--generation N] [--json] then the operands: min..max of them
- * into ops[].  gen may be NULL (pending: no generation).  0, or an exit
- * status. */
-static int outbox_args(struct ctl *ctl, int argc, char **argv, int min, int max,
-                       char **ops, int *nops, uint64_t *gen, unsigned *limit)
+/* See coordctl.h. */
+int ctl_leader_args(struct ctl *ctl, int argc, char **argv, int min, int max,
+                    char **ops, int *nops, uint64_t *gen, unsigned *limit)
 {
     static const struct option longopts[] = {
         { "generation", required_argument, NULL, 'g' },
@@ -110,7 +108,7 @@ int ctl_leader_claim(struct ctl *ctl, int argc, char **argv)
     char *ops[2];
     int n;
     uint64_t gen = 0;
-    int rc = outbox_args(ctl, argc, argv, 2, 2, ops, &n, &gen, NULL);
+    int rc = ctl_leader_args(ctl, argc, argv, 2, 2, ops, &n, &gen, NULL);
     if (rc || (rc = connect_scoped(ctl)))
         return rc;
     coord_claim_result r;
@@ -154,7 +152,7 @@ int ctl_leader_commit(struct ctl *ctl, int argc, char **argv)
     char *ops[4];
     int n;
     uint64_t gen = 0;
-    int rc = outbox_args(ctl, argc, argv, 2, 4, ops, &n, &gen, NULL);
+    int rc = ctl_leader_args(ctl, argc, argv, 2, 4, ops, &n, &gen, NULL);
     if (rc || (rc = connect_scoped(ctl)))
         return rc;
     const char *key = n > 2 ? ops[2] : NULL;
@@ -191,7 +189,7 @@ int ctl_leader_abandon(struct ctl *ctl, int argc, char **argv)
     char *ops[3];
     int n;
     uint64_t gen = 0;
-    int rc = outbox_args(ctl, argc, argv, 3, 3, ops, &n, &gen, NULL);
+    int rc = ctl_leader_args(ctl, argc, argv, 3, 3, ops, &n, &gen, NULL);
     if (rc || (rc = connect_scoped(ctl)))
         return rc;
     bool applied = false;
@@ -220,7 +218,7 @@ int ctl_leader_pending(struct ctl *ctl, int argc, char **argv)
     char *ops[1];
     int n;
     unsigned limit = 0;
-    int rc = outbox_args(ctl, argc, argv, 1, 1, ops, &n, NULL, &limit);
+    int rc = ctl_leader_args(ctl, argc, argv, 1, 1, ops, &n, NULL, &limit);
     if (rc || (rc = connect_scoped(ctl)))
         return rc;
     coord_reply_t *reply = NULL;
@@ -271,7 +269,7 @@ int ctl_leader_check(struct ctl *ctl, int argc, char **argv)
 {
     char *ops[2];
     int n;
-    int rc = outbox_args(ctl, argc, argv, 2, 2, ops, &n, NULL, NULL);
+    int rc = ctl_leader_args(ctl, argc, argv, 2, 2, ops, &n, NULL, NULL);
     if (rc)
         return rc;
     uint64_t gen = 0;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include "coord.h"
 #include "harness.h"
+#include "leader-util.h"
 
 #define T 10000
 
@@ -34,30 +35,20 @@ static void stop(void)
 
 static coord_t *lib_client(void)
 {
-    coord_options o;
-    coord_options_init(&o);
-    o.socket_path = bp.sock;
-    o.no_autostart = true;
-    o.client_name = "test-cli-leader";
-    coord_t *c = NULL;
-    if (coord_connect(&c, &o) != 0) {
-        fprintf(stderr, "coord_connect: %s\n", coord_error_message(NULL));
-        exit(2);
-    }
-    return c;
+    return lib_connect(&bp, NULL, "test-cli-leader");
 }
 
 /* ---- processes (proc.h) ---- */
 
-/* Starts `coordctl --socket bp.sock --no-autostart ARGS...` (NULL-ended)
- * with stdout and stderr on pipes; pass_fd >= 0 is handed to the command
- * as descriptor 5. */
-static void ctl_start(struct run *r, int pass_fd, const char *const *args)
+/* coordctl runs (leader-util.h): fd5 >= 0 is the command's descriptor 5 */
+static void ctl_start(struct run *r, int fd5, const char *const *args)
 {
-    struct pass_fd pass[] = { { pass_fd, 5 }, { -1, -1 } };
-    ctl_spawn(r, bp.sock, bp.dir,
-              &(struct ctl_opts){ .pipes = true, .pass = pass_fd >= 0 ? pass : NULL },
-              args);
+    leader_ctl_start(r, &bp, fd5, args);
+}
+
+static int ctl_run(struct run *r, const char *const *args)
+{
+    return leader_ctl_run(r, &bp, args, T);
 }
 
 /* Every substring of subs (NULL-ended) is in line. */
@@ -92,79 +83,6 @@ static bool expect_line(struct run *r, int which, int timeout_ms, const char *co
 
 #define EXPECT(r, which, ...) \
     expect_line((r), (which), T, (const char *const[]){ __VA_ARGS__, NULL })
-
-/* Runs coordctl to the end; returns its exit status.  Free r afterwards. */
-static int ctl_run(struct run *r, const char *const *args)
-{
-    ctl_start(r, -1, args);
-    return run_finish(r, T);
-}
-
-static bool has(const struct run *r, int which, const char *needle)
-{
-    if (strstr(run_text(r, which), needle))
-        return true;
-    fprintf(stderr, "coordctl's %s does not contain \"%s\"; it holds:\n%s\n",
-            which == OUT ? "stdout" : "stderr", needle, run_text(r, which));
-    return false;
-}
-
-/* A line "NAME   VALUE" of an aligned table in r's stdout. */
-static bool has_row(const struct run *r, const char *name, const char *value)
-{
-    size_t nl = strlen(name);
-    for (const char *p = run_text(r, OUT); *p; ) {
-        const char *end = strchr(p, '\n');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        if (len > nl && !strncmp(p, name, nl) && p[nl] == ' ') {
-            const char *v = p + nl;
-            while (*v == ' ')
-                v++;
-            if ((size_t)(p + len - v) == strlen(value) && !strncmp(v, value, strlen(value)))
-                return true;
-        }
-        if (!end)
-            break;
-        p = end + 1;
-    }
-    fprintf(stderr, "no row \"%s  %s\" in:\n%s\n", name, value, run_text(r, OUT));
-    return false;
-}
-
-/* A pipe whose write end goes to a command as fd 5; lines are read from
- * the read end. */
-struct report {
-    int rd, wr;
-    struct run reader;          /* only its stdout machinery is used */
-};
-
-static void report_open(struct report *p)
-{
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) < 0)
-        exit(2);
-    memset(p, 0, sizeof *p);
-    p->rd = fds[0];
-    p->wr = fds[1];
-    fcntl(p->rd, F_SETFL, O_NONBLOCK);
-    p->reader.fd[OUT] = p->rd;
-    p->reader.fd[ERR] = -1;
-}
-
-static const char *report_line(struct report *p, int timeout_ms)
-{
-    return run_line(&p->reader, OUT, timeout_ms);
-}
-
-static void report_close(struct report *p)
-{
-    if (p->wr >= 0)
-        close(p->wr);
-    if (p->reader.fd[OUT] >= 0)
-        close(p->reader.fd[OUT]);
-    free(p->reader.text[OUT].p);
-    memset(p, 0, sizeof *p);
-}
 
 /* ---- JSON, just enough to validate watch --json lines ---- */
 
@@ -486,17 +404,17 @@ static void test_run_generation(void)
     CHECK(json_object_line(run_text(&r, OUT)));
     CHECK(json_uint(run_text(&r, OUT), "generation", &g));
     CHECK_EQ_U(g, gen);
-    CHECK(has(&r, OUT, "\"state\":\"idle\""));     /* resigned at the end */
+    CHECK(run_has(&r, OUT, "\"state\":\"idle\""));     /* resigned at the end */
     run_free(&r);
 
     /* the table for people */
     CHECK_EQ_U(ctl_run(&r, ARGS("leader", "gw")), 0);
     char want[64];
     snprintf(want, sizeof want, "%llu", gen);
-    CHECK(has_row(&r, "generation", want));
-    CHECK(has_row(&r, "state", "idle"));
-    CHECK(has_row(&r, "leader", "none"));
-    CHECK(has_row(&r, "disabled", "no"));
+    CHECK(run_has_row(&r, "generation", want));
+    CHECK(run_has_row(&r, "state", "idle"));
+    CHECK(run_has_row(&r, "leader", "none"));
+    CHECK(run_has_row(&r, "disabled", "no"));
     run_free(&r);
 
     /* a command killed by a signal: 128+N */
@@ -553,12 +471,6 @@ static void test_run_exclusive(void)
     stop();
 }
 
-/* A command that says "started" on fd 5, and "term" there when it gets
- * SIGTERM (then exits 0). */
-static const char *const reporting_cmd =
-    "trap 'kill $! 2>/dev/null; echo term >&5; exit 0' TERM; "
-    "echo started $COORD_GENERATION >&5; sleep 30 & wait";
-
 /* Leadership lost while the command runs: disabled, stolen, broker gone. */
 static void test_run_lost(void)
 {
@@ -576,7 +488,7 @@ static void test_run_lost(void)
     l = report_line(&rep, T);
     CHECK(l && !strcmp(l, "term"));
     CHECK_EQ_U(run_finish(&r, T), 1);         /* CMD exited 0: still a failure */
-    CHECK(has(&r, ERR, "coordctl: leader-run: lost leadership of lw (disabled)\n"));
+    CHECK(run_has(&r, ERR, "coordctl: leader-run: lost leadership of lw (disabled)\n"));
     run_free(&r);
     report_close(&rep);
     CHECK_EQ_U(ctl_run(&o, ARGS("enable", "lw")), 0);
@@ -596,7 +508,7 @@ static void test_run_lost(void)
     l = report_line(&rep, T);
     CHECK(l && !strcmp(l, "term"));
     CHECK_EQ_U(run_finish(&r, T), 1);
-    CHECK(has(&r, ERR, "coordctl: leader-run: lost leadership of lw (stolen)\n"));
+    CHECK(run_has(&r, ERR, "coordctl: leader-run: lost leadership of lw (stolen)\n"));
     run_free(&r);
     report_close(&rep);
 
@@ -609,7 +521,7 @@ static void test_run_lost(void)
     CHECK_EQ_U(ctl_run(&o, ARGS("leader-run", "--steal", "lw", "--", "true")), 0);
     run_free(&o);
     CHECK_EQ_U(run_finish(&r, T), 5);
-    CHECK(has(&r, ERR, "lost leadership of lw (stolen)"));
+    CHECK(run_has(&r, ERR, "lost leadership of lw (stolen)"));
     run_free(&r);
     report_close(&rep);
 
@@ -626,7 +538,7 @@ static void test_run_lost(void)
     run_free(&r);
     report_close(&rep);
     CHECK_EQ_U(ctl_run(&o, ARGS("--json", "leader", "lw")), 0);
-    CHECK(has(&o, OUT, "\"state\":\"idle\""));
+    CHECK(run_has(&o, OUT, "\"state\":\"idle\""));
     run_free(&o);
 
     /* -n while someone leads: exit 1 without running */
@@ -639,20 +551,20 @@ static void test_run_lost(void)
     setenv("OUT_FILE", file, 1);
     CHECK_EQ_U(ctl_run(&o, ARGS("leader-run", "-n", "lw", "--", "sh", "-c",
                                 "touch \"$OUT_FILE\"")), 1);
-    CHECK(has(&o, ERR, "coordctl: leader-run: lw has a leader\n"));
+    CHECK(run_has(&o, ERR, "coordctl: leader-run: lw has a leader\n"));
     run_free(&o);
     CHECK_EQ_U(ctl_run(&o, ARGS("leader-run", "-w", "0.2", "lw", "--", "sh", "-c",
                                 "touch \"$OUT_FILE\"")), 1);
-    CHECK(has(&o, ERR, "coordctl: leader-run: TIMEOUT: "));
+    CHECK(run_has(&o, ERR, "coordctl: leader-run: TIMEOUT: "));
     run_free(&o);
     CHECK(access(file, F_OK) != 0);
     CHECK_EQ_U(ctl_run(&o, ARGS("leader", "lw")), 0);
-    CHECK(has_row(&o, "state", "leading"));
+    CHECK(run_has_row(&o, "state", "leading"));
     char want[64];
     snprintf(want, sizeof want, ", pid %d, client coordctl", (int)r.pid);
-    CHECK(has(&o, OUT, want));
-    CHECK(has(&o, OUT, "\nlease left "));
-    CHECK(has(&o, OUT, "\nleading for "));
+    CHECK(run_has(&o, OUT, want));
+    CHECK(run_has(&o, OUT, "\nlease left "));
+    CHECK(run_has(&o, OUT, "\nleading for "));
     run_free(&o);
 
     /* the broker goes away: the command is stopped */
@@ -660,7 +572,7 @@ static void test_run_lost(void)
     l = report_line(&rep, T);
     CHECK(l && !strcmp(l, "term"));
     CHECK_EQ_U(run_finish(&r, T), 1);
-    CHECK(has(&r, ERR, "coordctl: leader-run: lost leadership of lw (broker connection closed)\n"));
+    CHECK(run_has(&r, ERR, "coordctl: leader-run: lost leadership of lw (broker connection closed)\n"));
     run_free(&r);
     report_close(&rep);
     broker_cleanup(&bp);
@@ -733,16 +645,16 @@ static void test_disable_enable(void)
     setenv("OUT_FILE", file, 1);
     CHECK_EQ_U(ctl_run(&r, ARGS("leader-run", "dw", "--", "sh", "-c",
                                 "touch \"$OUT_FILE\"")), 1);
-    CHECK(has(&r, ERR, "coordctl: leader-run: DISABLED: "));
+    CHECK(run_has(&r, ERR, "coordctl: leader-run: DISABLED: "));
     run_free(&r);
     CHECK(access(file, F_OK) != 0);
 
     CHECK_EQ_U(ctl_run(&r, ARGS("leader", "dw")), 0);
-    CHECK(has_row(&r, "state", "disabled"));
-    CHECK(has_row(&r, "disabled", "yes"));
+    CHECK(run_has_row(&r, "state", "disabled"));
+    CHECK(run_has_row(&r, "disabled", "yes"));
     run_free(&r);
     CHECK_EQ_U(ctl_run(&r, ARGS("--json", "leader", "dw")), 0);
-    CHECK(has(&r, OUT, "\"disabled\":true"));
+    CHECK(run_has(&r, OUT, "\"disabled\":true"));
     run_free(&r);
 
     CHECK_EQ_U(ctl_run(&r, ARGS("enable", "dw")), 0);
@@ -925,7 +837,7 @@ static void test_watch(void)
     CHECK(EXPECT(&w, ERR, "listening on -leaders chan"));
     broker_kill(&bp, SIGTERM);
     CHECK_EQ_U(run_finish(&w, T), 3);
-    CHECK(has(&w, ERR, "coordctl: watch: "));
+    CHECK(run_has(&w, ERR, "coordctl: watch: "));
     run_free(&w);
     broker_cleanup(&bp);
 }
@@ -998,7 +910,7 @@ static void test_watch_json(void)
 
     /* a channel the broker refuses */
     CHECK_EQ_U(ctl_run(&w, ARGS("watch", "-nope")), 1);
-    CHECK(has(&w, ERR, "coordctl: watch: -nope: NAME_RESERVED: "));
+    CHECK(run_has(&w, ERR, "coordctl: watch: -nope: NAME_RESERVED: "));
     run_free(&w);
     coord_close(a);
     stop();

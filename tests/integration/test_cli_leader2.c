@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include "coord.h"
 #include "harness.h"
+#include "leader-util.h"
 
 #define T 10000
 
@@ -34,97 +35,19 @@ static void stop(void)
 
 static coord_t *lib_client(void)
 {
-    coord_options o;
-    coord_options_init(&o);
-    o.socket_path = bp.sock;
-    o.no_autostart = true;
-    o.client_name = "test-cli-leader2";
-    coord_t *c = NULL;
-    if (coord_connect(&c, &o) != 0) {
-        fprintf(stderr, "coord_connect: %s\n", coord_error_message(NULL));
-        exit(2);
-    }
-    return c;
+    return lib_connect(&bp, NULL, "test-cli-leader2");
 }
 
-/* ---- processes ---- */
+/* ---- processes (leader-util.h) ---- */
 
-static void ctl_start(struct run *r, int pass_fd, const char *const *args)
+static void ctl_start(struct run *r, int fd5, const char *const *args)
 {
-    struct pass_fd pass[] = { { pass_fd, 5 }, { -1, -1 } };
-    ctl_spawn(r, bp.sock, bp.dir,
-              &(struct ctl_opts){ .pipes = true, .pass = pass_fd >= 0 ? pass : NULL },
-              args);
+    leader_ctl_start(r, &bp, fd5, args);
 }
 
 static int ctl_run(struct run *r, const char *const *args)
 {
-    ctl_start(r, -1, args);
-    return run_finish(r, T);
-}
-
-static bool has(const struct run *r, int which, const char *needle)
-{
-    if (strstr(run_text(r, which), needle))
-        return true;
-    fprintf(stderr, "coordctl's %s does not contain \"%s\"; it holds:\n%s\n",
-            which == OUT ? "stdout" : "stderr", needle, run_text(r, which));
-    return false;
-}
-
-/* A line "NAME   VALUE" of an aligned table in r's stdout. */
-static bool has_row(const struct run *r, const char *name, const char *value)
-{
-    size_t nl = strlen(name);
-    for (const char *p = run_text(r, OUT); *p; ) {
-        const char *end = strchr(p, '\n');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        if (len > nl && !strncmp(p, name, nl) && p[nl] == ' ') {
-            const char *v = p + nl;
-            while (*v == ' ')
-                v++;
-            if ((size_t)(p + len - v) == strlen(value) && !strncmp(v, value, strlen(value)))
-                return true;
-        }
-        if (!end)
-            break;
-        p = end + 1;
-    }
-    fprintf(stderr, "no row \"%s  %s\" in:\n%s\n", name, value, run_text(r, OUT));
-    return false;
-}
-
-/* A pipe whose write end goes to a command as fd 5. */
-struct report {
-    int wr;
-    struct run reader;          /* only its stdout machinery is used */
-};
-
-static void report_open(struct report *p)
-{
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) < 0)
-        exit(2);
-    memset(p, 0, sizeof *p);
-    p->wr = fds[1];
-    fcntl(fds[0], F_SETFL, O_NONBLOCK);
-    p->reader.fd[OUT] = fds[0];
-    p->reader.fd[ERR] = -1;
-}
-
-static const char *report_line(struct report *p)
-{
-    return run_line(&p->reader, OUT, T);
-}
-
-static void report_close(struct report *p)
-{
-    if (p->wr >= 0)
-        close(p->wr);
-    if (p->reader.fd[OUT] >= 0)
-        close(p->reader.fd[OUT]);
-    free(p->reader.text[OUT].p);
-    memset(p, 0, sizeof *p);
+    return leader_ctl_run(r, &bp, args, T);
 }
 
 static void write_file(const char *path, const char *text)
@@ -150,12 +73,6 @@ static unsigned long long started_gen(const char *line)
     return g;
 }
 
-/* Says "started G" on fd 5, and "term" there when it gets SIGTERM (then
- * exits 0). */
-static const char *const reporting_cmd =
-    "trap 'kill $! 2>/dev/null; echo term >&5; exit 0' TERM; "
-    "echo started $COORD_GENERATION >&5; sleep 30 & wait";
-
 /* ==== define, describe ==== */
 
 static void test_define_flags(void)
@@ -163,57 +80,57 @@ static void test_define_flags(void)
     start();
     struct run r;
     CHECK_EQ(ctl_run(&r, ARGS("leader", "describe", "pay")), 1);
-    CHECK(has(&r, ERR, "coordctl: leader describe: NOT_FOUND: "));
+    CHECK(run_has(&r, ERR, "coordctl: leader describe: NOT_FOUND: "));
     run_free(&r);
 
     CHECK_EQ(ctl_run(&r, ARGS("leader", "define", "pay", "--protocol", "pay-sync@2",
                               "--max-hold", "30s", "--steal", "incident-only",
                               "--mode", "shadow", "--fallback", "SERVER_COORDINATED")), 0);
-    CHECK(has_row(&r, "workstream", "pay"));
-    CHECK(has_row(&r, "protocol", "pay-sync@2"));
-    CHECK(has_row(&r, "pinned protocol", "pay-sync@2"));
-    CHECK(has_row(&r, "max hold", "30.0 s"));
-    CHECK(has_row(&r, "steal", "incident-only"));
-    CHECK(has_row(&r, "mode", "shadow"));
-    CHECK(has_row(&r, "fallback", "SERVER_COORDINATED"));
-    CHECK(has_row(&r, "canonical fence", "local"));
+    CHECK(run_has_row(&r, "workstream", "pay"));
+    CHECK(run_has_row(&r, "protocol", "pay-sync@2"));
+    CHECK(run_has_row(&r, "pinned protocol", "pay-sync@2"));
+    CHECK(run_has_row(&r, "max hold", "30.0 s"));
+    CHECK(run_has_row(&r, "steal", "incident-only"));
+    CHECK(run_has_row(&r, "mode", "shadow"));
+    CHECK(run_has_row(&r, "fallback", "SERVER_COORDINATED"));
+    CHECK(run_has_row(&r, "canonical fence", "local"));
     run_free(&r);
 
     /* only the named fields change; an empty value is nil (the default) */
     CHECK_EQ(ctl_run(&r, ARGS("leader", "define", "pay", "--mode", "active",
                               "--fallback=", "--max-hold", "500ms")), 0);
-    CHECK(has_row(&r, "mode", "active"));
-    CHECK(has_row(&r, "fallback", "none"));
-    CHECK(has_row(&r, "max hold", "500 ms"));
-    CHECK(has_row(&r, "steal", "incident-only"));
-    CHECK(has_row(&r, "protocol", "pay-sync@2"));
+    CHECK(run_has_row(&r, "mode", "active"));
+    CHECK(run_has_row(&r, "fallback", "none"));
+    CHECK(run_has_row(&r, "max hold", "500 ms"));
+    CHECK(run_has_row(&r, "steal", "incident-only"));
+    CHECK(run_has_row(&r, "protocol", "pay-sync@2"));
     run_free(&r);
     CHECK_EQ(ctl_run(&r, ARGS("leader", "describe", "pay")), 0);
-    CHECK(has_row(&r, "max hold", "500 ms"));
-    CHECK(has_row(&r, "fallback", "none"));
+    CHECK(run_has_row(&r, "max hold", "500 ms"));
+    CHECK(run_has_row(&r, "fallback", "none"));
     run_free(&r);
     CHECK_EQ(ctl_run(&r, ARGS("--json", "leader", "describe", "pay")), 0);
-    CHECK(has(&r, OUT, "{\"descriptor\":{\"workstream\":\"pay\",\"protocol\":\"pay-sync@2\""));
-    CHECK(has(&r, OUT, "\"max_hold_ms\":500,"));
-    CHECK(has(&r, OUT, "\"fallback\":null,"));
+    CHECK(run_has(&r, OUT, "{\"descriptor\":{\"workstream\":\"pay\",\"protocol\":\"pay-sync@2\""));
+    CHECK(run_has(&r, OUT, "\"max_hold_ms\":500,"));
+    CHECK(run_has(&r, OUT, "\"fallback\":null,"));
     run_free(&r);
 
     /* the pin: lowering needs --force */
     CHECK_EQ(ctl_run(&r, ARGS("leader", "define", "pay", "--protocol", "pay-sync@1")), 1);
-    CHECK(has(&r, ERR, "coordctl: leader define: PROTOCOL_PINNED: "));
+    CHECK(run_has(&r, ERR, "coordctl: leader define: PROTOCOL_PINNED: "));
     run_free(&r);
     CHECK_EQ(ctl_run(&r, ARGS("leader", "define", "pay", "--protocol", "pay-sync@1",
                               "--force")), 0);
-    CHECK(has_row(&r, "pinned protocol", "pay-sync@1"));
+    CHECK(run_has_row(&r, "pinned protocol", "pay-sync@1"));
     run_free(&r);
 
     /* refused by the broker (named field), or by coordctl (usage) */
     CHECK_EQ(ctl_run(&r, ARGS("leader", "define", "pay", "--steal", "sometimes")), 1);
-    CHECK(has(&r, ERR, "coordctl: leader define: INVALID_OPTIONS: "));
-    CHECK(has(&r, ERR, "steal"));
+    CHECK(run_has(&r, ERR, "coordctl: leader define: INVALID_OPTIONS: "));
+    CHECK(run_has(&r, ERR, "steal"));
     run_free(&r);
     CHECK_EQ(ctl_run(&r, ARGS("leader", "define", "pay", "--max-hold", "5x")), 2);
-    CHECK(has(&r, ERR, "--max-hold needs a duration"));
+    CHECK(run_has(&r, ERR, "--max-hold needs a duration"));
     run_free(&r);
     CHECK_EQ(ctl_run(&r, ARGS("leader", "define")), 2);
     run_free(&r);
@@ -240,15 +157,15 @@ static void test_define_file(void)
         "mode: read-only\n");
     struct run r;
     CHECK_EQ(ctl_run(&r, ARGS("leader", "define", "-f", good)), 0);
-    CHECK(has_row(&r, "workstream", "billing"));
+    CHECK(run_has_row(&r, "workstream", "billing"));
     run_free(&r);
     CHECK_EQ(ctl_run(&r, ARGS("leader", "describe", "billing")), 0);
-    CHECK(has_row(&r, "protocol", "billing-sync@3"));
-    CHECK(has_row(&r, "max hold", "2m 00s"));
-    CHECK(has_row(&r, "steal", "incident-only"));
-    CHECK(has_row(&r, "fallback", "SERVER_COORDINATED"));
-    CHECK(has_row(&r, "canonical fence", "local"));
-    CHECK(has_row(&r, "mode", "read-only"));
+    CHECK(run_has_row(&r, "protocol", "billing-sync@3"));
+    CHECK(run_has_row(&r, "max hold", "2m 00s"));
+    CHECK(run_has_row(&r, "steal", "incident-only"));
+    CHECK(run_has_row(&r, "fallback", "SERVER_COORDINATED"));
+    CHECK(run_has_row(&r, "canonical fence", "local"));
+    CHECK(run_has_row(&r, "mode", "read-only"));
     run_free(&r);
 
     /* a file with an empty value (nil) and only some keys; the operand
@@ -256,12 +173,12 @@ static void test_define_file(void)
     in_dir(path, sizeof path, "reset.yaml");
     write_file(path, "schema: crossTabLeader.v1\nfallback:\nmode: ~\n");
     CHECK_EQ(ctl_run(&r, ARGS("leader", "define", "billing", "-f", path)), 0);
-    CHECK(has_row(&r, "fallback", "none"));
-    CHECK(has_row(&r, "mode", "active"));
-    CHECK(has_row(&r, "protocol", "billing-sync@3"));
+    CHECK(run_has_row(&r, "fallback", "none"));
+    CHECK(run_has_row(&r, "mode", "active"));
+    CHECK(run_has_row(&r, "protocol", "billing-sync@3"));
     run_free(&r);
     CHECK_EQ(ctl_run(&r, ARGS("leader", "define", "other", "-f", good)), 2);
-    CHECK(has(&r, ERR, "not the file's workstream"));
+    CHECK(run_has(&r, ERR, "not the file's workstream"));
     run_free(&r);
 
     /* bad files: nothing is sent */
@@ -286,26 +203,26 @@ static void test_define_file(void)
         in_dir(bad, sizeof bad, "bad.yaml");
         write_file(bad, bads[i].text);
         CHECK_EQ(ctl_run(&r, ARGS("leader", "define", "-f", bad)), 2);
-        CHECK(has(&r, ERR, bads[i].err));
-        CHECK(has(&r, ERR, "coordctl: leader define: "));
+        CHECK(run_has(&r, ERR, bads[i].err));
+        CHECK(run_has(&r, ERR, "coordctl: leader define: "));
         run_free(&r);
     }
     /* several unknown keys: each named */
     write_file(bad, "schema: crossTabLeader.v1\nworkstream: nope\nowner: me\nttl: 3\n");
     CHECK_EQ(ctl_run(&r, ARGS("leader", "define", "-f", bad)), 2);
-    CHECK(has(&r, ERR, "bad.yaml:3: unknown key 'owner'"));
-    CHECK(has(&r, ERR, "bad.yaml:4: unknown key 'ttl'"));
+    CHECK(run_has(&r, ERR, "bad.yaml:3: unknown key 'owner'"));
+    CHECK(run_has(&r, ERR, "bad.yaml:4: unknown key 'ttl'"));
     run_free(&r);
     CHECK_EQ(ctl_run(&r, ARGS("leader", "describe", "nope")), 1);  /* never sent */
     run_free(&r);
     /* the broker's own refusal of a well-formed file */
     write_file(bad, "schema: crossTabLeader.v1\nworkstream: nope\nmode: loud\n");
     CHECK_EQ(ctl_run(&r, ARGS("leader", "define", "-f", bad)), 1);
-    CHECK(has(&r, ERR, "INVALID_OPTIONS"));
+    CHECK(run_has(&r, ERR, "INVALID_OPTIONS"));
     run_free(&r);
     in_dir(path, sizeof path, "missing.yaml");
     CHECK_EQ(ctl_run(&r, ARGS("leader", "define", "-f", path)), 2);
-    CHECK(has(&r, ERR, "missing.yaml: No such file"));
+    CHECK(run_has(&r, ERR, "missing.yaml: No such file"));
     run_free(&r);
     CHECK_EQ(ctl_run(&r, ARGS("leader", "define", "-f", good, "--mode", "shadow")), 2);
     run_free(&r);
@@ -327,50 +244,50 @@ static void test_info_check_history(void)
                                ">/dev/null; echo claim=$? >&5; echo mode=$COORD_LEADER_MODE >&5;"
                                "trap 'kill $! 2>/dev/null; echo term >&5; exit 0' TERM; "
                                "echo started $COORD_GENERATION >&5; sleep 30 & wait"));
-    const char *l = report_line(&rep);
+    const char *l = report_line(&rep, T);
     CHECK(l && !strcmp(l, "claim=0"));
-    l = report_line(&rep);
+    l = report_line(&rep, T);
     CHECK(l && !strcmp(l, "mode=active"));
-    unsigned long long g = started_gen(report_line(&rep));
+    unsigned long long g = started_gen(report_line(&rep, T));
     CHECK(g > 0);
     char gs[32], stale[32];
     snprintf(gs, sizeof gs, "%llu", g);
     snprintf(stale, sizeof stale, "%llu", g - 1);
 
     CHECK_EQ(ctl_run(&o, ARGS("leader", "iw")), 0);
-    CHECK(has_row(&o, "state", "leading"));
-    CHECK(has_row(&o, "mode", "active"));
-    CHECK(has_row(&o, "protocol", "iw-app@4"));
-    CHECK(has_row(&o, "max hold", "1h 00m"));
-    CHECK(has_row(&o, "generation", gs));
+    CHECK(run_has_row(&o, "state", "leading"));
+    CHECK(run_has_row(&o, "mode", "active"));
+    CHECK(run_has_row(&o, "protocol", "iw-app@4"));
+    CHECK(run_has_row(&o, "max hold", "1h 00m"));
+    CHECK(run_has_row(&o, "generation", gs));
     run_free(&o);
     CHECK_EQ(ctl_run(&o, ARGS("leader", "info", "iw")), 0);
-    CHECK(has_row(&o, "state", "leading"));
+    CHECK(run_has_row(&o, "state", "leading"));
     run_free(&o);
 
     CHECK_EQ(ctl_run(&o, ARGS("leader", "check", "iw", gs)), 0);
-    CHECK(has_row(&o, "live", "yes"));
-    CHECK(has_row(&o, "mode", "active"));
-    CHECK(has(&o, OUT, "lease left "));
+    CHECK(run_has_row(&o, "live", "yes"));
+    CHECK(run_has_row(&o, "mode", "active"));
+    CHECK(run_has(&o, OUT, "lease left "));
     run_free(&o);
     CHECK_EQ(ctl_run(&o, ARGS("--json", "leader", "check", "iw", gs)), 0);
-    CHECK(has(&o, OUT, "{\"live\":true,\"lease_left_ms\":"));
+    CHECK(run_has(&o, OUT, "{\"live\":true,\"lease_left_ms\":"));
     run_free(&o);
     CHECK_EQ(ctl_run(&o, ARGS("leader", "check", "iw", stale)), 1);
-    CHECK(has(&o, ERR, "coordctl: leader check: FENCED: "));
+    CHECK(run_has(&o, ERR, "coordctl: leader check: FENCED: "));
     run_free(&o);
 
     CHECK_EQ(ctl_run(&o, ARGS("leader", "pending", "iw")), 0);
-    CHECK(has(&o, OUT, "OP_ID"));
-    CHECK(has(&o, OUT, "op-a "));
-    CHECK(has(&o, OUT, " yes\n"));
+    CHECK(run_has(&o, OUT, "OP_ID"));
+    CHECK(run_has(&o, OUT, "op-a "));
+    CHECK(run_has(&o, OUT, " yes\n"));
     run_free(&o);
     CHECK_EQ(ctl_run(&o, ARGS("--json", "leader", "pending", "iw")), 0);
-    CHECK(has(&o, OUT, "\"op_id\":\"op-a\""));
+    CHECK(run_has(&o, OUT, "\"op_id\":\"op-a\""));
     run_free(&o);
 
     kill(r.pid, SIGTERM);
-    l = report_line(&rep);
+    l = report_line(&rep, T);
     CHECK(l && !strcmp(l, "term"));
     CHECK_EQ(run_finish(&r, T), 0);
     run_free(&r);
@@ -378,18 +295,18 @@ static void test_info_check_history(void)
 
     /* the claim outlived the term: not live now */
     CHECK_EQ(ctl_run(&o, ARGS("leader", "pending", "iw")), 0);
-    CHECK(has(&o, OUT, " no\n"));
+    CHECK(run_has(&o, OUT, " no\n"));
     run_free(&o);
     CHECK_EQ(ctl_run(&o, ARGS("leader", "history", "iw")), 0);
-    CHECK(has(&o, OUT, "GENERATION"));
-    CHECK(has(&o, OUT, gs));
-    CHECK(has(&o, OUT, "iw-app@4"));
-    CHECK(has(&o, OUT, "resigned"));
-    CHECK(has(&o, OUT, "coordctl"));
+    CHECK(run_has(&o, OUT, "GENERATION"));
+    CHECK(run_has(&o, OUT, gs));
+    CHECK(run_has(&o, OUT, "iw-app@4"));
+    CHECK(run_has(&o, OUT, "resigned"));
+    CHECK(run_has(&o, OUT, "coordctl"));
     run_free(&o);
     CHECK_EQ(ctl_run(&o, ARGS("--json", "leader", "history", "--limit", "1", "iw")), 0);
-    CHECK(has(&o, OUT, "\"terms\":[{"));
-    CHECK(has(&o, OUT, "\"reason\":\"resigned\""));
+    CHECK(run_has(&o, OUT, "\"terms\":[{"));
+    CHECK(run_has(&o, OUT, "\"reason\":\"resigned\""));
     run_free(&o);
     CHECK_EQ(ctl_run(&o, ARGS("leader", "history", "--limit", "x", "iw")), 2);
     run_free(&o);
@@ -397,7 +314,7 @@ static void test_info_check_history(void)
     run_free(&o);
     /* a workstream named like a subcommand */
     CHECK_EQ(ctl_run(&o, ARGS("leader", "--", "history")), 0);
-    CHECK(has_row(&o, "workstream", "history"));
+    CHECK(run_has_row(&o, "workstream", "history"));
     run_free(&o);
     stop();
 }
@@ -411,7 +328,7 @@ static void test_drain_operator(void)
     struct report rep;
     struct run r, o;
     CHECK_EQ(ctl_run(&o, ARGS("leader", "drain", "dw")), 1);
-    CHECK(has(&o, ERR, "coordctl: leader drain: nobody leads dw\n"));
+    CHECK(run_has(&o, ERR, "coordctl: leader drain: nobody leads dw\n"));
     run_free(&o);
 
     report_open(&rep);
@@ -420,7 +337,7 @@ static void test_drain_operator(void)
         "trap 'kill $! 2>/dev/null; $COORDCTL --no-autostart leader $COORD_WORKSTREAM "
         "| grep -e ^state -e ^drain -e ^mode >&5; echo term >&5; exit 0' TERM; "
         "echo started $COORD_GENERATION >&5; sleep 30 & wait"));
-    unsigned long long g = started_gen(report_line(&rep));
+    unsigned long long g = started_gen(report_line(&rep, T));
     /* a mode change reaches leader-run, which says so */
     CHECK_EQ(ctl_run(&o, ARGS("leader", "define", "dw", "--mode", "read-only")), 0);
     run_free(&o);
@@ -429,27 +346,27 @@ static void test_drain_operator(void)
     CHECK_EQ(ctl_run(&o, ARGS("leader", "drain", "dw")), 0);
     char want[64];
     snprintf(want, sizeof want, "draining generation %llu\n", g);
-    CHECK(has(&o, OUT, want));
+    CHECK(run_has(&o, OUT, want));
     run_free(&o);
-    l = report_line(&rep);
+    l = report_line(&rep, T);
     CHECK(l && !strncmp(l, "state ", 6) && strstr(l, " draining"));
-    l = report_line(&rep);
+    l = report_line(&rep, T);
     CHECK(l && !strncmp(l, "drain reason ", 13) && strstr(l, " requested"));
-    l = report_line(&rep);
+    l = report_line(&rep, T);
     CHECK(l && !strncmp(l, "mode ", 5) && strstr(l, " read-only"));
-    l = report_line(&rep);
+    l = report_line(&rep, T);
     CHECK(l && !strcmp(l, "term"));
     CHECK_EQ(run_finish(&r, T), 0);
-    CHECK(has(&r, ERR, "coordctl: leader-run: draining dw (requested)\n"));
+    CHECK(run_has(&r, ERR, "coordctl: leader-run: draining dw (requested)\n"));
     run_free(&r);
     report_close(&rep);
     CHECK_EQ(ctl_run(&o, ARGS("leader", "dw")), 0);
-    CHECK(has_row(&o, "state", "idle"));
+    CHECK(run_has_row(&o, "state", "idle"));
     run_free(&o);
     char gs[32];
     snprintf(gs, sizeof gs, "%llu", g);
     CHECK_EQ(ctl_run(&o, ARGS("leader", "drain", "dw", gs)), 1);
-    CHECK(has(&o, ERR, "FENCED"));
+    CHECK(run_has(&o, ERR, "FENCED"));
     run_free(&o);
     stop();
 }
@@ -471,20 +388,20 @@ static void test_run_sigterm_drain(void)
         "$COORDCTL --no-autostart leader commit $COORD_WORKSTREAM done >/dev/null; "
         "echo commit=$? >&5; exit 0' TERM; "
         "echo started $COORD_GENERATION >&5; sleep 30 & wait"));
-    unsigned long long g1 = started_gen(report_line(&rep));
+    unsigned long long g1 = started_gen(report_line(&rep, T));
     report_open(&rep2);
     ctl_start(&r2, rep2.wr, ARGS("leader-run", "-w", "10", "sw", "--", "sh", "-c",
                                  "echo started $COORD_GENERATION >&5"));
     /* r2 waits (or campaigns after the resign: granted either way) */
     kill(r.pid, SIGTERM);
-    const char *l = report_line(&rep);
+    const char *l = report_line(&rep, T);
     CHECK(l && !strcmp(l, "claim=1"));      /* DRAINING */
-    l = report_line(&rep);
+    l = report_line(&rep, T);
     CHECK(l && !strcmp(l, "commit=0"));     /* commits still accepted */
     CHECK_EQ(run_finish(&r, T), 0);
     CHECK_EQ(r.text[ERR].n, 0);             /* asked for: no message */
     run_free(&r);
-    unsigned long long g2 = started_gen(report_line(&rep2));
+    unsigned long long g2 = started_gen(report_line(&rep2, T));
     CHECK(g2 > g1);
     CHECK_EQ(run_finish(&r2, T), 0);
     run_free(&r2);
@@ -528,31 +445,31 @@ static void test_run_max_hold(void)
      * lose the lease long before the drain */
     ctl_start(&r, rep.wr, ARGS("leader-run", "--lease", "30", "mw", "--", "sh", "-c",
                                reporting_cmd));
-    unsigned long long g1 = started_gen(report_line(&rep));
+    unsigned long long g1 = started_gen(report_line(&rep, T));
     report_open(&rep2);
     ctl_start(&r2, rep2.wr, ARGS("leader-run", "mw", "--", "sh", "-c",
                                  "echo started $COORD_GENERATION >&5"));
-    const char *l = report_line(&rep);
+    const char *l = report_line(&rep, T);
     CHECK(l && !strcmp(l, "term"));
     CHECK_EQ(run_finish(&r, T), 0);
-    CHECK(has(&r, ERR, "coordctl: leader-run: draining mw (max_hold)\n"));
+    CHECK(run_has(&r, ERR, "coordctl: leader-run: draining mw (max_hold)\n"));
     CHECK(!strstr(run_text(&r, ERR), "lost leadership"));
     run_free(&r);
-    unsigned long long g2 = started_gen(report_line(&rep2));
+    unsigned long long g2 = started_gen(report_line(&rep2, T));
     CHECK(g2 > g1);
     CHECK_EQ(run_finish(&r2, T), 0);
     run_free(&r2);
     report_close(&rep);
     report_close(&rep2);
     CHECK_EQ(ctl_run(&o, ARGS("leader", "history", "mw")), 0);
-    CHECK(has(&o, OUT, "resigned"));
+    CHECK(run_has(&o, OUT, "resigned"));
     run_free(&o);
 
     /* alone (nobody waits), the max hold drains nobody: renewals go on */
     report_open(&rep);
     ctl_start(&r, rep.wr, ARGS("leader-run", "mw", "--", "sh", "-c",
                                "sleep 1.2; echo done >&5"));
-    l = report_line(&rep);
+    l = report_line(&rep, T);
     CHECK(l && !strcmp(l, "done"));
     CHECK_EQ(run_finish(&r, T), 0);
     CHECK_EQ(r.text[ERR].n, 0);
@@ -585,17 +502,29 @@ static const char *const outbox_script =
     "[ \"$CRASH\" = 2 ] && exit 0\n"
     "$C leader commit \"$COORD_WORKSTREAM\" \"$op\" >/dev/null\n";
 
-static int run_outbox(struct report *rep, const char *script, const char *op,
-                      const char *crash)
+/* Runs script for op under leader-run ($CRASH=crash): the claim's exit
+ * status that it reported on the report pipe, or -1 (after saying why)
+ * when leader-run failed or no "claim=N" line came. */
+static int outbox_step(struct report *rep, const char *script, const char *op,
+                       const char *crash)
 {
     setenv("CRASH", crash, 1);
     struct run r;
     ctl_start(&r, rep->wr, ARGS("leader-run", "ow", "--", "sh", script, op));
     int st = run_finish(&r, T);
     if (st != 0)
-        fprintf(stderr, "leader-run stderr: %s\n", run_text(&r, ERR));
+        fprintf(stderr, "leader-run exited %d; stderr: %s\n", st, run_text(&r, ERR));
     run_free(&r);
-    return st;
+    if (st != 0)
+        return -1;
+    const char *l = report_line(rep, T);
+    int claim;
+    char tail;
+    if (!l || sscanf(l, "claim=%d%c", &claim, &tail) != 1) {
+        fprintf(stderr, "not a \"claim=N\" line: %s\n", l ? l : "(none)");
+        return -1;
+    }
+    return claim;
 }
 
 static int effects_of(const char *path, const char *op)
@@ -625,36 +554,28 @@ static void test_outbox_script(void)
     setenv("EFFECTS", effects, 1);
     struct report rep;
     report_open(&rep);
-    const char *l;
 
     /* claimed, done, committed; again: already applied, nothing done */
-    CHECK_EQ(run_outbox(&rep, script, "inv-1", "0"), 0);
-    CHECK((l = report_line(&rep)) && !strcmp(l, "claim=0"));
-    CHECK_EQ(run_outbox(&rep, script, "inv-1", "0"), 0);
-    CHECK((l = report_line(&rep)) && !strcmp(l, "claim=11"));
+    CHECK_EQ(outbox_step(&rep, script, "inv-1", "0"), 0);
+    CHECK_EQ(outbox_step(&rep, script, "inv-1", "0"), 11);
     CHECK_EQ(effects_of(effects, "inv-1"), 1);
 
     /* died after the claim, before the effect: reconcile finds no effect
      * and does it */
-    CHECK_EQ(run_outbox(&rep, script, "inv-2", "1"), 0);
-    CHECK((l = report_line(&rep)) && !strcmp(l, "claim=0"));
+    CHECK_EQ(outbox_step(&rep, script, "inv-2", "1"), 0);
     struct run o;
     CHECK_EQ(ctl_run(&o, ARGS("leader", "pending", "ow")), 0);
-    CHECK(has(&o, OUT, "inv-2 "));
+    CHECK(run_has(&o, OUT, "inv-2 "));
     run_free(&o);
-    CHECK_EQ(run_outbox(&rep, script, "inv-2", "0"), 0);
-    CHECK((l = report_line(&rep)) && !strcmp(l, "claim=10"));
+    CHECK_EQ(outbox_step(&rep, script, "inv-2", "0"), 10);
     CHECK_EQ(effects_of(effects, "inv-2"), 1);
 
     /* died after the effect, before the commit: reconcile finds the
      * effect and only commits */
-    CHECK_EQ(run_outbox(&rep, script, "inv-3", "2"), 0);
-    CHECK((l = report_line(&rep)) && !strcmp(l, "claim=0"));
-    CHECK_EQ(run_outbox(&rep, script, "inv-3", "0"), 0);
-    CHECK((l = report_line(&rep)) && !strcmp(l, "claim=10"));
+    CHECK_EQ(outbox_step(&rep, script, "inv-3", "2"), 0);
+    CHECK_EQ(outbox_step(&rep, script, "inv-3", "0"), 10);
     CHECK_EQ(effects_of(effects, "inv-3"), 1);
-    CHECK_EQ(run_outbox(&rep, script, "inv-3", "0"), 0);
-    CHECK((l = report_line(&rep)) && !strcmp(l, "claim=11"));
+    CHECK_EQ(outbox_step(&rep, script, "inv-3", "0"), 11);
     CHECK_EQ(effects_of(effects, "inv-3"), 1);
 
     CHECK_EQ(ctl_run(&o, ARGS("leader", "pending", "ow")), 0);
@@ -672,7 +593,7 @@ static void test_outbox_script(void)
     snprintf(stale, sizeof stale, "%llu", (unsigned long long)g - 1);
     unsetenv("COORD_GENERATION");
     CHECK_EQ(ctl_run(&o, ARGS("leader", "claim", "ow", "x-1")), 2);
-    CHECK(has(&o, ERR, "COORD_GENERATION"));
+    CHECK(run_has(&o, ERR, "COORD_GENERATION"));
     run_free(&o);
     CHECK_EQ(ctl_run(&o, ARGS("leader", "claim", "--generation", gs, "ow", "x-1")), 0);
     CHECK(!strcmp(run_text(&o, OUT), "claimed\n"));
@@ -687,7 +608,7 @@ static void test_outbox_script(void)
     free(v);
     setenv("COORD_GENERATION", gs, 1);
     CHECK_EQ(ctl_run(&o, ARGS("leader", "commit", "ow", "x-1")), 11);
-    CHECK(has(&o, OUT, "duplicate generation="));
+    CHECK(run_has(&o, OUT, "duplicate generation="));
     run_free(&o);
     CHECK_EQ(ctl_run(&o, ARGS("leader", "abandon", "ow", "x-2", "customer left")), 0);
     CHECK(!strcmp(run_text(&o, OUT), "abandoned\n"));
@@ -699,11 +620,11 @@ static void test_outbox_script(void)
     CHECK_EQ(ctl_run(&o, ARGS("leader", "abandon", "ow", "x-1", "late")), 11);
     run_free(&o);
     CHECK_EQ(ctl_run(&o, ARGS("--json", "leader", "claim", "ow", "x-1")), 11);
-    CHECK(has(&o, OUT, "{\"claimed\":false,\"applied\":true,\"generation\":"));
+    CHECK(run_has(&o, OUT, "{\"claimed\":false,\"applied\":true,\"generation\":"));
     run_free(&o);
     setenv("COORD_GENERATION", stale, 1);
     CHECK_EQ(ctl_run(&o, ARGS("leader", "claim", "ow", "x-3")), 1);
-    CHECK(has(&o, ERR, "coordctl: leader claim: FENCED: "));
+    CHECK(run_has(&o, ERR, "coordctl: leader claim: FENCED: "));
     run_free(&o);
     setenv("COORD_GENERATION", "abc", 1);
     CHECK_EQ(ctl_run(&o, ARGS("leader", "claim", "ow", "x-3")), 2);
@@ -713,7 +634,7 @@ static void test_outbox_script(void)
     CHECK_EQ(ctl_run(&o, ARGS("leader", "define", "ow", "--mode", "read-only")), 0);
     run_free(&o);
     CHECK_EQ(ctl_run(&o, ARGS("leader", "claim", "--generation", gs, "ow", "x-4")), 1);
-    CHECK(has(&o, ERR, "READ_ONLY"));
+    CHECK(run_has(&o, ERR, "READ_ONLY"));
     run_free(&o);
     coord_close(c);
     stop();
@@ -728,15 +649,15 @@ static void test_run_protocol_incident(void)
     CHECK_EQ(ctl_run(&r, ARGS("leader", "define", "pw", "--protocol", "pw-app@2")), 0);
     run_free(&r);
     CHECK_EQ(ctl_run(&r, ARGS("leader-run", "--protocol", "pw-app@1", "pw", "--", "true")), 1);
-    CHECK(has(&r, ERR, "coordctl: leader-run: PROTOCOL_PINNED: "));
+    CHECK(run_has(&r, ERR, "coordctl: leader-run: PROTOCOL_PINNED: "));
     run_free(&r);
     CHECK_EQ(ctl_run(&r, ARGS("leader-run", "pw", "--", "true")), 1);
-    CHECK(has(&r, ERR, "PROTOCOL_PINNED"));
+    CHECK(run_has(&r, ERR, "PROTOCOL_PINNED"));
     run_free(&r);
     CHECK_EQ(ctl_run(&r, ARGS("leader-run", "--protocol", "pw-app@3", "pw", "--", "true")), 0);
     run_free(&r);
     CHECK_EQ(ctl_run(&r, ARGS("leader-run", "--protocol", "pw-app@2", "pw", "--", "true")), 1);
-    CHECK(has(&r, ERR, "PROTOCOL_PINNED"));       /* the ratchet */
+    CHECK(run_has(&r, ERR, "PROTOCOL_PINNED"));       /* the ratchet */
     run_free(&r);
     CHECK_EQ(ctl_run(&r, ARGS("leader-run", "--protocol", "nover", "pw", "--", "true")), 2);
     run_free(&r);
@@ -745,7 +666,7 @@ static void test_run_protocol_incident(void)
     CHECK_EQ(ctl_run(&r, ARGS("disable", "iw")), 0);
     run_free(&r);
     CHECK_EQ(ctl_run(&r, ARGS("leader-run", "iw", "--", "true")), 1);
-    CHECK(has(&r, ERR, "DISABLED"));
+    CHECK(run_has(&r, ERR, "DISABLED"));
     run_free(&r);
     char file[400];
     in_dir(file, sizeof file, "inc");
@@ -756,7 +677,7 @@ static void test_run_protocol_incident(void)
     run_free(&r);
     CHECK(file_has(file, "INC-7 failover"));      /* the incident row */
     CHECK_EQ(ctl_run(&r, ARGS("leader", "history", "iw")), 0);
-    CHECK(has(&r, OUT, "INC-7 failover"));
+    CHECK(run_has(&r, OUT, "INC-7 failover"));
     run_free(&r);
     CHECK_EQ(ctl_run(&r, ARGS("leader-run", "--incident", "", "iw", "--", "true")), 2);
     run_free(&r);
@@ -768,17 +689,17 @@ static void test_run_protocol_incident(void)
     CHECK_EQ(ctl_run(&r, ARGS("leader", "define", "sw", "--steal", "incident-only")), 0);
     run_free(&r);
     ctl_start(&old, rep.wr, ARGS("leader-run", "sw", "--", "sh", "-c", reporting_cmd));
-    CHECK(started_gen(report_line(&rep)) > 0);
+    CHECK(started_gen(report_line(&rep, T)) > 0);
     CHECK_EQ(ctl_run(&r, ARGS("leader-run", "--steal", "sw", "--", "true")), 1);
-    CHECK(has(&r, ERR, "POLICY"));
+    CHECK(run_has(&r, ERR, "POLICY"));
     run_free(&r);
     CHECK_EQ(ctl_run(&r, ARGS("leader-run", "--steal", "--incident", "INC-8", "sw", "--",
                               "true")), 0);
     run_free(&r);
-    const char *l = report_line(&rep);
+    const char *l = report_line(&rep, T);
     CHECK(l && !strcmp(l, "term"));
     CHECK_EQ(run_finish(&old, T), 1);
-    CHECK(has(&old, ERR, "lost leadership of sw (incident: INC-8)"));
+    CHECK(run_has(&old, ERR, "lost leadership of sw (incident: INC-8)"));
     run_free(&old);
     report_close(&rep);
     stop();

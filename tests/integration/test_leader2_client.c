@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include "coord.h"
 #include "harness.h"
+#include "leader-util.h"
 
 #define T 10000
 
@@ -33,18 +34,7 @@ static void stop(void)
 
 static coord_t *client_in(const char *scope)
 {
-    coord_options o;
-    coord_options_init(&o);
-    o.socket_path = bp.sock;
-    o.no_autostart = true;
-    o.scope = scope;
-    o.client_name = "test-leader2";
-    coord_t *c = NULL;
-    if (coord_connect(&c, &o) != 0) {
-        fprintf(stderr, "coord_connect: %s\n", coord_error_message(NULL));
-        exit(2);
-    }
-    return c;
+    return lib_connect(&bp, scope, "test-leader2");
 }
 
 static coord_t *client(void)

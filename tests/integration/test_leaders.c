@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "harness.h"
+#include "leader-util.h"
 
 #define T 5000                  /* ms to wait for what must happen */
 
@@ -25,27 +26,11 @@ static void stop(void) { stop_and_clean(&bp); }
 
 static struct rcl *client(void) { return connect_or_exit(&bp, NULL); }
 
-static void campaign(struct rcl *c, uint64_t rid, const char *ws, uint64_t lease_ms,
-                     const char *opts)
+/* campaign options as words (leader-util.h): "lease=MS", "steal",
+ * "if_available" */
+static uint64_t elect(struct rcl *c, uint64_t rid, const char *ws, const char *opts)
 {
-    coord_enc *e = rcl_begin(c, "leader.campaign", rid);
-    coord_enc_kv_cstr(e, "workstream", ws);
-    if (lease_ms)
-        coord_enc_kv_uint(e, "lease_ms", lease_ms);
-    if (opts && strstr(opts, "if_available"))
-        coord_enc_kv_bool(e, "if_available", true);
-    if (opts && strstr(opts, "steal"))
-        coord_enc_kv_bool(e, "steal", true);
-    rcl_send(c);
-}
-
-/* campaign and wait for the generation (0 if not granted) */
-static uint64_t elect(struct rcl *c, uint64_t rid, const char *ws, uint64_t lease_ms)
-{
-    campaign(c, rid, ws, lease_ms, NULL);
-    if (rcl_reply(c, rid, 10000, &m) != 0 || !msg_bool(&m, "granted"))
-        return 0;
-    return msg_uint(&m, "generation");
+    return rcl_elect(c, rid, ws, opts, &m);
 }
 
 static int commit(struct rcl *c, uint64_t rid, const char *ws, uint64_t gen,
@@ -63,12 +48,7 @@ static int commit(struct rcl *c, uint64_t rid, const char *ws, uint64_t gen,
 
 static int simple(struct rcl *c, uint64_t rid, const char *op, const char *ws, uint64_t gen)
 {
-    coord_enc *e = rcl_begin(c, op, rid);
-    coord_enc_kv_cstr(e, "workstream", ws);
-    if (gen)
-        coord_enc_kv_uint(e, "generation", gen);
-    rcl_send(c);
-    return rcl_reply(c, rid, T, &m);
+    return rcl_ws_gen(c, rid, op, ws, gen, T, &m);
 }
 
 static int read_key(struct rcl *c, uint64_t rid, const char *ws, const char *key)
@@ -103,7 +83,7 @@ static void test_twenty_campaigners(void)
             char ch;
             if (!c || read(gate[0], &ch, 1) != 0)       /* released together */
                 _exit(1);
-            uint64_t gen = elect(c, 1, "outbox", 30000);
+            uint64_t gen = elect(c, 1, "outbox", "lease=30000");
             if (!gen)
                 _exit(2);
             int fd = open(marker, O_CREAT | O_EXCL | O_WRONLY, 0600);
@@ -158,12 +138,12 @@ static void test_twenty_campaigners(void)
     stop();
 }
 
-/* A child that leads ws (lease_ms) and then waits for orders on a pipe:
- * 'C' commit (reply code back: K ok, F fenced), 'R' renew, 'L' did a
+/* A child that leads ws (campaign options opts) and then waits for
+ * orders on a pipe: 'C' commit (reply code back: K ok, F fenced), 'R' renew, 'L' did a
  * leader.lost event come. */
 struct leader_child { pid_t pid; int to, from; uint64_t gen; };
 
-static int leader_child_start(struct leader_child *lc, const char *ws, uint64_t lease_ms)
+static int leader_child_start(struct leader_child *lc, const char *ws, const char *opts)
 {
     int down[2], up[2];
     if (pipe(down) < 0 || pipe(up) < 0)
@@ -173,7 +153,7 @@ static int leader_child_start(struct leader_child *lc, const char *ws, uint64_t 
         close(down[1]);
         close(up[0]);
         struct rcl *c = rcl_open(bp.sock, NULL);
-        uint64_t gen = c ? elect(c, 1, ws, lease_ms) : 0;
+        uint64_t gen = c ? elect(c, 1, ws, opts) : 0;
         if (!gen || write(up[1], &gen, sizeof gen) != sizeof gen)
             _exit(1);
         char cmd;
@@ -216,9 +196,9 @@ static void test_killed_and_frozen_leader(void)
 {
     start();
     struct leader_child lc;
-    REQUIRE(leader_child_start(&lc, "w", 30000) == 0);
+    REQUIRE(leader_child_start(&lc, "w", "lease=30000") == 0);
     struct rcl *next = client();
-    campaign(next, 1, "w", 300, NULL);
+    rcl_campaign(next, 1, "w", "lease=300");
     rcl_sync(next);
     CHECK_EQ_U(rcl_queued(next), 0);
     kill(lc.pid, SIGKILL);
@@ -231,10 +211,10 @@ static void test_killed_and_frozen_leader(void)
     REQUIRE(simple(next, 2, "leader.resign", "w", g2) == 0 && msg_ok(&m));
 
     /* frozen past its lease */
-    REQUIRE(leader_child_start(&lc, "w", 300) == 0);
+    REQUIRE(leader_child_start(&lc, "w", "lease=300") == 0);
     CHECK(lc.gen > g2);
     kill(lc.pid, SIGSTOP);
-    campaign(next, 3, "w", 30000, NULL);
+    rcl_campaign(next, 3, "w", "lease=30000");
     REQUIRE(rcl_reply(next, 3, T, &m) == 0 && msg_bool(&m, "granted"));
     uint64_t g4 = msg_uint(&m, "generation");
     CHECK(g4 > lc.gen);
@@ -259,7 +239,7 @@ static void test_op_id_applied_once(void)
 {
     start();
     struct rcl *a = client(), *b = client();
-    uint64_t g1 = elect(a, 1, "ops", 0);
+    uint64_t g1 = elect(a, 1, "ops", NULL);
     REQUIRE(g1);
     REQUIRE(commit(a, 2, "ops", g1, "pay-42", "balance", S("100")) == 0);
     CHECK(msg_bool(&m, "applied"));
@@ -267,7 +247,7 @@ static void test_op_id_applied_once(void)
     CHECK(!msg_bool(&m, "applied") && msg_bool(&m, "duplicate"));
     CHECK_EQ_U(msg_uint(&m, "generation"), g1);
     REQUIRE(simple(a, 4, "leader.resign", "ops", g1) == 0);
-    uint64_t g2 = elect(b, 1, "ops", 0);
+    uint64_t g2 = elect(b, 1, "ops", NULL);
     REQUIRE(g2 > g1);
     REQUIRE(commit(b, 2, "ops", g2, "pay-42", "balance", S("555")) == 0);
     CHECK(msg_ok(&m) && !msg_bool(&m, "applied") && msg_bool(&m, "duplicate"));
@@ -289,7 +269,7 @@ static void test_generations_survive_kill9(void)
     int ok = 0;
     for (int i = 0; i < rounds; i++) {
         struct rcl *c = client();
-        uint64_t gen = elect(c, 1, "crashy", 0);
+        uint64_t gen = elect(c, 1, "crashy", NULL);
         /* kill -9 right after the grant reached us */
         CHECK(WIFSIGNALED(broker_kill(&bp, SIGKILL)));
         rcl_close(c);
@@ -312,7 +292,7 @@ static void test_disable_enable(void)
 {
     start();
     struct rcl *a = client(), *b = client();
-    uint64_t g = elect(a, 1, "kill-switch", 0);
+    uint64_t g = elect(a, 1, "kill-switch", NULL);
     REQUIRE(g);
     REQUIRE(simple(b, 1, "leader.disable", "kill-switch", 0) == 0);
     CHECK(msg_ok(&m));
@@ -321,7 +301,7 @@ static void test_disable_enable(void)
     CHECK(msg_str_is(&m, "reason", S("disabled")));
     REQUIRE(commit(a, 2, "kill-switch", g, "x", "k", S("v")) == 0);
     CHECK(msg_code_is(&m, "FENCED"));
-    campaign(b, 2, "kill-switch", 0, NULL);
+    rcl_campaign(b, 2, "kill-switch", NULL);
     REQUIRE(rcl_reply(b, 2, T, &m) == 0);
     CHECK(msg_code_is(&m, "DISABLED"));
     REQUIRE(simple(b, 3, "leader.info", "kill-switch", 0) == 0);
@@ -331,12 +311,12 @@ static void test_disable_enable(void)
     rcl_close(a); rcl_close(b);
     REQUIRE(broker_start(&bp, NULL) == 0);
     b = client();
-    campaign(b, 1, "kill-switch", 0, NULL);
+    rcl_campaign(b, 1, "kill-switch", NULL);
     REQUIRE(rcl_reply(b, 1, T, &m) == 0);
     CHECK(msg_code_is(&m, "DISABLED"));
     REQUIRE(simple(b, 2, "leader.enable", "kill-switch", 0) == 0);
     CHECK(msg_ok(&m));
-    uint64_t g2 = elect(b, 3, "kill-switch", 0);
+    uint64_t g2 = elect(b, 3, "kill-switch", NULL);
     CHECK(g2 > g + 1);
     rcl_close(b);
     stop();
@@ -348,7 +328,7 @@ static void test_bad_input(void)
     struct rcl *c = client();
     REQUIRE(commit(c, 1, "never", 1, "op", "k", S("v")) == 0);
     CHECK(msg_code_is(&m, "FENCED"));
-    uint64_t g = elect(c, 2, "bad", 0);
+    uint64_t g = elect(c, 2, "bad", NULL);
     REQUIRE(g);
     REQUIRE(commit(c, 3, "bad", 0, "op", "k", S("v")) == 0);
     CHECK(msg_code_is(&m, "FENCED"));
@@ -402,7 +382,7 @@ static void test_lock_query_shows_leadership_and_steal(void)
 {
     start();
     struct rcl *a = client(), *b = client();
-    uint64_t g = elect(a, 1, "visible", 0);
+    uint64_t g = elect(a, 1, "visible", NULL);
     REQUIRE(g);
     rcl_begin(b, "lock.query", 1);
     rcl_send(b);
@@ -417,7 +397,7 @@ static void test_lock_query_shows_leadership_and_steal(void)
     REQUIRE(rcl_reply(a, 2, T, &m) == 0);
     CHECK(msg_code_is(&m, "UNKNOWN_LOCK"));
     /* steal: the old leader hears leader.lost stolen and is fenced */
-    campaign(b, 2, "visible", 0, "steal");
+    rcl_campaign(b, 2, "visible", "steal");
     REQUIRE(rcl_reply(b, 2, T, &m) == 0 && msg_bool(&m, "granted"));
     uint64_t g2 = msg_uint(&m, "generation");
     CHECK(g2 > g);
@@ -427,7 +407,7 @@ static void test_lock_query_shows_leadership_and_steal(void)
     REQUIRE(commit(a, 3, "visible", g, "o", "k", S("v")) == 0);
     CHECK(msg_code_is(&m, "FENCED"));
     /* if_available on a led workstream: not granted */
-    campaign(a, 4, "visible", 0, "if_available");
+    rcl_campaign(a, 4, "visible", "if_available");
     REQUIRE(rcl_reply(a, 4, T, &m) == 0);
     CHECK(msg_ok(&m) && !msg_bool(&m, "granted"));
     rcl_close(a); rcl_close(b);
@@ -452,10 +432,10 @@ static void test_transition_after_sigkill(void)
     int done = 0;
     for (int i = 0; i < rounds; i++) {
         struct leader_child lc;
-        if (leader_child_start(&lc, "fast", 30000) != 0)
+        if (leader_child_start(&lc, "fast", "lease=30000") != 0)
             break;
         CHECK(lc.gen > last);
-        campaign(next, 100 + (uint64_t)i, "fast", 30000, NULL);
+        rcl_campaign(next, 100 + (uint64_t)i, "fast", "lease=30000");
         rcl_sync(next);
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);

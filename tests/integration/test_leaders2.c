@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "harness.h"
+#include "leader-util.h"
 
 #define T 5000                  /* ms to wait for what must happen */
 
@@ -22,44 +23,16 @@ static void start(void) { start_or_exit(&bp, NULL); }
 static void stop(void) { stop_and_clean(&bp); }
 static struct rcl *client(void) { return connect_or_exit(&bp, NULL); }
 
-/* campaign options as "k=v" words: lease=, protocol=, incident=, steal,
- * if_available */
-static void campaign(struct rcl *c, uint64_t rid, const char *ws, const char *opts)
-{
-    coord_enc *e = rcl_begin(c, "leader.campaign", rid);
-    coord_enc_kv_cstr(e, "workstream", ws);
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", opts ? opts : "");
-    for (char *w = strtok(buf, " "); w; w = strtok(NULL, " ")) {
-        char *eq = strchr(w, '=');
-        if (eq)
-            *eq++ = 0;
-        if (strcmp(w, "lease") == 0)
-            coord_enc_kv_uint(e, "lease_ms", strtoull(eq, NULL, 10));
-        else if (strcmp(w, "protocol") == 0 || strcmp(w, "incident") == 0)
-            coord_enc_kv_cstr(e, w, eq);
-        else
-            coord_enc_kv_bool(e, w, true);
-    }
-    rcl_send(c);
-}
-
+/* campaign options as words (leader-util.h): lease=, protocol=, incident=,
+ * steal, if_available */
 static uint64_t elect(struct rcl *c, uint64_t rid, const char *ws, const char *opts)
 {
-    campaign(c, rid, ws, opts);
-    if (rcl_reply(c, rid, 10000, &m) != 0 || !msg_ok(&m) || !msg_bool(&m, "granted"))
-        return 0;
-    return msg_uint(&m, "generation");
+    return rcl_elect(c, rid, ws, opts, &m);
 }
 
 static int ws_gen(struct rcl *c, uint64_t rid, const char *op, const char *ws, uint64_t gen)
 {
-    coord_enc *e = rcl_begin(c, op, rid);
-    coord_enc_kv_cstr(e, "workstream", ws);
-    if (gen)
-        coord_enc_kv_uint(e, "generation", gen);
-    rcl_send(c);
-    return rcl_reply(c, rid, T, &m);
+    return rcl_ws_gen(c, rid, op, ws, gen, T, &m);
 }
 
 /* op is "leader.claim", "leader.commit" (no key) or "leader.abandon" */
@@ -177,7 +150,7 @@ static void test_pinning(void)
     REQUIRE(define(a, 1, "app", "protocol=app@2") == 0 && msg_ok(&m));
     const char *refused[] = { NULL, "protocol=app@1", "protocol=other@9" };
     for (int i = 0; i < 3; i++) {
-        campaign(b, 10 + i, "app", refused[i]);
+        rcl_campaign(b, 10 + i, "app", refused[i]);
         REQUIRE(rcl_reply(b, 10 + i, T, &m) == 0);
         CHECK(msg_code_is(&m, "PROTOCOL_PINNED"));
     }
@@ -188,7 +161,7 @@ static void test_pinning(void)
     CHECK(str_is(desc(), "protocol", "app@2") && str_is(desc(), "pinned_protocol", "app@3"));
     /* app@3 waits while app@3 leads; app@4 steals; when app@4 resigns,
      * the waiting app@3 is refused at its turn (decided in the ledger) */
-    campaign(c, 30, "app", "protocol=app@3");
+    rcl_campaign(c, 30, "app", "protocol=app@3");
     REQUIRE(rcl_sync(c) == 0);
     uint64_t g4 = elect(a, 3, "app", "protocol=app@4 steal");
     REQUIRE(g4 > g);
@@ -198,7 +171,7 @@ static void test_pinning(void)
     REQUIRE(rcl_reply(c, 30, T, &m) == 0);
     CHECK(msg_code_is(&m, "PROTOCOL_PINNED"));
     /* a rollback cannot regain write authority: app@3 is refused */
-    campaign(b, 40, "app", "protocol=app@3");
+    rcl_campaign(b, 40, "app", "protocol=app@3");
     REQUIRE(rcl_reply(b, 40, T, &m) == 0);
     CHECK(msg_code_is(&m, "PROTOCOL_PINNED"));
     /* lowering takes force */
@@ -224,14 +197,14 @@ static void test_steal_policy_and_incident(void)
     REQUIRE(define(op, 1, "pay", "steal=never") == 0 && msg_ok(&m));
     uint64_t g = elect(a, 1, "pay", NULL);
     REQUIRE(g);
-    campaign(b, 2, "pay", "steal");
+    rcl_campaign(b, 2, "pay", "steal");
     REQUIRE(rcl_reply(b, 2, T, &m) == 0);
     CHECK(msg_code_is(&m, "POLICY"));
-    campaign(b, 3, "pay", "steal incident=INC-1");
+    rcl_campaign(b, 3, "pay", "steal incident=INC-1");
     REQUIRE(rcl_reply(b, 3, T, &m) == 0);
     CHECK(msg_code_is(&m, "POLICY"));
     REQUIRE(define(op, 2, "pay", "steal=incident-only") == 0 && msg_ok(&m));
-    campaign(b, 4, "pay", "steal");
+    rcl_campaign(b, 4, "pay", "steal");
     REQUIRE(rcl_reply(b, 4, T, &m) == 0);
     CHECK(msg_code_is(&m, "POLICY"));
     uint64_t gi = elect(b, 5, "pay", "steal incident=INC-42");
@@ -262,7 +235,7 @@ static void test_steal_policy_and_incident(void)
     REQUIRE(ws_gen(op, 4, "leader.disable", "pay", 0) == 0 && msg_ok(&m));
     REQUIRE(rcl_event(a, "leader.lost", T, &m) == 0);
     CHECK(msg_str_is(&m, "reason", S("disabled")));
-    campaign(b, 9, "pay", NULL);
+    rcl_campaign(b, 9, "pay", NULL);
     REQUIRE(rcl_reply(b, 9, T, &m) == 0);
     CHECK(msg_code_is(&m, "DISABLED"));
     uint64_t g3 = elect(b, 10, "pay", "incident=INC-43");
@@ -270,7 +243,7 @@ static void test_steal_policy_and_incident(void)
     REQUIRE(ws_gen(op, 5, "leader.info", "pay", 0) == 0 && msg_ok(&m));
     CHECK(msg_str_is(&m, "state", S("leading")) && msg_bool(&m, "disabled"));
     CHECK(msg_str_is(&m, "incident", S("INC-43")));
-    campaign(a, 11, "pay", NULL);
+    rcl_campaign(a, 11, "pay", NULL);
     REQUIRE(rcl_reply(a, 11, T, &m) == 0);
     CHECK(msg_code_is(&m, "DISABLED"));
     REQUIRE(outbox(b, 12, "leader.claim", "pay", g3, "op-9") == 0);
@@ -286,12 +259,12 @@ static void test_max_hold(void)
     start();
     struct rcl *a = client(), *b = client(), *op = client();
     REQUIRE(define(op, 1, "mh", "max_hold_ms=400") == 0 && msg_ok(&m));
-    campaign(a, 1, "mh", "lease=60000");
+    rcl_campaign(a, 1, "mh", "lease=60000");
     REQUIRE(rcl_reply(a, 1, T, &m) == 0 && msg_bool(&m, "granted"));
     uint64_t g = msg_uint(&m, "generation");
     CHECK_EQ_U(msg_uint(&m, "lease_ms"), 400);          /* capped */
     uint64_t t0 = now_ms();
-    campaign(b, 2, "mh", NULL);                          /* waits */
+    rcl_campaign(b, 2, "mh", NULL);                          /* waits */
     REQUIRE(rcl_sync(b) == 0);
     /* the leader keeps renewing: it is drained, then fenced for max hold
      * (not expired) */
@@ -326,7 +299,7 @@ static void test_max_hold(void)
     CHECK_EQ_U(rcl_stat(op, "terms_over_max_hold"), 1);
     CHECK_EQ_U(rcl_stat(op, "terms_fenced_max_hold"), 1);
     /* a leader that resigns when asked is not fenced (it renews until then) */
-    campaign(a, 40, "mh", NULL);
+    rcl_campaign(a, 40, "mh", NULL);
     REQUIRE(rcl_sync(a) == 0);
     bool asked = false;
     for (rid = 50; !asked && rid < 150; rid++) {
@@ -381,7 +354,7 @@ static void test_modes(void)
     start();
     struct rcl *a = client(), *op = client();
     REQUIRE(define(op, 1, "md", "mode=shadow") == 0 && msg_ok(&m));
-    campaign(a, 1, "md", NULL);
+    rcl_campaign(a, 1, "md", NULL);
     REQUIRE(rcl_reply(a, 1, T, &m) == 0 && msg_bool(&m, "granted"));
     uint64_t g = msg_uint(&m, "generation");
     CHECK(msg_str_is(&m, "mode", S("shadow")));
@@ -597,7 +570,7 @@ static void test_bad_input(void)
     snprintf(opt, sizeof opt, "incident=%s", big);
     const char *bad_campaigns[] = { "protocol=nope", "protocol=a@99999999999", opt };
     for (int i = 0; i < 3; i++) {
-        campaign(a, 1 + (uint64_t)i, "bad", bad_campaigns[i]);
+        rcl_campaign(a, 1 + (uint64_t)i, "bad", bad_campaigns[i]);
         REQUIRE(rcl_reply(a, 1 + (uint64_t)i, T, &m) == 0);
         CHECK(msg_code_is(&m, "INVALID_OPTIONS"));
     }
