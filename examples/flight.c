@@ -6,6 +6,7 @@
  * running the work again, even after a broker restart.
  *
  *     cc flight.c $(pkg-config --cflags --libs coord) -o flight && ./flight */
+#define _POSIX_C_SOURCE 200809L   /* strdup */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

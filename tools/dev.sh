@@ -20,7 +20,7 @@ cd "$repo"
 BUILD_DIR="${BUILD_DIR:-build}"
 PKGS=(meson ninja-build pkg-config gcc libuv1-dev libmsgpack-dev liblmdb-dev
       libssl-dev libcurl4-openssl-dev libjansson-dev
-      python3-msgpack python3-pytest)
+      python3-msgpack python3-pytest mandoc)
 
 say() { printf 'dev.sh: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
