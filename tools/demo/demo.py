@@ -390,7 +390,7 @@ class Demo:
         names = [n if self.langs[n] else f"c-{i + 2}" for i, n in enumerate(self.args.leaders)]
         be.hold("send:" + KILL_AT)
         be.hold("send:" + FREEZE_AT)
-        note(f"{', '.join(names)} campaign for the workstream \"outbox\" (lease 1.5 s); "
+        note(f"{', '.join(names)} campaign for the workstream \"outbox\" (lease 2 s); "
              f"{names[0]} first")
         tabs = {names[0]: self.tab(names[0], "outbox", base, *OPS)}
         tabs[names[0]].wait_line("leading")

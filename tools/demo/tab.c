@@ -29,7 +29,7 @@
 #include <unistd.h>
 #include "coord.h"
 
-#define LEASE_MS 1500          /* short, so that a frozen leader is fenced soon */
+#define LEASE_MS 2000          /* short, so that a frozen leader is fenced soon */
 #define MAX_AGE_MS 1000        /* a session is fresh this long ... */
 #define STALE_MS 60000         /* ... then served stale this long while revalidated */
 #define BODY_MAX 4096          /* the backend's answers are a few bytes */

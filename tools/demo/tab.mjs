@@ -12,7 +12,7 @@
 import http from 'node:http';
 import { connect, FencedError } from '../../client/node/src/index.js';
 
-const LEASE_MS = 1500;        // short, so that a frozen leader is fenced soon
+const LEASE_MS = 2000;        // short, so that a frozen leader is fenced soon
 const MAX_AGE_MS = 1000;      // a session is fresh this long ...
 const STALE_MS = 60_000;      // ... then served stale this long while one tab revalidates
 

@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "client", "python", "src"))
 import coord  # noqa: E402
 
-LEASE = 1.5           # seconds: short, so that a frozen leader is fenced soon
+LEASE = 2.0           # seconds: short, so that a frozen leader is fenced soon
 MAX_AGE = 1.0         # a session is fresh this long ...
 STALE = 60.0          # ... then served stale this long while one tab revalidates
 
