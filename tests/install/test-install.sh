@@ -45,7 +45,8 @@ san=()
 cc -std=c11 -Wall -Wextra -Werror "${san[@]}" "$src/tests/install/hello.c" -o "$work/hello" \
     $(pkg-config --cflags --libs coord)
 export LD_LIBRARY_PATH=$libdir
-ldd "$work/hello" | grep -q "$libdir/libcoord.so" || fail "hello does not use the installed libcoord.so"
+libs=$(ldd "$work/hello")          # (not piped into grep -q: pipefail and SIGPIPE)
+[[ $libs == *"$libdir/libcoord.so"* ]] || fail "hello does not use the installed libcoord.so: $libs"
 # libcoord.a with the (shared) libraries its Requires.private names
 # shellcheck disable=SC2046
 cc -std=c11 -Wall -Wextra -Werror "${san[@]}" "$src/tests/install/hello.c" -o "$work/hello-static" \
@@ -61,7 +62,8 @@ units=$root/lib/systemd/user
 grep -qx "ExecStart=$prefix/bin/coordd --foreground --socket %t/coord/broker.sock" "$units/coordd.service" ||
     fail "coordd.service does not start $prefix/bin/coordd"
 if command -v systemd-analyze >/dev/null; then
-    systemd-analyze --user unit-paths 2>/dev/null | grep -qx "$prefix/lib/systemd/user" ||
+    paths=$(systemd-analyze --user unit-paths 2>/dev/null || true)
+    grep -qx "$prefix/lib/systemd/user" <<<"$paths" ||
         fail "$prefix/lib/systemd/user is not searched by systemctl --user"
     echo "systemctl --user searches $prefix/lib/systemd/user"
 else
