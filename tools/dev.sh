@@ -21,7 +21,8 @@ BUILD_DIR="${BUILD_DIR:-build}"
 PKGS=(meson ninja-build pkg-config gcc libuv1-dev libmsgpack-dev liblmdb-dev
       libssl-dev libcurl4-openssl-dev libjansson-dev
       python3-msgpack python3-pytest
-      etcd-server)   # the etcd ledger's tests run real etcd servers (else SKIP)
+      mandoc          # the man pages' lint test
+      etcd-server)    # the etcd ledger's tests run real etcd servers (else SKIP)
 
 say() { printf 'dev.sh: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# test-install.sh - the install test (meson test install, suite 'install').
+#
+#   test-install.sh BUILD_DIR SOURCE_DIR PREFIX SANITIZE
+#
+# `meson install --destdir` into a temp dir, then, from what was installed
+# only: a program built with the installed libcoord.pc (shared, and static
+# with its private libraries) connects to the installed coordd and runs a
+# flight; coordctl talks to it; headers, man pages and the systemd user units
+# are where they belong (PREFIX/lib/systemd/user, a directory that
+# `systemctl --user` searches); the Node.js package installs from the tree
+# with `npm pack` + `npm install --offline`, the Python package with
+# `pip install --no-deps --no-build-isolation --no-index` (skipped, and said
+# so, when pip is missing).  No network.
+set -euo pipefail
+build=$(cd "$1" && pwd); src=$(cd "$2" && pwd); prefix=$3; sanitize=$4
+work=$(mktemp -d "${TMPDIR:-/tmp}/coord-install.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+dest=$work/dest; root=$dest$prefix
+fail() { echo "install test: $*" >&2; exit 1; }
+step() { echo "== $*"; }
+with_broker() { /usr/bin/python3 "$src/tests/with-broker.py" --coordd "$root/bin/coordd" "$@"; }
+
+step "meson install --destdir"
+meson install -C "$build" --no-rebuild --quiet --destdir "$dest" >/dev/null
+for f in bin/coordd bin/coordctl include/coord.h include/coord-uv.h include/coord-codes.h \
+         share/man/man8/coordd.8 share/man/man1/coordctl.1 share/man/man3/libcoord.3; do
+    [ -e "$root/$f" ] || fail "$prefix/$f was not installed"
+done
+pc=$(find "$root" -name coord.pc -path '*/pkgconfig/*' | head -1)
+[ -n "$pc" ] || fail "no coord.pc installed"
+libdir=$(dirname "$(dirname "$pc")")
+echo "coord.pc: ${pc#"$dest"}"
+
+step "a program built with the installed pkg-config file"
+# the installed .pc first; the sysroot puts its -I and -L under the destdir
+export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR=$dest
+pkg-config --exists --print-errors coord
+[ "$(pkg-config --variable=pcfiledir coord)" = "$(dirname "$pc")" ] || fail "pkg-config found another coord.pc"
+[ "$(pkg-config --modversion coord)" = "$(sed -n "s/^ *version: '\(.*\)',$/\1/p" "$src/meson.build" | head -1)" ] ||
+    fail "coord.pc version $(pkg-config --modversion coord) is not the project's"
+san=()
+[ "$sanitize" = none ] || san=(-fsanitize="$sanitize")
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Wextra -Werror "${san[@]}" "$src/tests/install/hello.c" -o "$work/hello" \
+    $(pkg-config --cflags --libs coord)
+export LD_LIBRARY_PATH=$libdir
+libs=$(ldd "$work/hello")          # (not piped into grep -q: pipefail and SIGPIPE)
+[[ $libs == *"$libdir/libcoord.so"* ]] || fail "hello does not use the installed libcoord.so: $libs"
+# libcoord.a with the (shared) libraries its Requires.private names
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Wextra -Werror "${san[@]}" "$src/tests/install/hello.c" -o "$work/hello-static" \
+    $(pkg-config --cflags coord) "$libdir/libcoord.a" \
+    $(pkg-config --libs $(pkg-config --print-requires-private coord | cut -d' ' -f1)) -pthread
+with_broker --expect '^flight: hello from libcoord \(ran here\)$' -- "$work/hello"
+with_broker --expect '^flight: hello from libcoord \(ran here\)$' -- "$work/hello-static"
+with_broker --expect '^broker +coord ' -- "$root/bin/coordctl" status
+
+step "systemd user units"
+units=$root/lib/systemd/user
+[ -f "$units/coordd.socket" ] && [ -f "$units/coordd.service" ] || fail "no units in $prefix/lib/systemd/user"
+grep -qx "ExecStart=$prefix/bin/coordd --foreground --socket %t/coord/broker.sock" "$units/coordd.service" ||
+    fail "coordd.service does not start $prefix/bin/coordd"
+if command -v systemd-analyze >/dev/null; then
+    paths=$(systemd-analyze --user unit-paths 2>/dev/null || true)
+    grep -qx "$prefix/lib/systemd/user" <<<"$paths" ||
+        fail "$prefix/lib/systemd/user is not searched by systemctl --user"
+    echo "systemctl --user searches $prefix/lib/systemd/user"
+else
+    echo "SKIP: no systemd-analyze to ask where systemctl --user looks"
+fi
+
+step "the Node.js package, from the tree, offline"
+if command -v npm >/dev/null && command -v node >/dev/null; then
+    mkdir "$work/node"
+    tgz=$(cd "$src/client/node" && npm pack --silent --pack-destination "$work/node" 2>/dev/null | tail -1)
+    [ -f "$work/node/$tgz" ] || fail "npm pack made no tarball"
+    (cd "$work/node" && echo '{"name":"app","private":true,"type":"module"}' > package.json &&
+     npm install --offline --no-audit --no-fund --loglevel=error "./$tgz" >/dev/null) ||
+        fail "npm install --offline of $tgz failed (its dependency must be in npm's cache: npm ci in client/node)"
+    cat > "$work/node/app.mjs" <<'JS'
+import { connect } from 'coord-client';
+const c = await connect({ autostart: false });
+const r = await c.once('install-node', () => 'hello from node');
+console.log(`node flight: ${r.value} (${r.source})`);
+await c.close();
+JS
+    with_broker --expect '^node flight: hello from node \(owner\)$' -- node "$work/node/app.mjs"
+else
+    echo "SKIP: no npm/node here: the Node.js package was not tried"
+fi
+
+step "the Python package, from the tree, offline"
+if /usr/bin/python3 -m pip --version >/dev/null 2>&1; then
+    cp -r "$src/client/python" "$work/pysrc"        # pip builds in the source dir: not in the tree
+    rm -rf "$work/pysrc/build" "$work/pysrc"/src/*.egg-info
+    /usr/bin/python3 -m pip install --quiet --no-deps --no-build-isolation --no-index \
+        --disable-pip-version-check --root-user-action=ignore --target "$work/py" "$work/pysrc" >/dev/null ||
+        fail "pip install of client/python failed"
+    [ -f "$work/py/coord/__init__.py" ] && [ -f "$work/py/coord/py.typed" ] || fail "pip installed no coord package"
+    with_broker --expect '^python flight: hello from python \(owner\)$' -- env PYTHONPATH="$work/py" \
+        /usr/bin/python3 -c 'import coord
+with coord.Client(autostart=False) as c:
+    r = c.once("install-py", lambda f: b"hello from python")
+    print(f"python flight: {bytes(r).decode()} ({r.source})")'
+else
+    echo "SKIP: /usr/bin/python3 has no pip: the Python package was not tried"
+fi
+echo "install test: ok"
