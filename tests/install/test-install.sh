@@ -59,7 +59,7 @@ with_broker --expect '^broker +coord ' -- "$root/bin/coordctl" status
 step "systemd user units"
 units=$root/lib/systemd/user
 [ -f "$units/coordd.socket" ] && [ -f "$units/coordd.service" ] || fail "no units in $prefix/lib/systemd/user"
-grep -qx "ExecStart=$prefix/bin/coordd --foreground --socket %t/coord/broker.sock" "$units/coordd.service" ||
+grep -qx "ExecStart=$prefix/bin/coordd --foreground --socket %t/coord/broker.sock \$COORDD_OPTS" "$units/coordd.service" ||
     fail "coordd.service does not start $prefix/bin/coordd"
 if command -v systemd-analyze >/dev/null; then
     paths=$(systemd-analyze --user unit-paths 2>/dev/null || true)
