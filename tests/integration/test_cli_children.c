@@ -103,6 +103,8 @@ static bool gone_within(pid_t pid, int timeout_ms)
 
 /* CMD: a grandchild that keeps stdout open, its pid on descriptor 5. */
 static const char *const bg_wait = "sleep 30 & echo $! >&5; wait";
+/* a grandchild in the foreground of CMD's shell, its pid on descriptor 5 */
+static const char *const fg_wait = "sh -c 'echo $$ >&5; exec sleep 30'; echo after";
 /* the same, with a grandchild that ignores SIGTERM (it says its pid once
  * it does) */
 static const char *const bg_deaf =
@@ -262,9 +264,13 @@ static void test_terminal_foreground(void)
     run_free(&r);
     close(m);
 
-    /* ^C goes to the terminal's foreground group: CMD and its children */
+    /* ^C goes to the terminal's foreground group: CMD and its children.
+     * The grandchild is a foreground child of CMD's shell: a background
+     * job of a non-interactive shell ignores SIGINT (POSIX), and would go
+     * only when its session's end hangs it up, a race with coordctl
+     * giving the terminal back */
     m = pty_open(slave, sizeof slave);
-    ctl_start_on(&r, slave, ARGS("lock", "L", "--", "sh", "-c", bg_wait));
+    ctl_start_on(&r, slave, ARGS("lock", "L", "--", "sh", "-c", fg_wait));
     pid_t g = grandchild(&r);
     REQUIRE(g);
     uint64_t t0 = now_ms();
