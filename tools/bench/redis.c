@@ -58,6 +58,8 @@ void rs_cmd(struct wconn *w, int argc, const char *const *argv)
 
 int rs_next(struct wconn *w, struct rs_reply *r)
 {
+    if (!w->in)
+        return 0;                    /* nothing read yet */
     const uint8_t *p = w->in + w->ioff, *end = w->in + w->ilen;
     const uint8_t *nl = NULL;
     for (const uint8_t *q = p; q + 1 < end; q++)
