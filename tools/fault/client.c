@@ -259,6 +259,13 @@ static void record_grant(struct cl *k, unsigned ws, uint64_t gen, uint64_t m0, u
     atomic_max_u64(&w->max_granted_seq, seq_next());
     atomic_fetch_add(&w->grants, 1);
     CNT(grants);
+    uint64_t bt = atomic_load(&S->bkill_ns[ws]);
+    if (bt && gen > atomic_load(&S->bkill_gen[ws]) && t > bt &&
+        atomic_compare_exchange_strong(&S->bkill_ns[ws], &bt, 0)) {
+        uint64_t i = atomic_fetch_add(&S->nbtrans, 1);
+        if (i < BTRANS_CAP)
+            atomic_store(&S->btrans[i], (uint32_t)((t - bt) / 1000000));
+    }
     uint64_t kt = atomic_load(&w->kill_ns);
     if (kt && gen > atomic_load(&w->kill_gen) && t > kt &&
         atomic_compare_exchange_strong(&w->kill_ns, &kt, 0)) {

@@ -340,6 +340,12 @@ struct shared {
     _Atomic uint32_t nvmsg;
     char vmsg[MAX_VMSG][VMSG_LEN];
     _Atomic uint64_t ntrans;
+    /* --etcd: a broker SIGKILLed while a client of its machine led ws: the
+     * next grant (on another machine, once etcd let the lease go) */
+    _Atomic uint64_t bkill_ns[MAX_WS], bkill_gen[MAX_WS];
+#define BTRANS_CAP 4096
+    _Atomic uint32_t btrans[BTRANS_CAP];    /* milliseconds */
+    _Atomic uint64_t nbtrans;
     struct slot slots[MAX_SLOTS];
     struct wsinfo ws[MAX_WS];
     struct lockinfo locks[MAX_LOCKS];
