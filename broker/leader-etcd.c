@@ -940,7 +940,9 @@ static int refusal_status(enum refusal why)
                                                                     : COORD_ESTORAGE;
 }
 
-static void commit_done(struct eop *o, json_t *j)
+/* A commit's or an abandon's Txn answered (they settle an op alike; only a
+ * commit of an abandoned op says so). */
+static void settle_done(struct eop *o, json_t *j)
 {
     struct ll_req *r = o->r;
     if (json_is_true(json_object_get(j, "succeeded"))) {
@@ -954,7 +956,7 @@ static void commit_done(struct eop *o, json_t *j)
         r->out_generation = g;
         answer(o, 0);
     } else if (why == REF_ABANDONED) {
-        r->out_abandoned = true;
+        r->out_abandoned = r->op == LL_COMMIT;
         answer(o, 0);
     } else if (why == REF_BAD) {
         answer_malformed(o);
@@ -1067,28 +1069,6 @@ static void send_abandon(struct eop *o)
     json_array_append_new(x.ok, op_put(ak, v, 16 + rlen, 0));
     json_array_append_new(x.ok, op_del(pk));
     post(o, "/v3/kv/txn", x.root, false);
-}
-
-static void abandon_done(struct eop *o, json_t *j)
-{
-    struct ll_req *r = o->r;
-    if (json_is_true(json_object_get(j, "succeeded"))) {
-        answer(o, 0);
-        return;
-    }
-    uint64_t g = 0;
-    enum refusal why = why_refused(o, j, &g);
-    if (why == REF_APPLIED) {
-        r->duplicate = true;
-        r->out_generation = g;
-        answer(o, 0);
-    } else if (why == REF_ABANDONED) {
-        answer(o, 0);
-    } else if (why == REF_BAD) {
-        answer_malformed(o);
-    } else {
-        answer(o, refusal_status(why));
-    }
 }
 
 static void send_define(struct eop *o)
@@ -1418,9 +1398,9 @@ static void on_reply(void *ud, enum etcd_status st, long http, json_t *j)
     case LL_LOAD: load_read(o, j); break;
     case LL_SET_DISABLED: disable_done(o, j); break;
     case LL_DEFINE: define_done(o, j); break;
-    case LL_COMMIT: commit_done(o, j); break;
+    case LL_COMMIT: settle_done(o, j); break;
     case LL_CLAIM: claim_done(o, j); break;
-    case LL_ABANDON: abandon_done(o, j); break;
+    case LL_ABANDON: settle_done(o, j); break;
     default: list_done(o, j); break;
     }
 }
