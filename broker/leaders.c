@@ -182,17 +182,26 @@ static void campaign_free(struct campaign *cp)
     free(cp);
 }
 
+/* An event of the leader.* family to the leader's connection: its name,
+ * the workstream and the generation are written; the caller adds the rest
+ * and finishes. */
+static void leader_event_begin(struct conn *leader, coord_enc *e, enum coord_event ev,
+                               const struct workstream *ws, uint64_t gen)
+{
+    size_t nlen;
+    const uint8_t *name = leaders_ws_name(ws, &nlen);
+    conn_enc_begin_event(leader, e, coord_event_name(ev));
+    coord_enc_kv_name(e, "workstream", name, nlen);
+    coord_enc_kv_uint(e, "generation", gen);
+}
+
 static void send_lost(struct workstream *ws, struct conn *leader, uint64_t gen,
                       enum reason why, const uint8_t *incident, size_t incident_len)
 {
     if (!conn_alive(leader))
         return;
-    size_t nlen;
-    const uint8_t *name = leaders_ws_name(ws, &nlen);
     coord_enc e;
-    conn_enc_begin_event(leader, &e, coord_event_name(COORD_EV_LEADER_LOST));
-    coord_enc_kv_name(&e, "workstream", name, nlen);
-    coord_enc_kv_uint(&e, "generation", gen);
+    leader_event_begin(leader, &e, COORD_EV_LEADER_LOST, ws, gen);
     coord_enc_kv_cstr(&e, "reason", reason_name(why));
     if (incident_len)
         coord_enc_kv_name(&e, "incident", incident, incident_len);
@@ -316,12 +325,8 @@ static void start_drain(struct workstream *ws, enum reason why)
     struct conn *leader = ws->term->conn;
     if (why == REASON_SELF || !conn_alive(leader))
         return;
-    size_t nlen;
-    const uint8_t *name = leaders_ws_name(ws, &nlen);
     coord_enc e;
-    conn_enc_begin_event(leader, &e, coord_event_name(COORD_EV_LEADER_DRAIN));
-    coord_enc_kv_name(&e, "workstream", name, nlen);
-    coord_enc_kv_uint(&e, "generation", ws->live_generation);
+    leader_event_begin(leader, &e, COORD_EV_LEADER_DRAIN, ws, ws->live_generation);
     coord_enc_kv_cstr(&e, "reason", reason_name(why));
     conn_enc_finish(leader, &e);
 }
@@ -389,12 +394,8 @@ void leaders_defined(struct workstream *ws, const struct ws_desc *old)
         return;
     if (old->mode != ws->desc.mode && conn_alive(ws->term->conn)) {
         struct conn *leader = ws->term->conn;
-        size_t nlen;
-        const uint8_t *name = leaders_ws_name(ws, &nlen);
         coord_enc e;
-        conn_enc_begin_event(leader, &e, coord_event_name(COORD_EV_LEADER_MODE));
-        coord_enc_kv_name(&e, "workstream", name, nlen);
-        coord_enc_kv_uint(&e, "generation", ws->live_generation);
+        leader_event_begin(leader, &e, COORD_EV_LEADER_MODE, ws, ws->live_generation);
         coord_enc_kv_cstr(&e, "mode", ws_mode_name(ws->desc.mode));
         conn_enc_finish(leader, &e);
     }
