@@ -456,7 +456,10 @@ void ob_wiped(void);                /* before a wiped broker restarts */
 void ob_switch_mode(unsigned ws);   /* shadow -> read-only -> active */
 int ob_disable(unsigned ws, bool disable);
 
-/* verify.c: the driver's checks through its own connection */
+/* verify.c: the driver's checks through its own connection (to broker 0,
+ * trying for up to wait_ms; NULL when it cannot) */
+struct coord;
+struct coord *driver_connect(const char *name, uint64_t wait_ms);
 int verify_state(const char *when, bool resend_ops);
 int verify_epoch(void);
 

@@ -640,16 +640,8 @@ static coord_t *drv;
 
 static coord_t *driver_conn(void)
 {
-    if (drv)
-        return drv;
-    coord_options o;
-    coord_options_init(&o);
-    o.socket_path = CFG->socket_path;
-    o.scope = SCOPE;
-    o.client_name = "fault-driver-ob";
-    o.no_autostart = true;
-    if (coord_connect(&drv, &o) < 0)
-        drv = NULL;
+    if (!drv)
+        drv = driver_connect("fault-driver-ob", 0);     /* one try: the caller goes on */
     return drv;
 }
 

@@ -20,20 +20,22 @@
 
 #define RESEND_SAMPLE 150
 
-static coord_t *vconnect(void)
+coord_t *driver_connect(const char *name, uint64_t wait_ms)
 {
     coord_options o;
     coord_options_init(&o);
     o.socket_path = CFG->socket_path;
     o.scope = SCOPE;
-    o.client_name = "fault-driver";
+    o.client_name = name;
     o.no_autostart = true;
-    uint64_t until = now_ns() + 10000000000ull;
+    uint64_t until = now_ns() + wait_ms * 1000000ull;
     for (;;) {
         coord_t *c = NULL;
         int rc = coord_connect(&c, &o);
         if (rc == 0)
             return c;
+        if (!wait_ms)
+            return NULL;
         if (now_ns() > until) {
             fprintf(stderr, "coord-fault: driver cannot connect: %s\n", coord_strerror(rc));
             return NULL;
@@ -45,7 +47,7 @@ static coord_t *vconnect(void)
 int verify_epoch(void)
 {
     static uint64_t last;
-    coord_t *c = vconnect();
+    coord_t *c = driver_connect("fault-driver", 10000);
     if (!c)
         return -1;
     uint64_t e = coord_epoch(c);
@@ -220,7 +222,7 @@ static void resend_ops(coord_t *c, const char *when, uint64_t seed)
 
 int verify_state(const char *when, bool resend)
 {
-    coord_t *c = vconnect();
+    coord_t *c = driver_connect("fault-driver", 10000);
     if (!c)
         return -1;
     check_gens(c, when);
