@@ -551,9 +551,10 @@ static int read_kv(struct ledger *l, MDB_txn *txn, struct ll_req *r)
     return 0;
 }
 
-/* Unsettled claims, oldest first: the entries, then their op ids, in one
- * allocation. */
-static int read_pending(struct ledger *l, MDB_txn *txn, struct ll_req *r)
+/* Walks r's pending list, oldest first, calling each on at most limit
+ * entries (true when more remain: truncated).  0 or an MDB error. */
+static int walk_pending(struct ledger *l, MDB_txn *txn, const struct ll_req *r, size_t limit,
+                        bool *more, int (*each)(void *ud, const MDB_val *op_id), void *ud)
 {
     uint8_t prefix[KEY_MAX];
     size_t plen = compose(prefix, r->ws, r->ws_len, NULL, 0);
@@ -561,78 +562,82 @@ static int read_pending(struct ledger *l, MDB_txn *txn, struct ll_req *r)
     int rc = mdb_cursor_open(txn, ledger_dbi(l, DB_PENDING), &cur);
     if (rc)
         return rc;
-    if (BROKEN(PENDING_DROP))
-        r->limit = 0;
-    size_t cap = r->limit < 16 ? r->limit : 16, n = 0, bytes = 0;
-    struct ll_pending *out = cap ? malloc(cap * sizeof *out) : NULL;
-    uint8_t *ids = NULL;
     MDB_val k = { plen, prefix }, v;
+    size_t n = 0;
+    *more = false;
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0;
          rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         if (!has_prefix(&k, prefix, plen))
             break;
-        if (n == r->limit) {
-            r->truncated = true;
+        if (n++ == limit) {
+            *more = true;
             break;
         }
-        if (n == cap || (cap && !out)) {
-            cap = cap ? cap * 2 : 16;
-            struct ll_pending *grown = out ? realloc(out, cap * sizeof *out) : NULL;
-            if (!grown) {
-                rc = ENOMEM;
-                break;
-            }
-            out = grown;
-        }
-        uint8_t *grown = realloc(ids, bytes + v.mv_size + 1);
-        if (!grown) {
-            rc = ENOMEM;
+        if ((rc = each(ud, &v)))
             break;
-        }
-        ids = grown;
-        memcpy(ids + bytes, v.mv_data, v.mv_size);
-        /* the claim's generation and time */
-        struct claim c;
-        uint8_t ck[KEY_MAX];
-        if (2 + r->ws_len + v.mv_size > KEY_MAX) {
-            rc = MDB_CORRUPTED;
-            break;
-        }
-        MDB_val ckv = { compose(ck, r->ws, r->ws_len, v.mv_data, v.mv_size), ck };
-        if ((rc = get_claim(l, txn, r, &ckv, &c)))
-            break;
-        out[n].op_id = (uint8_t *)(uintptr_t)bytes;   /* an offset until the end */
-        out[n].op_len = v.mv_size;
-        out[n].generation = c.generation;
-        out[n].claimed_ms = c.claimed_ms;
-        bytes += v.mv_size;
-        n++;
     }
     mdb_cursor_close(cur);
-    if (rc && rc != MDB_NOTFOUND) {
-        free(out);
-        free(ids);
-        return rc;
-    }
-    /* one block: entries, then op ids */
-    struct ll_pending *all = malloc(n * sizeof *all + bytes + 1);
-    if (!all) {
-        free(out);
-        free(ids);
-        return ENOMEM;
-    }
-    uint8_t *dst = (uint8_t *)(all + n);
-    if (bytes)
-        memcpy(dst, ids, bytes);
-    for (size_t i = 0; i < n; i++) {
-        all[i] = out[i];
-        all[i].op_id = dst + (size_t)(uintptr_t)out[i].op_id;
-    }
-    free(out);
-    free(ids);
-    r->pending = all;
-    r->n_out = n;
+    return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+struct pending_fill {
+    struct ledger *l;
+    MDB_txn *txn;
+    const struct ll_req *r;
+    size_t n, bytes;
+    struct ll_pending *out;        /* second pass: the entries ... */
+    uint8_t *ids;                  /* ... and their op ids after them */
+};
+
+static int count_pending(void *ud, const MDB_val *op_id)
+{
+    struct pending_fill *f = ud;
+    f->n++;
+    f->bytes += op_id->mv_size;
     return 0;
+}
+
+static int fill_pending(void *ud, const MDB_val *op_id)
+{
+    struct pending_fill *f = ud;
+    const struct ll_req *r = f->r;
+    uint8_t ck[KEY_MAX];
+    if (2 + r->ws_len + op_id->mv_size > KEY_MAX)
+        return MDB_CORRUPTED;
+    MDB_val ckv = { compose(ck, r->ws, r->ws_len, op_id->mv_data, op_id->mv_size), ck };
+    struct claim c;
+    int rc = get_claim(f->l, f->txn, r, &ckv, &c);
+    if (rc)
+        return rc;
+    struct ll_pending *e = &f->out[f->n++];
+    e->op_id = f->ids;
+    e->op_len = op_id->mv_size;
+    e->generation = c.generation;
+    e->claimed_ms = c.claimed_ms;
+    memcpy(f->ids, op_id->mv_data, op_id->mv_size);
+    f->ids += op_id->mv_size;
+    return 0;
+}
+
+/* Unsettled claims, oldest first: counted, then the entries and their op
+ * ids copied into one allocation. */
+static int read_pending(struct ledger *l, MDB_txn *txn, struct ll_req *r)
+{
+    size_t limit = BROKEN(PENDING_DROP) ? 0 : r->limit;
+    struct pending_fill f = { .l = l, .txn = txn, .r = r };
+    int rc = walk_pending(l, txn, r, limit, &r->truncated, count_pending, &f);
+    if (rc)
+        return rc;
+    f.out = malloc(f.n * sizeof *f.out + f.bytes + 1);
+    if (!f.out)
+        return ENOMEM;
+    f.ids = (uint8_t *)(f.out + f.n);
+    r->pending = f.out;                /* owned by r from here (ll_req_free) */
+    f.n = 0;
+    bool more;
+    rc = walk_pending(l, txn, r, limit, &more, fill_pending, &f);
+    r->n_out = f.n;
+    return rc;
 }
 
 /* Terms newest first. */
