@@ -138,6 +138,7 @@ static int walk(const uint8_t *body, size_t len, int max_depth, coord_index *idx
                 if (idx->n < COORD_INDEX_MAX) {
                     idx->f[idx->n].key = body + pos + hdr;
                     idx->f[idx->n].klen = (uint32_t)payload;
+                    coord_index_note(idx, idx->n, (size_t)payload, body + pos + hdr);
                 } else {
                     idx->complete = false;
                 }
@@ -173,12 +174,90 @@ int coord_frame_validate(const uint8_t *body, size_t len, int max_depth)
     return walk(body, len, max_depth, NULL);
 }
 
+/* The frame nearly every request is: a fixmap or map16 whose keys are
+ * fixstr or str8 and whose values are scalars, strings or binaries, each
+ * read once with no call per element.  Anything else (a container, an
+ * ext, map32, a malformed or cut-off byte) returns -1 and leaves it to the
+ * general walk, which then gives exactly the status it always gave: this
+ * path only ever says OK, and only for frames the walk accepts as well
+ * (the fuzz target checks that both agree on every input). */
+static int index_flat(const uint8_t *body, size_t len, coord_index *idx)
+{
+    const uint8_t *p = body, *end = body + len;
+    size_t pairs;
+    uint8_t b = p[0];
+    if (b >= 0x80 && b <= 0x8f) {
+        pairs = b & 0x0f;
+        p++;
+    } else if (b == 0xde && len >= 3) {
+        pairs = (size_t)p[1] << 8 | p[2];
+        p += 3;
+    } else {
+        return -1;
+    }
+    for (; pairs > 0; pairs--) {
+        size_t klen, khdr, skip;
+        if (p >= end)
+            return -1;
+        b = p[0];
+        if (b >= 0xa0 && b <= 0xbf) {
+            klen = b & 0x1f;
+            khdr = 1;
+        } else if (b == 0xd9 && end - p >= 2) {
+            klen = p[1];
+            khdr = 2;
+        } else {
+            return -1;
+        }
+        /* the key and at least the value's first byte */
+        if ((size_t)(end - p) <= khdr + klen)
+            return -1;
+        if (idx->n < COORD_INDEX_MAX) {
+            idx->f[idx->n].key = p + khdr;
+            idx->f[idx->n].klen = (uint32_t)klen;
+            coord_index_note(idx, idx->n, klen, p + khdr);
+        } else {
+            idx->complete = false;
+        }
+        p += khdr + klen;
+        b = p[0];
+        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
+            skip = 1;
+        else if (b >= 0xa0 && b <= 0xbf)
+            skip = 1 + (size_t)(b & 0x1f);
+        else if (b >= 0xcc && b <= 0xcf)
+            skip = 1 + ((size_t)1 << (b - 0xcc));
+        else if (b >= 0xd0 && b <= 0xd3)
+            skip = 1 + ((size_t)1 << (b - 0xd0));
+        else if (b == 0xca || b == 0xcb)
+            skip = b == 0xca ? 5 : 9;
+        else if ((b == 0xd9 || b == 0xc4) && end - p >= 2)
+            skip = 2 + (size_t)p[1];
+        else if ((b == 0xda || b == 0xc5) && end - p >= 3)
+            skip = 3 + ((size_t)p[1] << 8 | p[2]);
+        else
+            return -1;
+        if ((size_t)(end - p) < skip)
+            return -1;
+        if (idx->n < COORD_INDEX_MAX)
+            idx->f[idx->n++].val = p;
+        p += skip;
+    }
+    return p == end ? COORD_FRAME_OK : -1;
+}
+
 int coord_frame_index(const uint8_t *body, size_t len, coord_index *idx)
 {
     idx->n = 0;
     idx->complete = true;
+    idx->seen = 0;
     idx->map = body;
     idx->map_len = len;
+    if (len > 0 && index_flat(body, len, idx) == COORD_FRAME_OK)
+        return COORD_FRAME_OK;
+    idx->n = 0;
+    idx->complete = true;
+    idx->seen = 0;
     return walk(body, len, COORD_MAX_DEPTH, idx);
 }
 

@@ -44,6 +44,8 @@ int coord_frame_validate(const uint8_t *body, size_t len, int max_depth);
 typedef struct coord_index {
     uint32_t n;                 /* fields indexed */
     bool complete;              /* false: more keys than COORD_INDEX_MAX */
+    uint64_t seen;              /* coord_index_bit of every indexed key */
+    uint8_t first[64];          /* by bit, set in seen: its first field */
     const uint8_t *map;         /* the map's bytes */
     size_t map_len;
     struct {
@@ -52,6 +54,30 @@ typedef struct coord_index {
         const uint8_t *val;
     } f[COORD_INDEX_MAX];
 } coord_index;
+
+/* One of 64 slots by a key's length and first byte: a key whose bit is not
+ * in seen is not in a complete index, with no comparison at all; one whose
+ * bit is set is most often the field first[slot] (else a later one). */
+static inline unsigned coord_index_slot(size_t klen, const uint8_t *key)
+{
+    return (unsigned)((klen * 7 + (klen ? key[0] : 0)) & 63);
+}
+
+static inline uint64_t coord_index_bit(size_t klen, const uint8_t *key)
+{
+    return (uint64_t)1 << coord_index_slot(klen, key);
+}
+
+/* Records field n's key in seen and first (n < COORD_INDEX_MAX). */
+static inline void coord_index_note(coord_index *idx, uint32_t n, size_t klen,
+                                    const uint8_t *key)
+{
+    unsigned s = coord_index_slot(klen, key);
+    if (!(idx->seen & ((uint64_t)1 << s))) {
+        idx->seen |= (uint64_t)1 << s;
+        idx->first[s] = (uint8_t)n;
+    }
+}
 
 /* coord_frame_validate (depth COORD_MAX_DEPTH) plus the index. */
 int coord_frame_index(const uint8_t *body, size_t len, coord_index *idx);

@@ -34,10 +34,9 @@ int coord_msg_parse(coord_msg *m, const uint8_t *body, size_t len)
     return COORD_FRAME_OK;
 }
 
-const msgpack_object *coord_map_find(const msgpack_object_map *map,
-                                     const char *key)
+static const msgpack_object *map_find_n(const msgpack_object_map *map,
+                                        const char *key, size_t klen)
 {
-    size_t klen = strlen(key);
     for (uint32_t i = 0; i < map->size; i++) {
         const msgpack_object *k = &map->ptr[i].key;
         /* msgpack-c leaves ptr NULL for an empty str: no memcmp then */
@@ -46,6 +45,12 @@ const msgpack_object *coord_map_find(const msgpack_object_map *map,
             return &map->ptr[i].val;
     }
     return NULL;
+}
+
+const msgpack_object *coord_map_find(const msgpack_object_map *map,
+                                     const char *key)
+{
+    return map_find_n(map, key, strlen(key));
 }
 
 bool coord_bytes_eq(coord_bytes b, const char *s)
@@ -165,10 +170,17 @@ static void object_value(const msgpack_object *o, struct value *v)
 
 /* The raw value of key in an index: the indexed keys, and for a map with
  * more keys than the index holds, a walk over the rest of its pairs. */
-static const uint8_t *index_find(const coord_index *idx, const char *key)
+static const uint8_t *index_find(const coord_index *idx, const char *key, size_t klen)
 {
-    size_t klen = strlen(key);
-    for (uint32_t i = 0; i < idx->n; i++)
+    unsigned slot = coord_index_slot(klen, (const uint8_t *)key);
+    uint32_t i = 0;
+    if (idx->seen & ((uint64_t)1 << slot))
+        i = idx->first[slot];         /* no indexed key before it has its slot */
+    else if (idx->complete)
+        return NULL;
+    else
+        i = idx->n;                   /* none indexed: the walk below */
+    for (; i < idx->n; i++)
         if (idx->f[i].klen == klen && (klen == 0 || memcmp(idx->f[i].key, key, klen) == 0))
             return idx->f[i].val;
     if (idx->complete || idx->n == 0)
@@ -189,17 +201,18 @@ static const uint8_t *index_find(const coord_index *idx, const char *key)
 
 /* Looks key up; nil is absent.  Returns false when absent (recording a
  * missing required field). */
-static bool lookup(coord_fields *f, const char *key, bool required, struct value *v)
+static bool lookup(coord_fields *f, const char *key, size_t klen, bool required,
+                   struct value *v)
 {
     bool found = false;
     if (f->idx) {
-        const uint8_t *raw = index_find(f->idx, key);
+        const uint8_t *raw = index_find(f->idx, key, klen);
         if (raw) {
             raw_value(raw, v);
             found = true;
         }
     } else if (f->map) {
-        const msgpack_object *o = coord_map_find(f->map, key);
+        const msgpack_object *o = map_find_n(f->map, key, klen);
         if (o) {
             object_value(o, v);
             found = true;
@@ -212,16 +225,16 @@ static bool lookup(coord_fields *f, const char *key, bool required, struct value
     return found;
 }
 
-bool coord_field_nil(coord_fields *f, const char *key)
+bool coord_field_nil_n(coord_fields *f, const char *key, size_t klen)
 {
     struct value v;
     if (f->idx) {
-        const uint8_t *raw = index_find(f->idx, key);
+        const uint8_t *raw = index_find(f->idx, key, klen);
         if (!raw)
             return false;
         raw_value(raw, &v);
     } else if (f->map) {
-        const msgpack_object *o = coord_map_find(f->map, key);
+        const msgpack_object *o = map_find_n(f->map, key, klen);
         if (!o)
             return false;
         object_value(o, &v);
@@ -231,11 +244,11 @@ bool coord_field_nil(coord_fields *f, const char *key)
     return v.type == V_NIL;
 }
 
-bool coord_field_uint(coord_fields *f, const char *key, bool required,
+bool coord_field_uint_n(coord_fields *f, const char *key, size_t klen, bool required,
                       uint64_t *out)
 {
     struct value v;
-    if (!lookup(f, key, required, &v))
+    if (!lookup(f, key, klen, required, &v))
         return false;
     if (v.type != V_UINT) {
         coord_fields_fail(f, key, "expected unsigned integer");
@@ -245,11 +258,11 @@ bool coord_field_uint(coord_fields *f, const char *key, bool required,
     return true;
 }
 
-bool coord_field_bool(coord_fields *f, const char *key, bool required,
+bool coord_field_bool_n(coord_fields *f, const char *key, size_t klen, bool required,
                       bool *out)
 {
     struct value v;
-    if (!lookup(f, key, required, &v))
+    if (!lookup(f, key, klen, required, &v))
         return false;
     if (v.type != V_BOOL) {
         coord_fields_fail(f, key, "expected boolean");
@@ -259,11 +272,11 @@ bool coord_field_bool(coord_fields *f, const char *key, bool required,
     return true;
 }
 
-static bool field_bytes(coord_fields *f, const char *key, bool required,
+static bool field_bytes(coord_fields *f, const char *key, size_t klen, bool required,
                         coord_bytes *out, const char *expected)
 {
     struct value v;
-    if (!lookup(f, key, required, &v))
+    if (!lookup(f, key, klen, required, &v))
         return false;
     if (v.type != V_STR && v.type != V_BIN) {
         coord_fields_fail(f, key, expected);
@@ -274,23 +287,23 @@ static bool field_bytes(coord_fields *f, const char *key, bool required,
     return true;
 }
 
-bool coord_field_str(coord_fields *f, const char *key, bool required,
+bool coord_field_str_n(coord_fields *f, const char *key, size_t klen, bool required,
                      coord_bytes *out)
 {
-    return field_bytes(f, key, required, out, "expected string");
+    return field_bytes(f, key, klen, required, out, "expected string");
 }
 
-bool coord_field_bin(coord_fields *f, const char *key, bool required,
+bool coord_field_bin_n(coord_fields *f, const char *key, size_t klen, bool required,
                      coord_bytes *out)
 {
-    return field_bytes(f, key, required, out, "expected binary");
+    return field_bytes(f, key, klen, required, out, "expected binary");
 }
 
-bool coord_field_map(coord_fields *f, const char *key, bool required,
+bool coord_field_map_n(coord_fields *f, const char *key, size_t klen, bool required,
                      const msgpack_object_map **out)
 {
     struct value v;
-    if (!lookup(f, key, required, &v))
+    if (!lookup(f, key, klen, required, &v))
         return false;
     if (v.type != V_MAP || !v.map) {
         coord_fields_fail(f, key, "expected map");
@@ -300,11 +313,11 @@ bool coord_field_map(coord_fields *f, const char *key, bool required,
     return true;
 }
 
-bool coord_field_nested(coord_fields *f, const char *key, bool required,
+bool coord_field_nested_n(coord_fields *f, const char *key, size_t klen, bool required,
                         coord_index *store, coord_fields *child)
 {
     struct value v;
-    if (!lookup(f, key, required, &v))
+    if (!lookup(f, key, klen, required, &v))
         return false;
     if (v.type != V_MAP) {
         coord_fields_fail(f, key, "expected map");

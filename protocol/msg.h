@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <msgpack.h>
 #include "frame.h"
 
@@ -50,28 +51,43 @@ void coord_fields_init(coord_fields *f, const msgpack_object_map *map);
 void coord_fields_init_index(coord_fields *f, const coord_index *idx);
 /* Each getter returns true when the field was present and well typed.  A
  * missing required field or any wrongly typed field sets f->failed. */
-bool coord_field_uint(coord_fields *f, const char *key, bool required,
+bool coord_field_uint_n(coord_fields *f, const char *key, size_t klen, bool required,
                       uint64_t *out);
-bool coord_field_bool(coord_fields *f, const char *key, bool required,
+bool coord_field_bool_n(coord_fields *f, const char *key, size_t klen, bool required,
                       bool *out);
 /* str: a MessagePack str or bin (names may hold any bytes, NUL included). */
-bool coord_field_str(coord_fields *f, const char *key, bool required,
+bool coord_field_str_n(coord_fields *f, const char *key, size_t klen, bool required,
                      coord_bytes *out);
 /* bin: a MessagePack bin or str. */
-bool coord_field_bin(coord_fields *f, const char *key, bool required,
+bool coord_field_bin_n(coord_fields *f, const char *key, size_t klen, bool required,
                      coord_bytes *out);
 /* A nested map, read with coord_fields_nested. */
-bool coord_field_map(coord_fields *f, const char *key, bool required,
+bool coord_field_map_n(coord_fields *f, const char *key, size_t klen, bool required,
                      const msgpack_object_map **out);
 void coord_fields_nested(coord_fields *child, const coord_fields *parent,
                          const char *key, const msgpack_object_map *map);
 /* A nested map as a child reader, for either kind of parent: *store holds
  * the child's index when the parent is indexed (it must outlive child). */
-bool coord_field_nested(coord_fields *f, const char *key, bool required,
+bool coord_field_nested_n(coord_fields *f, const char *key, size_t klen, bool required,
                         coord_index *store, coord_fields *child);
 /* True when key is present with the value nil (which the getters treat as
  * absent): "back to the default" where an op tells the two apart. */
-bool coord_field_nil(coord_fields *f, const char *key);
+bool coord_field_nil_n(coord_fields *f, const char *key, size_t klen);
+/* The getters by a key's C string: the length of a literal key is folded
+ * at compile time, so the lookups never measure it. */
+#define coord_field_uint(f, key, required, out) \
+    coord_field_uint_n((f), (key), strlen(key), (required), (out))
+#define coord_field_bool(f, key, required, out) \
+    coord_field_bool_n((f), (key), strlen(key), (required), (out))
+#define coord_field_str(f, key, required, out) \
+    coord_field_str_n((f), (key), strlen(key), (required), (out))
+#define coord_field_bin(f, key, required, out) \
+    coord_field_bin_n((f), (key), strlen(key), (required), (out))
+#define coord_field_map(f, key, required, out) \
+    coord_field_map_n((f), (key), strlen(key), (required), (out))
+#define coord_field_nested(f, key, required, store, child) \
+    coord_field_nested_n((f), (key), strlen(key), (required), (store), (child))
+#define coord_field_nil(f, key) coord_field_nil_n((f), (key), strlen(key))
 /* Marks a field as refused for a reason other than its type. */
 void coord_fields_fail(coord_fields *f, const char *key, const char *why);
 
