@@ -254,6 +254,82 @@ void coord_enc_key(coord_enc *e, const char *key)
     write_str(e, key, n);
 }
 
+/* A key and its value in one reservation, for what nearly every field of
+ * a reply is: a short key in an open map.  Writes the key, counts it, and
+ * returns where the value goes (vmax bytes reserved: the caller sets the
+ * buffer's len past what it wrote).  NULL: another case, or no memory;
+ * the caller then takes the general path (which fails the frame if the
+ * memory is really not there). */
+static inline uint8_t *kv_fast(coord_enc *e, const char *key, size_t n, size_t vmax)
+{
+    coord_buf *b = e->buf;
+    if (n >= 32 || e->depth == 0 || !e->is_map[e->depth - 1] || e->failed)
+        return NULL;
+    if (b->cap - b->len < 1 + n + vmax && coord_buf_reserve(b, 1 + n + vmax) < 0)
+        return NULL;
+    uint8_t *p = b->data + b->len;
+    p[0] = (uint8_t)(0xa0 | n);
+    memcpy(p + 1, key, n);
+    e->count[e->depth - 1]++;
+    return p + 1 + n;
+}
+
+/* v in its smallest form at p (at most 9 bytes); returns the end. */
+static inline uint8_t *put_uint(uint8_t *p, uint64_t v)
+{
+    if (v < 128) {
+        p[0] = (uint8_t)v;
+        return p + 1;
+    }
+    if (v <= 0xff) {
+        p[0] = 0xcc;
+        p[1] = (uint8_t)v;
+        return p + 2;
+    }
+    if (v <= 0xffff) {
+        p[0] = 0xcd;
+        p[1] = (uint8_t)(v >> 8);
+        p[2] = (uint8_t)v;
+        return p + 3;
+    }
+    if (v <= 0xffffffffu) {
+        p[0] = 0xce;
+        coord_put_be32(p + 1, (uint32_t)v);
+        return p + 5;
+    }
+    p[0] = 0xcf;
+    coord_put_be32(p + 1, (uint32_t)(v >> 32));
+    coord_put_be32(p + 5, (uint32_t)v);
+    return p + 9;
+}
+
+/* A str of n bytes at p (room for 5 + n reserved); returns the end. */
+static inline uint8_t *put_str(uint8_t *p, const void *s, size_t n)
+{
+    if (n < 32) {
+        *p++ = (uint8_t)(0xa0 | n);
+    } else if (n <= 0xff) {
+        *p++ = 0xd9;
+        *p++ = (uint8_t)n;
+    } else if (n <= 0xffff) {
+        *p++ = 0xda;
+        *p++ = (uint8_t)(n >> 8);
+        *p++ = (uint8_t)n;
+    } else {
+        *p++ = 0xdb;
+        coord_put_be32(p, (uint32_t)n);
+        p += 4;
+    }
+    if (n)
+        memcpy(p, s, n);
+    return p + n;
+}
+
+static inline void kv_done(coord_enc *e, uint8_t *end)
+{
+    e->buf->len = (size_t)(end - e->buf->data);
+}
+
 void coord_enc_str(coord_enc *e, const void *s, size_t len)
 {
     count_value(e);
@@ -333,26 +409,41 @@ void coord_enc_array_end(coord_enc *e)   { close_container(e); }
 
 void coord_enc_kv_uint(coord_enc *e, const char *key, uint64_t v)
 {
+    uint8_t *p = kv_fast(e, key, strlen(key), 9);
+    if (p) {
+        kv_done(e, put_uint(p, v));
+        return;
+    }
     coord_enc_key(e, key);
     coord_enc_uint(e, v);
 }
 
 void coord_enc_kv_bool(coord_enc *e, const char *key, bool v)
 {
+    uint8_t *p = kv_fast(e, key, strlen(key), 1);
+    if (p) {
+        *p = v ? 0xc3 : 0xc2;
+        kv_done(e, p + 1);
+        return;
+    }
     coord_enc_key(e, key);
     coord_enc_bool(e, v);
 }
 
 void coord_enc_kv_str(coord_enc *e, const char *key, const void *s, size_t n)
 {
+    uint8_t *p = n <= 0xffff ? kv_fast(e, key, strlen(key), 3 + n) : NULL;
+    if (p) {
+        kv_done(e, put_str(p, s, n));
+        return;
+    }
     coord_enc_key(e, key);
     coord_enc_str(e, s, n);
 }
 
 void coord_enc_kv_cstr(coord_enc *e, const char *key, const char *s)
 {
-    coord_enc_key(e, key);
-    coord_enc_cstr(e, s);
+    coord_enc_kv_str(e, key, s, strlen(s));
 }
 
 void coord_enc_kv_bin(coord_enc *e, const char *key, const void *p, size_t n)
