@@ -24,6 +24,7 @@ struct lock_queue {
     struct hentry h;               /* keyed by the scoped name (skey.h) */
     struct list held;
     struct list waiting;
+    struct list idle_link;         /* L.idle while empty and kept */
     unsigned nheld;
     bool held_exclusive;
     uint8_t keybuf[];              /* the key, in the same allocation */
@@ -37,7 +38,15 @@ static struct {
     struct list pending_order;     /* lock.query: request order */
     uint64_t next_id;
     uint64_t nheld, npending;
+    /* Empty queues kept in the table, oldest first: a name locked over and
+     * over (the common case) finds its queue instead of allocating and
+     * hashing it in again each cycle.  IDLE_QUEUES bounds what that keeps
+     * (a few hundred KiB at most); past it the oldest goes. */
+    struct list idle;
+    unsigned nidle;
 } L;
+
+#define IDLE_QUEUES 1024
 
 void locks_init(struct broker *b)
 {
@@ -46,13 +55,14 @@ void locks_init(struct broker *b)
     hashmap_init(&L.by_id);
     list_init(&L.held_order);
     list_init(&L.pending_order);
+    list_init(&L.idle);
 }
 
 void locks_counts(uint64_t *held, uint64_t *pending, uint64_t *names)
 {
     *held = L.nheld;
     *pending = L.npending;
-    *names = L.queues.count;
+    *names = L.queues.count - L.nidle;
 }
 
 const uint8_t *lock_req_name(const struct lock_req *r, size_t *len)
@@ -82,8 +92,16 @@ static struct lock_queue *queue_get(struct conn *c, const uint8_t *name,
         return NULL;
     size_t klen = skey_write(key, c->scope, c->scope_len, name, len);
     struct hentry *e = hashmap_get(&L.queues, key, klen);
-    if (e || !create)
-        return e ? (struct lock_queue *)e : NULL;
+    if (e) {
+        struct lock_queue *q = (struct lock_queue *)e;
+        if (list_linked(&q->idle_link)) {
+            list_del(&q->idle_link);
+            L.nidle--;
+        }
+        return q;
+    }
+    if (!create)
+        return NULL;
     struct lock_queue *q = calloc(1, sizeof *q + klen);
     if (!q)
         return NULL;
@@ -92,6 +110,7 @@ static struct lock_queue *queue_get(struct conn *c, const uint8_t *name,
     q->h.keylen = klen;
     list_init(&q->held);
     list_init(&q->waiting);
+    list_init(&q->idle_link);
     if (hashmap_put(&L.queues, &q->h) < 0) {
         free(q);
         return NULL;
@@ -99,12 +118,25 @@ static struct lock_queue *queue_get(struct conn *c, const uint8_t *name,
     return q;
 }
 
-static void queue_maybe_free(struct lock_queue *q)
+static void queue_free(struct lock_queue *q)
 {
-    if (!list_empty(&q->held) || !list_empty(&q->waiting))
-        return;
     hashmap_del(&L.queues, &q->h);
     free(q);
+}
+
+/* An empty queue joins the idle ones (the oldest of which may go). */
+static void queue_maybe_free(struct lock_queue *q)
+{
+    if (!list_empty(&q->held) || !list_empty(&q->waiting) || list_linked(&q->idle_link))
+        return;
+    if (L.nidle >= IDLE_QUEUES) {
+        struct lock_queue *old = list_entry(L.idle.next, struct lock_queue, idle_link);
+        list_del(&old->idle_link);
+        L.nidle--;
+        queue_free(old);
+    }
+    list_append(&L.idle, &q->idle_link);
+    L.nidle++;
 }
 
 static bool compatible(const struct lock_queue *q, uint8_t mode)
