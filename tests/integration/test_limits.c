@@ -91,6 +91,13 @@ static void test_per_connection_caps(void)
         gone = rcl_stat(other, "locks_held") == 0 && rcl_stat(other, "flights") == 0 &&
                rcl_stat(other, "channels") == 0;
     CHECK(gone);
+    /* the 65,536 names are gone too (the few kept for reuse count as none),
+     * and a kept one is still a working queue */
+    CHECK_EQ_U(rcl_stat(other, "lock_names"), 0);
+    REQUIRE(rcl_acquire(other, 2, "l65536", 6, "if_available", 0, 0) == 0);
+    REQUIRE(rcl_reply(other, 2, T, &m) == 0);
+    CHECK(msg_ok(&m) && msg_bool(&m, "granted"));
+    CHECK_EQ_U(rcl_stat(other, "lock_names"), 1);
     rcl_close(other);
     stop_and_clean(&bp);
 }
