@@ -31,10 +31,45 @@ static const op_fn handlers[COORD_OP_COUNT] = {
 
 _Static_assert(COORD_OP_COUNT <= 64, "requests_by_op is too small");
 
+/* Ops by name, open-addressed in OP_SLOTS slots (a few dozen ops: most
+ * sit alone in theirs), built at the first request: an op costs one short
+ * hash and one compare, not a walk over the op table. */
+#define OP_SLOTS 128
+static int8_t op_slots[OP_SLOTS];
+static bool op_slots_built;
+
+static unsigned op_slot(const char *name, size_t len)
+{
+    const uint8_t *p = (const uint8_t *)name;
+    return len ? (unsigned)(len * 31 + p[0] * 7 + p[len / 2] * 3 + p[len - 1]) % OP_SLOTS : 0;
+}
+
+static void op_slots_build(void)
+{
+    _Static_assert(COORD_OP_COUNT < OP_SLOTS / 2 && COORD_OP_COUNT <= 127, "OP_SLOTS");
+    memset(op_slots, -1, sizeof op_slots);
+    for (int i = 0; i < COORD_OP_COUNT; i++) {
+        const char *n = coord_op_name((enum coord_op)i);
+        if (!handlers[i] || !n)
+            continue;
+        unsigned s = op_slot(n, strlen(n));
+        while (op_slots[s] >= 0)
+            s = (s + 1) % OP_SLOTS;
+        op_slots[s] = (int8_t)i;
+    }
+    op_slots_built = true;
+}
+
 int dispatch_op_index(const char *name, size_t len)
 {
-    int i = coord_op_from_name(name, len);
-    return i >= 0 && handlers[i] ? i : -1;
+    if (!op_slots_built)
+        op_slots_build();
+    for (unsigned s = op_slot(name, len); op_slots[s] >= 0; s = (s + 1) % OP_SLOTS) {
+        const char *n = coord_op_name((enum coord_op)op_slots[s]);
+        if (strlen(n) == len && memcmp(n, name, len) == 0)
+            return op_slots[s];
+    }
+    return -1;
 }
 
 const char *dispatch_op_name(int index)
