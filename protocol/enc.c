@@ -471,8 +471,17 @@ void coord_enc_reply_begin(coord_enc *e, coord_buf *buf, uint64_t rid)
     coord_enc_begin(e, buf);
     e->rid = rid;
     e->is_reply = true;
-    coord_enc_kv_uint(e, "rid", rid);
-    coord_enc_kv_bool(e, "ok", true);
+    /* rid: <rid>, then ok: true (4 bytes) in the same reservation */
+    uint8_t *p = kv_fast(e, "rid", 3, 9 + 4);
+    if (!p) {
+        coord_enc_kv_uint(e, "rid", rid);
+        coord_enc_kv_bool(e, "ok", true);
+        return;
+    }
+    p = put_uint(p, rid);
+    memcpy(p, "\xa2" "ok" "\xc3", 4);
+    e->count[e->depth - 1]++;
+    kv_done(e, p + 4);
 }
 
 size_t coord_enc_request(coord_buf *out, const coord_enc *fields, uint64_t rid)
