@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -81,6 +82,89 @@ int lock_cycles(struct wconn *w, double *total, double *acq, double *rel,
     return 0;
 }
 
+/* The CPU pid's main thread last ran on (field 39 of its stat), or -1. */
+static int last_cpu(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');      /* past the command, which may hold spaces */
+    int field = 2, cpu = -1;
+    for (; p && *p && field < 39; p++)
+        if (*p == ' ')
+            field++;
+    if (p && field == 39)
+        cpu = atoi(p);
+    return cpu;
+}
+
+/* Pins pid (0: this thread) to one CPU; *old receives its mask first. */
+static int pin(pid_t pid, int cpu, cpu_set_t *old)
+{
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (old && sched_getaffinity(pid, sizeof *old, old) < 0)
+        return -1;
+    return sched_setaffinity(pid, sizeof one, &one);
+}
+
+/* Where the scheduler put things decides a small round trip on a VM: a
+ * wake-up on a CPU that sleeps costs a hypervisor exit.  So the default
+ * (unpinned) run also says how often the client shared a CPU with the
+ * echo server and with the broker, and two placements are measured alike
+ * for both (the client, the echo server and the broker pinned for them,
+ * then unpinned): all on the client's CPU, and servers on the other one. */
+static void placed_ratios(struct bench *b, struct result *r, struct wconn *raw,
+                          struct wconn *br, pid_t bpid, pid_t epid, size_t per)
+{
+    int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu < 2 || !b->broker_pid || epid <= 0)
+        return;              /* a broker that is not ours is not pinned */
+    double *rs = calloc(per, sizeof *rs), *bs = calloc(per, sizeof *bs);
+    double *as = calloc(per, sizeof *as), *ls = calloc(per, sizeof *ls);
+    cpu_set_t self_mask, broker_mask, echo_mask;
+    int err = 0;
+    if (!rs || !bs || !as || !ls || pin(0, 0, &self_mask) < 0)
+        goto out;
+    if (pin(bpid, 0, &broker_mask) < 0 || pin(epid, 0, &echo_mask) < 0)
+        goto restore;
+    static const char *names[2][2] = {
+        { "raw p50, all on one CPU", "acquire+release p50, all on one CPU" },
+        { "raw p50, echo on the other CPU",
+          "acquire+release p50, broker on other CPU" },
+    };
+    for (int other = 0; other < 2; other++) {
+        if (other && (pin(bpid, 1, NULL) < 0 || pin(epid, 1, NULL) < 0))
+            break;
+        /* settle on the new CPUs, then alternate as the main rounds do */
+        if (raw_round_trips(b, raw, NULL, per / 4 + 10) < 0 ||
+            lock_cycles(br, NULL, NULL, NULL, per / 4 + 10, &err) < 0 ||
+            raw_round_trips(b, raw, rs, per) < 0 ||
+            lock_cycles(br, bs, as, ls, per, &err) < 0)
+            break;
+        double r50 = percentile(rs, per, 50), b50 = percentile(bs, per, 50);
+        res_info(r, names[other][0], ns_to_us(r50), "us");
+        res_info(r, names[other][1], ns_to_us(b50), "us");
+        res_info(r, other ? "p50 ratio, servers on the other CPU" : "p50 ratio, all on one CPU",
+                 b50 / r50, "x");
+    }
+    sched_setaffinity(bpid, sizeof broker_mask, &broker_mask);
+    sched_setaffinity(epid, sizeof echo_mask, &echo_mask);
+restore:
+    sched_setaffinity(0, sizeof self_mask, &self_mask);
+out:
+    free(rs);
+    free(bs);
+    free(as);
+    free(ls);
+}
+
 void sc_lock_cycle(struct bench *b, struct result *r)
 {
     unsigned rounds = b->quick ? 4 : 16;
@@ -118,13 +202,16 @@ void sc_lock_cycle(struct bench *b, struct result *r)
     pid_t bpid = b->broker_pid ? b->broker_pid : peer_pid(br.fd);
     pid_t epid = echo_pid(b->echo);
     uint64_t bcpu = 0, ecpu = 0;
+    unsigned raw_shared = 0, broker_shared = 0;
     for (unsigned k = 0; k < rounds; k++) {
         uint64_t c0 = cpu_ns(epid);
         if (raw_round_trips(b, &raw, rs + k * per, per) < 0)
             goto fail;
+        raw_shared += epid > 0 && last_cpu(epid) == sched_getcpu();
         uint64_t c1 = cpu_ns(epid), c2 = cpu_ns(bpid);
         if (lock_cycles(&br, bs + k * per, as + k * per, ls + k * per, per, &err) < 0)
             goto fail;
+        broker_shared += bpid > 0 && last_cpu(bpid) == sched_getcpu();
         bcpu += cpu_ns(bpid) - c2;
         ecpu += c1 - c0;
     }
@@ -151,6 +238,11 @@ void sc_lock_cycle(struct bench *b, struct result *r)
         res_info(r, "broker CPU per request", bcpu / 2.0 / total / 1000.0, "us");
     if (epid > 0 && ecpu)
         res_info(r, "echo server CPU per round trip", ecpu / (double)total / 1000.0, "us");
+    if (epid > 0 && bpid > 0) {
+        res_info(r, "rounds echo shared the client's CPU", raw_shared, "");
+        res_info(r, "rounds broker shared the client's CPU", broker_shared, "");
+        placed_ratios(b, r, &raw, &br, bpid, epid, per);
+    }
     goto out;
 fail:
     res_error(r, "%s", err ? code_name(err) : "connection failed");
