@@ -157,7 +157,18 @@ struct ledger {
 
     uv_async_t async;
     uint64_t batches, jobs;
+    /* under mu: where the writer's time goes (stats, coord-bench) */
+    uint64_t commit_ns;           /* run_batch: apply, write, data flush */
+    uint64_t flush_ns;            /* explicit flushes covering a batch */
+    uint64_t linger_ns;           /* waiting for a batch's committers */
 };
+
+static uint64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
 
 static const char *db_names[DB_COUNT] = {
     "meta", "records", "expiry", "leaders", "kv", "ops", "flight_off",
@@ -167,6 +178,16 @@ static const char *db_names[DB_COUNT] = {
 MDB_dbi ledger_dbi(struct ledger *l, enum ledger_db db) { return l->dbi[db]; }
 uint64_t ledger_batches(const struct ledger *l) { return l->batches; }
 uint64_t ledger_jobs(const struct ledger *l) { return l->jobs; }
+
+void ledger_times(struct ledger *l, struct ledger_times *t)
+{
+    pthread_mutex_lock(&l->mu);
+    t->commit_us = l->commit_ns / 1000;
+    t->flush_us = l->flush_ns / 1000;
+    t->linger_us = l->linger_ns / 1000;
+    t->flushes = l->syncs;
+    pthread_mutex_unlock(&l->mu);
+}
 
 /* map_size changes on the writer thread, under the resize lock */
 uint64_t ledger_map_size(struct ledger *l)
@@ -405,9 +426,12 @@ static void cover_unsynced(struct ledger *l, bool flushed)
     if (!l->unsynced && flushed)
         return;
     if (!flushed) {
+        uint64_t t0 = mono_ns();
         int rc = mdb_env_sync(l->env, 1);
+        uint64_t t1 = mono_ns();
         pthread_mutex_lock(&l->mu);
         l->syncs++;
+        l->flush_ns += t1 - t0;
         pthread_mutex_unlock(&l->mu);
         if (rc) {
             const char *why = storage_strerror(l->dir, rc);
@@ -461,8 +485,11 @@ static void *writer_main(void *arg)
          * commit starts at once: it is the flush that batch waits for.  A
          * lone committer (nobody else in flight) never waits. */
         unsigned expect = l->just_acked + l->queued;
-        if (l->just_acked && !l->unsynced && l->queued && expect >= 2)
+        if (l->just_acked && !l->unsynced && l->queued && expect >= 2) {
+            uint64_t t0 = mono_ns();
             linger(l, expect);
+            l->linger_ns += mono_ns() - t0;
+        }
         struct ledger_job *batch = l->queue_head, *last = batch;
         unsigned n = batch ? 1 : 0;
         /* bounded batches keep one commit from growing without end */
@@ -489,9 +516,12 @@ static void *writer_main(void *arg)
             continue;
         }
 
+        uint64_t t0 = mono_ns();
         bool wrote = run_batch(l, batch);
+        uint64_t t1 = mono_ns();
         pthread_mutex_lock(&l->mu);
         l->batches++;
+        l->commit_ns += t1 - t0;
         pthread_mutex_unlock(&l->mu);
         /* the snapshot of this commit, for the loop once it is covered (on
          * failure the loop keeps reading the older one) */

@@ -99,6 +99,13 @@ void ledger_read_end(struct ledger *l, MDB_txn *txn);
 /* Counters for stats. */
 uint64_t ledger_batches(const struct ledger *l);
 uint64_t ledger_jobs(const struct ledger *l);
+/* The writer's time since the start: in batches' commits (apply, write,
+ * data flush), in explicit flushes covering a batch (and how many), and
+ * waiting for the committers of the batch answered last. */
+struct ledger_times {
+    uint64_t commit_us, flush_us, linger_us, flushes;
+};
+void ledger_times(struct ledger *l, struct ledger_times *t);
 uint64_t ledger_data_limit_hits(struct ledger *l);   /* jobs refused at the cap */
 uint64_t ledger_map_size(struct ledger *l);
 uint64_t ledger_syncs(struct ledger *l);             /* explicit flushes when idle */

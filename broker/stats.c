@@ -65,12 +65,22 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_uint(&e, "handshake_ms", b->opt.handshake_ms);
     coord_enc_kv_uint(&e, "max_data_size", b->opt.max_data_size);
     coord_enc_map_end(&e);
-    /* leadership's part-2 counters, latencies and the per-op counts go
-     * last: with a small max_frame
+    /* leadership's part-2 counters, the writer's timings, latencies and
+     * the per-op counts go last: with a small max_frame
      * they are the parts left out (truncated: true) */
     bool cut = false;
     coord_enc_mark before = coord_enc_mark_here(&e);
     leaders_stats_more(&e);
+    if (list_entry_overflows(c, &e, &before))
+        cut = true;
+    before = coord_enc_mark_here(&e);
+    struct ledger_times lt = { 0, 0, 0, 0 };
+    if (b->ledger)
+        ledger_times(b->ledger, &lt);
+    coord_enc_kv_uint(&e, "ledger_commit_us", lt.commit_us);
+    coord_enc_kv_uint(&e, "ledger_flush_us", lt.flush_us);
+    coord_enc_kv_uint(&e, "ledger_flushes", lt.flushes);
+    coord_enc_kv_uint(&e, "ledger_linger_us", lt.linger_us);
     if (list_entry_overflows(c, &e, &before))
         cut = true;
     before = coord_enc_mark_here(&e);

@@ -669,6 +669,29 @@ static void test_commit_linger_ignores_wall_clock(void)
     broker_cleanup(&bp);
 }
 
+/* stats tell where the writer's time went: a lone record is one commit
+ * and one explicit flush (nothing followed it to cover its meta page). */
+static void test_writer_times(void)
+{
+    struct broker_proc bp;
+    start_or_exit(&bp, NULL);
+    struct rcl *c = connect_or_exit(&bp, NULL);
+    uint64_t b0 = rcl_stat(c, "ledger_batches"), f0 = rcl_stat(c, "ledger_flushes");
+    uint64_t cu0 = rcl_stat(c, "ledger_commit_us"), fu0 = rcl_stat(c, "ledger_flush_us");
+    CHECK(store_record(c, 10, "alone", 64) == 0);
+    CHECK(store_record(c, 20, "alone-too", 64) == 0);
+    uint64_t b1 = rcl_stat(c, "ledger_batches"), f1 = rcl_stat(c, "ledger_flushes");
+    uint64_t cu1 = rcl_stat(c, "ledger_commit_us"), fu1 = rcl_stat(c, "ledger_flush_us");
+    CHECK(b1 >= b0 + 2);
+    CHECK(f1 >= f0 + 2);
+    /* a commit and a flush each take an fdatasync: microseconds at least */
+    CHECK(cu1 > cu0);
+    CHECK(fu1 > fu0);
+    CHECK(rcl_stat(c, "ledger_linger_us") != UINT64_MAX);
+    rcl_close(c);
+    stop_and_clean(&bp);
+}
+
 int main(int argc, char **argv)
 {
     coord_msg_init(&m);
@@ -685,6 +708,7 @@ int main(int argc, char **argv)
         { "log_file_autostart", test_log_file_autostarted },
         { "fd_limit", test_fd_limit_refusals_counted },
         { "clock_linger", test_commit_linger_ignores_wall_clock },
+        { "writer_times", test_writer_times },
         { NULL, NULL },
     };
     int rc = run_tests(argc, argv, tests);
