@@ -160,6 +160,9 @@ struct windows {
     double fr[16], br[16], ratio[16];  /* fsync/s, broker units/s, br/fr */
     double secs;                       /* spent in broker windows */
     double batches, jobs;              /* LMDB batches and jobs meanwhile; -1 unknown */
+    /* the writer's time meanwhile (us): commits, extra flushes (and how
+     * many), lingering; -1 unknown */
+    double commit_us, flush_us, flushes, linger_us;
 };
 
 static unsigned window_pairs(const struct bench *b)
@@ -190,6 +193,11 @@ static int run_windows(struct bench *b, const char *tag, struct driver *d, struc
     wd->pairs = window_pairs(b);
     wd->secs = 0;
     double b0 = stat_of(ctl, "ledger_batches"), j0 = stat_of(ctl, "ledger_jobs");
+    static const char *const tkeys[4] = { "ledger_commit_us", "ledger_flush_us",
+                                          "ledger_flushes", "ledger_linger_us" };
+    double t0s[4], t1s[4];
+    for (int i = 0; i < 4; i++)
+        t0s[i] = stat_of(ctl, tkeys[i]);
     for (unsigned k = 0; k < wd->pairs; k++) {
         double rate = 0;
         if (k % 2 == 0)
@@ -219,6 +227,11 @@ static int run_windows(struct bench *b, const char *tag, struct driver *d, struc
     bool known = b0 >= 0 && j0 >= 0 && b1 >= b0 && j1 >= j0;
     wd->batches = known ? b1 - b0 : -1;
     wd->jobs = known ? j1 - j0 : -1;
+    double *outs[4] = { &wd->commit_us, &wd->flush_us, &wd->flushes, &wd->linger_us };
+    for (int i = 0; i < 4; i++) {
+        t1s[i] = stat_of(ctl, tkeys[i]);
+        *outs[i] = t0s[i] >= 0 && t1s[i] >= t0s[i] ? t1s[i] - t0s[i] : -1;
+    }
     return 0;
 }
 
@@ -263,6 +276,23 @@ static void windows_info(struct result *r, const struct windows *wd, size_t fsiz
         res_info(r, per_batch, wd->jobs / wd->batches, "");
         res_info(r, "LMDB commits per fsync time",
                  wd->batches / wd->secs / median3(fr, wd->pairs), "");
+    }
+    /* A batch's cycle in fsync times, from the writer's own clock: its
+     * commit, the extra flush that covers it when nothing follows, the wait
+     * for the next batch's committers, and the rest (answers, the clients'
+     * round trips, wake-ups between threads and processes). */
+    if (wd->batches > 0 && wd->commit_us >= 0 && wd->flush_us >= 0 && wd->linger_us >= 0) {
+        double fsync_us = 1e6 / median3(fr, wd->pairs), nb = wd->batches;
+        double cycle = wd->secs * 1e6 / nb, commit = wd->commit_us / nb;
+        double flush = wd->flush_us / nb, linger = wd->linger_us / nb;
+        res_info(r, "batch cycle, in fsync times", cycle / fsync_us, "x");
+        res_info(r, "  its commit (apply, write, flush)", commit / fsync_us, "x");
+        res_info(r, "  extra flushes covering it", flush / fsync_us, "x");
+        res_info(r, "  waiting for its committers", linger / fsync_us, "x");
+        res_info(r, "  the rest (answers, round trips)",
+                 (cycle - commit - flush - linger) / fsync_us, "x");
+        if (wd->flushes >= 0)
+            res_info(r, "extra flushes per batch", wd->flushes / nb, "");
     }
 }
 
