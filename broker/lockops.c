@@ -24,34 +24,42 @@ static const struct lock_owner client_owner;
  * Under AddressSanitizer nothing is cached, so a use after free is still
  * reported where it happens. */
 #if defined(__SANITIZE_ADDRESS__)
-#define LOCK_CACHE 64
+#define LOCK_CACHE 0
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-#define LOCK_CACHE 64
+#define LOCK_CACHE 0
 #endif
 #endif
 #ifndef LOCK_CACHE
 #define LOCK_CACHE 64
 #endif
 
-static struct client_lock *lock_cache[LOCK_CACHE + 1];
+#if LOCK_CACHE > 0
+static struct client_lock *lock_cache[LOCK_CACHE];
 static unsigned lock_cached;
+#endif
 
 static struct client_lock *client_lock_new(void)
 {
-    if (lock_cached == 0)
-        return calloc(1, sizeof(struct client_lock));
-    struct client_lock *cl = lock_cache[--lock_cached];
-    memset(cl, 0, sizeof *cl);
-    return cl;
+#if LOCK_CACHE > 0
+    if (lock_cached > 0) {
+        struct client_lock *cl = lock_cache[--lock_cached];
+        memset(cl, 0, sizeof *cl);
+        return cl;
+    }
+#endif
+    return calloc(1, sizeof(struct client_lock));
 }
 
 static void client_lock_free(struct client_lock *cl)
 {
-    if (lock_cached < LOCK_CACHE)
+#if LOCK_CACHE > 0
+    if (lock_cached < LOCK_CACHE) {
         lock_cache[lock_cached++] = cl;
-    else
-        free(cl);
+        return;
+    }
+#endif
+    free(cl);
 }
 
 static struct client_lock *client_lock_of(struct lock_req *r)
