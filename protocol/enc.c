@@ -83,18 +83,82 @@ static void write_typed(coord_enc *e, uint8_t type, uint64_t v, unsigned n)
     }
 }
 
+/* v in its smallest form at p (at most 9 bytes); returns the end. */
+static inline uint8_t *put_uint(uint8_t *p, uint64_t v)
+{
+    if (v < 128) {
+        p[0] = (uint8_t)v;
+        return p + 1;
+    }
+    if (v <= 0xff) {
+        p[0] = 0xcc;
+        p[1] = (uint8_t)v;
+        return p + 2;
+    }
+    if (v <= 0xffff) {
+        p[0] = 0xcd;
+        p[1] = (uint8_t)(v >> 8);
+        p[2] = (uint8_t)v;
+        return p + 3;
+    }
+    if (v <= 0xffffffffu) {
+        p[0] = 0xce;
+        coord_put_be32(p + 1, (uint32_t)v);
+        return p + 5;
+    }
+    p[0] = 0xcf;
+    coord_put_be32(p + 1, (uint32_t)(v >> 32));
+    coord_put_be32(p + 5, (uint32_t)v);
+    return p + 9;
+}
+
+/* A str of n bytes at p (room for 5 + n reserved); returns the end. */
+static inline uint8_t *put_str(uint8_t *p, const void *s, size_t n)
+{
+    if (n < 32) {
+        *p++ = (uint8_t)(0xa0 | n);
+    } else if (n <= 0xff) {
+        *p++ = 0xd9;
+        *p++ = (uint8_t)n;
+    } else if (n <= 0xffff) {
+        *p++ = 0xda;
+        *p++ = (uint8_t)(n >> 8);
+        *p++ = (uint8_t)n;
+    } else {
+        *p++ = 0xdb;
+        coord_put_be32(p, (uint32_t)n);
+        p += 4;
+    }
+    if (n)
+        memcpy(p, s, n);
+    return p + n;
+}
+
+/* Room for at most n more bytes, not yet counted in the frame: the caller
+ * writes what it needs and ends with set_end.  NULL (and failed) when out
+ * of memory. */
+static inline uint8_t *room_upto(coord_enc *e, size_t n)
+{
+    coord_buf *b = e->buf;
+    if (e->failed)
+        return NULL;
+    if (b->cap - b->len < n && coord_buf_reserve(b, n) < 0) {
+        e->failed = true;
+        return NULL;
+    }
+    return b->data + b->len;
+}
+
+static inline void set_end(coord_enc *e, uint8_t *end)
+{
+    e->buf->len = (size_t)(end - e->buf->data);
+}
+
 static void write_uint(coord_enc *e, uint64_t v)
 {
-    if (v < 128)
-        write_typed(e, (uint8_t)v, 0, 0);
-    else if (v <= 0xff)
-        write_typed(e, 0xcc, v, 1);
-    else if (v <= 0xffff)
-        write_typed(e, 0xcd, v, 2);
-    else if (v <= 0xffffffffu)
-        write_typed(e, 0xce, v, 4);
-    else
-        write_typed(e, 0xcf, v, 8);
+    uint8_t *p = room_upto(e, 9);
+    if (p)
+        set_end(e, put_uint(p, v));
 }
 
 static void write_bytes(coord_enc *e, const void *s, size_t len)
@@ -106,15 +170,9 @@ static void write_bytes(coord_enc *e, const void *s, size_t len)
 
 static void write_str(coord_enc *e, const void *s, size_t len)
 {
-    if (len < 32)
-        write_typed(e, (uint8_t)(0xa0 | len), 0, 0);
-    else if (len <= 0xff)
-        write_typed(e, 0xd9, len, 1);
-    else if (len <= 0xffff)
-        write_typed(e, 0xda, len, 2);
-    else
-        write_typed(e, 0xdb, len, 4);
-    write_bytes(e, s, len);
+    uint8_t *p = room_upto(e, 5 + len);
+    if (p)
+        set_end(e, put_str(p, s, len));
 }
 
 /* Bytes of a map's header: map16, its type byte and 16-bit count. */
@@ -256,78 +314,20 @@ void coord_enc_key(coord_enc *e, const char *key)
 
 /* A key and its value in one reservation, for what nearly every field of
  * a reply is: a short key in an open map.  Writes the key, counts it, and
- * returns where the value goes (vmax bytes reserved: the caller sets the
- * buffer's len past what it wrote).  NULL: another case, or no memory;
- * the caller then takes the general path (which fails the frame if the
- * memory is really not there). */
+ * returns where the value goes (vmax bytes reserved: the caller ends with
+ * set_end).  NULL: another case (the caller takes the general path), or
+ * no memory (the frame has failed; the general path then writes nothing). */
 static inline uint8_t *kv_fast(coord_enc *e, const char *key, size_t n, size_t vmax)
 {
-    coord_buf *b = e->buf;
-    if (n >= 32 || e->depth == 0 || !e->is_map[e->depth - 1] || e->failed)
+    if (n >= 32 || e->depth == 0 || !e->is_map[e->depth - 1])
         return NULL;
-    if (b->cap - b->len < 1 + n + vmax && coord_buf_reserve(b, 1 + n + vmax) < 0)
+    uint8_t *p = room_upto(e, 1 + n + vmax);
+    if (!p)
         return NULL;
-    uint8_t *p = b->data + b->len;
     p[0] = (uint8_t)(0xa0 | n);
     memcpy(p + 1, key, n);
     e->count[e->depth - 1]++;
     return p + 1 + n;
-}
-
-/* v in its smallest form at p (at most 9 bytes); returns the end. */
-static inline uint8_t *put_uint(uint8_t *p, uint64_t v)
-{
-    if (v < 128) {
-        p[0] = (uint8_t)v;
-        return p + 1;
-    }
-    if (v <= 0xff) {
-        p[0] = 0xcc;
-        p[1] = (uint8_t)v;
-        return p + 2;
-    }
-    if (v <= 0xffff) {
-        p[0] = 0xcd;
-        p[1] = (uint8_t)(v >> 8);
-        p[2] = (uint8_t)v;
-        return p + 3;
-    }
-    if (v <= 0xffffffffu) {
-        p[0] = 0xce;
-        coord_put_be32(p + 1, (uint32_t)v);
-        return p + 5;
-    }
-    p[0] = 0xcf;
-    coord_put_be32(p + 1, (uint32_t)(v >> 32));
-    coord_put_be32(p + 5, (uint32_t)v);
-    return p + 9;
-}
-
-/* A str of n bytes at p (room for 5 + n reserved); returns the end. */
-static inline uint8_t *put_str(uint8_t *p, const void *s, size_t n)
-{
-    if (n < 32) {
-        *p++ = (uint8_t)(0xa0 | n);
-    } else if (n <= 0xff) {
-        *p++ = 0xd9;
-        *p++ = (uint8_t)n;
-    } else if (n <= 0xffff) {
-        *p++ = 0xda;
-        *p++ = (uint8_t)(n >> 8);
-        *p++ = (uint8_t)n;
-    } else {
-        *p++ = 0xdb;
-        coord_put_be32(p, (uint32_t)n);
-        p += 4;
-    }
-    if (n)
-        memcpy(p, s, n);
-    return p + n;
-}
-
-static inline void kv_done(coord_enc *e, uint8_t *end)
-{
-    e->buf->len = (size_t)(end - e->buf->data);
 }
 
 void coord_enc_str(coord_enc *e, const void *s, size_t len)
@@ -411,7 +411,7 @@ void coord_enc_kv_uint(coord_enc *e, const char *key, uint64_t v)
 {
     uint8_t *p = kv_fast(e, key, strlen(key), 9);
     if (p) {
-        kv_done(e, put_uint(p, v));
+        set_end(e, put_uint(p, v));
         return;
     }
     coord_enc_key(e, key);
@@ -423,7 +423,7 @@ void coord_enc_kv_bool(coord_enc *e, const char *key, bool v)
     uint8_t *p = kv_fast(e, key, strlen(key), 1);
     if (p) {
         *p = v ? 0xc3 : 0xc2;
-        kv_done(e, p + 1);
+        set_end(e, p + 1);
         return;
     }
     coord_enc_key(e, key);
@@ -432,9 +432,9 @@ void coord_enc_kv_bool(coord_enc *e, const char *key, bool v)
 
 void coord_enc_kv_str(coord_enc *e, const char *key, const void *s, size_t n)
 {
-    uint8_t *p = n <= 0xffff ? kv_fast(e, key, strlen(key), 3 + n) : NULL;
+    uint8_t *p = kv_fast(e, key, strlen(key), 5 + n);
     if (p) {
-        kv_done(e, put_str(p, s, n));
+        set_end(e, put_str(p, s, n));
         return;
     }
     coord_enc_key(e, key);
@@ -481,7 +481,7 @@ void coord_enc_reply_begin(coord_enc *e, coord_buf *buf, uint64_t rid)
     p = put_uint(p, rid);
     memcpy(p, "\xa2" "ok" "\xc3", 4);
     e->count[e->depth - 1]++;
-    kv_done(e, p + 4);
+    set_end(e, p + 4);
 }
 
 size_t coord_enc_request(coord_buf *out, const coord_enc *fields, uint64_t rid)
