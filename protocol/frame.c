@@ -28,26 +28,14 @@ const char *coord_frame_status_text(int status)
 
 enum elem_kind { ELEM_SCALAR, ELEM_STR, ELEM_ARRAY, ELEM_MAP, ELEM_INVALID };
 
-/* Decodes the header of one element at p (avail bytes there).  On success
- * sets *hdr (header bytes), *payload (bytes after the header for scalars and
- * strings) or *count (elements for containers).  Returns ELEM_* or -1 when
- * the header itself is cut off. */
-static int elem_header(const uint8_t *p, size_t avail, size_t *hdr,
-                       uint64_t *payload, uint64_t *count)
+/* elem_header for the bytes whose header is more than the type byte's
+ * own bits (b is none of the one-byte forms below). */
+static int elem_header_long(const uint8_t *p, size_t avail, size_t *hdr,
+                            uint64_t *payload, uint64_t *count)
 {
     uint8_t b = p[0];
     unsigned lenbytes = 0;
     int kind = ELEM_SCALAR;
-    *payload = 0;
-    *count = 0;
-
-    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
-        *hdr = 1;
-        return ELEM_SCALAR;
-    }
-    if (b >= 0x80 && b <= 0x8f) { *hdr = 1; *count = b & 0x0f; return ELEM_MAP; }
-    if (b >= 0x90 && b <= 0x9f) { *hdr = 1; *count = b & 0x0f; return ELEM_ARRAY; }
-    if (b >= 0xa0 && b <= 0xbf) { *hdr = 1; *payload = b & 0x1f; return ELEM_STR; }
 
     switch (b) {
     case 0xc1: return ELEM_INVALID;
@@ -87,6 +75,31 @@ static int elem_header(const uint8_t *p, size_t avail, size_t *hdr,
             *payload += 1;                      /* ext type byte */
     }
     return kind == ELEM_STR ? ELEM_STR : kind;
+}
+
+/* Decodes the header of one element at p (avail bytes there).  On success
+ * sets *hdr (header bytes), *payload (bytes after the header for scalars and
+ * strings) or *count (elements for containers).  Returns ELEM_* or -1 when
+ * the header itself is cut off.  The forms requests are made of (fix
+ * ints, nil, bools, fixmap, fixarray, fixstr, ints of 1 to 8 bytes) are
+ * decoded inline, the rest in elem_header_long. */
+static inline int elem_header(const uint8_t *p, size_t avail, size_t *hdr,
+                              uint64_t *payload, uint64_t *count)
+{
+    uint8_t b = p[0];
+    *payload = 0;
+    *count = 0;
+    *hdr = 1;
+    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
+        return ELEM_SCALAR;
+    if (b <= 0x8f) { *count = b & 0x0f; return ELEM_MAP; }
+    if (b <= 0x9f) { *count = b & 0x0f; return ELEM_ARRAY; }
+    if (b <= 0xbf) { *payload = b & 0x1f; return ELEM_STR; }
+    if (b >= 0xcc && b <= 0xd3) {               /* uint/int 8..64 */
+        *payload = 1u << ((b - 0xcc) & 3);
+        return ELEM_SCALAR;
+    }
+    return elem_header_long(p, avail, hdr, payload, count);
 }
 
 /* The walk behind coord_frame_validate and coord_frame_index: when idx is
@@ -174,90 +187,57 @@ int coord_frame_validate(const uint8_t *body, size_t len, int max_depth)
     return walk(body, len, max_depth, NULL);
 }
 
-/* The frame nearly every request is: a fixmap or map16 whose keys are
- * fixstr or str8 and whose values are scalars, strings or binaries, each
- * read once with no call per element.  Anything else (a container, an
- * ext, map32, a malformed or cut-off byte) returns -1 and leaves it to the
- * general walk, which then gives exactly the status it always gave: this
- * path only ever says OK, and only for frames the walk accepts as well
- * (the fuzz target checks that both agree on every input). */
+/* The frame nearly every request is: a map whose keys are strings and
+ * whose values are scalars, strings or binaries, read in one pass over
+ * elem_header with no stack.  Anything else (a container value, a
+ * malformed or cut-off byte) returns -1 and leaves it to the general walk,
+ * which then gives exactly the status it always gave: this path only ever
+ * says OK, and only for frames the walk accepts as well (the fuzz target
+ * checks that both agree on every input). */
 static int index_flat(const uint8_t *body, size_t len, coord_index *idx)
 {
-    const uint8_t *p = body, *end = body + len;
-    size_t pairs;
-    uint8_t b = p[0];
-    if (b >= 0x80 && b <= 0x8f) {
-        pairs = b & 0x0f;
-        p++;
-    } else if (b == 0xde && len >= 3) {
-        pairs = (size_t)p[1] << 8 | p[2];
-        p += 3;
-    } else {
+    size_t hdr, pos;
+    uint64_t payload, pairs, count;
+    if (elem_header(body, len, &hdr, &payload, &pairs) != ELEM_MAP)
         return -1;
-    }
-    for (; pairs > 0; pairs--) {
-        size_t klen, khdr, skip;
-        if (p >= end)
-            return -1;
-        b = p[0];
-        if (b >= 0xa0 && b <= 0xbf) {
-            klen = b & 0x1f;
-            khdr = 1;
-        } else if (b == 0xd9 && end - p >= 2) {
-            klen = p[1];
-            khdr = 2;
-        } else {
-            return -1;
-        }
-        /* the key and at least the value's first byte */
-        if ((size_t)(end - p) <= khdr + klen)
+    for (pos = hdr; pairs > 0; pairs--) {
+        /* the key, and at least the first byte of its value */
+        if (pos >= len || elem_header(body + pos, len - pos, &hdr, &payload, &count) != ELEM_STR ||
+            payload >= len - pos - hdr)
             return -1;
         if (idx->n < COORD_INDEX_MAX) {
-            idx->f[idx->n].key = p + khdr;
-            idx->f[idx->n].klen = (uint32_t)klen;
-            coord_index_note(idx, idx->n, klen, p + khdr);
+            idx->f[idx->n].key = body + pos + hdr;
+            idx->f[idx->n].klen = (uint32_t)payload;
+            coord_index_note(idx, idx->n, (size_t)payload, body + pos + hdr);
         } else {
             idx->complete = false;
         }
-        p += khdr + klen;
-        b = p[0];
-        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
-            skip = 1;
-        else if (b >= 0xa0 && b <= 0xbf)
-            skip = 1 + (size_t)(b & 0x1f);
-        else if (b >= 0xcc && b <= 0xcf)
-            skip = 1 + ((size_t)1 << (b - 0xcc));
-        else if (b >= 0xd0 && b <= 0xd3)
-            skip = 1 + ((size_t)1 << (b - 0xd0));
-        else if (b == 0xca || b == 0xcb)
-            skip = b == 0xca ? 5 : 9;
-        else if ((b == 0xd9 || b == 0xc4) && end - p >= 2)
-            skip = 2 + (size_t)p[1];
-        else if ((b == 0xda || b == 0xc5) && end - p >= 3)
-            skip = 3 + ((size_t)p[1] << 8 | p[2]);
-        else
-            return -1;
-        if ((size_t)(end - p) < skip)
+        pos += hdr + (size_t)payload;
+        int kind = elem_header(body + pos, len - pos, &hdr, &payload, &count);
+        if ((kind != ELEM_SCALAR && kind != ELEM_STR) || payload > len - pos - hdr)
             return -1;
         if (idx->n < COORD_INDEX_MAX)
-            idx->f[idx->n++].val = p;
-        p += skip;
+            idx->f[idx->n++].val = body + pos;
+        pos += hdr + (size_t)payload;
     }
-    return p == end ? COORD_FRAME_OK : -1;
+    return pos == len ? COORD_FRAME_OK : -1;
 }
 
-int coord_frame_index(const uint8_t *body, size_t len, coord_index *idx)
+static void index_start(coord_index *idx, const uint8_t *body, size_t len)
 {
     idx->n = 0;
     idx->complete = true;
     idx->seen = 0;
     idx->map = body;
     idx->map_len = len;
+}
+
+int coord_frame_index(const uint8_t *body, size_t len, coord_index *idx)
+{
+    index_start(idx, body, len);
     if (len > 0 && index_flat(body, len, idx) == COORD_FRAME_OK)
         return COORD_FRAME_OK;
-    idx->n = 0;
-    idx->complete = true;
-    idx->seen = 0;
+    index_start(idx, body, len);
     return walk(body, len, COORD_MAX_DEPTH, idx);
 }
 
