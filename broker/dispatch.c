@@ -36,6 +36,7 @@ _Static_assert(COORD_OP_COUNT <= 64, "requests_by_op is too small");
  * hash and one compare, not a walk over the op table. */
 #define OP_SLOTS 128
 static int8_t op_slots[OP_SLOTS];
+static uint8_t op_len[COORD_OP_COUNT];    /* wire names' lengths */
 static bool op_slots_built;
 
 static unsigned op_slot(const char *name, size_t len)
@@ -52,7 +53,8 @@ static void op_slots_build(void)
         const char *n = coord_op_name((enum coord_op)i);
         if (!handlers[i] || !n)
             continue;
-        unsigned s = op_slot(n, strlen(n));
+        op_len[i] = (uint8_t)strlen(n);
+        unsigned s = op_slot(n, op_len[i]);
         while (op_slots[s] >= 0)
             s = (s + 1) % OP_SLOTS;
         op_slots[s] = (int8_t)i;
@@ -65,9 +67,9 @@ int dispatch_op_index(const char *name, size_t len)
     if (!op_slots_built)
         op_slots_build();
     for (unsigned s = op_slot(name, len); op_slots[s] >= 0; s = (s + 1) % OP_SLOTS) {
-        const char *n = coord_op_name((enum coord_op)op_slots[s]);
-        if (strlen(n) == len && memcmp(n, name, len) == 0)
-            return op_slots[s];
+        int i = op_slots[s];
+        if (op_len[i] == len && memcmp(coord_op_name((enum coord_op)i), name, len) == 0)
+            return i;
     }
     return -1;
 }
@@ -168,7 +170,7 @@ int dispatch_frame(struct conn *c, const uint8_t *body, size_t len)
     bool have_op = coord_field_str(&f, "op", true, &opname);
 
     if (!(c->flags & CONN_HELLO_DONE) &&
-        !(have_op && coord_op_from_name((const char *)opname.ptr, opname.len) == COORD_OP_HELLO)) {
+        !(have_op && dispatch_op_index((const char *)opname.ptr, opname.len) == COORD_OP_HELLO)) {
         conn_reply_error(c, have_rid ? rid : 0, COORD_EHELLO_REQUIRED,
                          "hello must be the first request");
         conn_cut(c, "no hello");
