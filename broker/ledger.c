@@ -76,6 +76,7 @@
 #include <unistd.h>
 #include "broker.h"
 #include "errors.h"
+#include "histo.h"
 #include "ledger.h"
 
 #define INITIAL_MAP_SIZE (256u << 20)   /* address space, not disk */
@@ -157,18 +158,11 @@ struct ledger {
 
     uv_async_t async;
     uint64_t batches, jobs;
-    /* under mu: where the writer's time goes (stats, coord-bench) */
-    uint64_t commit_ns;           /* run_batch: apply, write, data flush */
-    uint64_t flush_ns;            /* explicit flushes covering a batch */
-    uint64_t linger_ns;           /* waiting for a batch's committers */
+    /* under mu: where the writer's time goes (stats, coord-bench), in us */
+    uint64_t commit_us;           /* run_batch: apply, write, data flush */
+    uint64_t flush_us;            /* explicit flushes covering a batch */
+    uint64_t linger_us;           /* waiting for a batch's committers */
 };
-
-static uint64_t mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 
 static const char *db_names[DB_COUNT] = {
     "meta", "records", "expiry", "leaders", "kv", "ops", "flight_off",
@@ -182,9 +176,9 @@ uint64_t ledger_jobs(const struct ledger *l) { return l->jobs; }
 void ledger_times(struct ledger *l, struct ledger_times *t)
 {
     pthread_mutex_lock(&l->mu);
-    t->commit_us = l->commit_ns / 1000;
-    t->flush_us = l->flush_ns / 1000;
-    t->linger_us = l->linger_ns / 1000;
+    t->commit_us = l->commit_us;
+    t->flush_us = l->flush_us;
+    t->linger_us = l->linger_us;
     t->flushes = l->syncs;
     pthread_mutex_unlock(&l->mu);
 }
@@ -243,13 +237,6 @@ void ledger_read_end(struct ledger *l, MDB_txn *txn)
     pthread_rwlock_unlock(&l->resize);
 }
 
-uint64_t ledger_syncs(struct ledger *l)
-{
-    pthread_mutex_lock(&l->mu);
-    uint64_t n = l->syncs;
-    pthread_mutex_unlock(&l->mu);
-    return n;
-}
 
 /* Doubles the map, up to max_size.  0 grown, -1 at the cap, or an MDB
  * error. */
@@ -426,12 +413,12 @@ static void cover_unsynced(struct ledger *l, bool flushed)
     if (!l->unsynced && flushed)
         return;
     if (!flushed) {
-        uint64_t t0 = mono_ns();
+        uint64_t t0 = now_us();
         int rc = mdb_env_sync(l->env, 1);
-        uint64_t t1 = mono_ns();
+        uint64_t t1 = now_us();
         pthread_mutex_lock(&l->mu);
         l->syncs++;
-        l->flush_ns += t1 - t0;
+        l->flush_us += t1 - t0;
         pthread_mutex_unlock(&l->mu);
         if (rc) {
             const char *why = storage_strerror(l->dir, rc);
@@ -486,9 +473,9 @@ static void *writer_main(void *arg)
          * lone committer (nobody else in flight) never waits. */
         unsigned expect = l->just_acked + l->queued;
         if (l->just_acked && !l->unsynced && l->queued && expect >= 2) {
-            uint64_t t0 = mono_ns();
+            uint64_t t0 = now_us();
             linger(l, expect);
-            l->linger_ns += mono_ns() - t0;
+            l->linger_us += now_us() - t0;
         }
         struct ledger_job *batch = l->queue_head, *last = batch;
         unsigned n = batch ? 1 : 0;
@@ -516,12 +503,12 @@ static void *writer_main(void *arg)
             continue;
         }
 
-        uint64_t t0 = mono_ns();
+        uint64_t t0 = now_us();
         bool wrote = run_batch(l, batch);
-        uint64_t t1 = mono_ns();
+        uint64_t t1 = now_us();
         pthread_mutex_lock(&l->mu);
         l->batches++;
-        l->commit_ns += t1 - t0;
+        l->commit_us += t1 - t0;
         pthread_mutex_unlock(&l->mu);
         /* the snapshot of this commit, for the loop once it is covered (on
          * failure the loop keeps reading the older one) */

@@ -108,7 +108,6 @@ struct ledger_times {
 void ledger_times(struct ledger *l, struct ledger_times *t);
 uint64_t ledger_data_limit_hits(struct ledger *l);   /* jobs refused at the cap */
 uint64_t ledger_map_size(struct ledger *l);
-uint64_t ledger_syncs(struct ledger *l);             /* explicit flushes when idle */
 
 static inline void put_be64(uint8_t *p, uint64_t v)
 {
