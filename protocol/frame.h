@@ -44,7 +44,7 @@ int coord_frame_validate(const uint8_t *body, size_t len, int max_depth);
 typedef struct coord_index {
     uint32_t n;                 /* fields indexed */
     bool complete;              /* false: more keys than COORD_INDEX_MAX */
-    uint64_t seen;              /* coord_index_bit of every indexed key */
+    uint64_t seen;              /* bit coord_index_slot of every indexed key */
     uint8_t first[64];          /* by bit, set in seen: its first field */
     const uint8_t *map;         /* the map's bytes */
     size_t map_len;
@@ -61,11 +61,6 @@ typedef struct coord_index {
 static inline unsigned coord_index_slot(size_t klen, const uint8_t *key)
 {
     return (unsigned)((klen * 7 + (klen ? key[0] : 0)) & 63);
-}
-
-static inline uint64_t coord_index_bit(size_t klen, const uint8_t *key)
-{
-    return (uint64_t)1 << coord_index_slot(klen, key);
 }
 
 /* Records field n's key in seen and first (n < COORD_INDEX_MAX). */
