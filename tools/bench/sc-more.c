@@ -42,16 +42,25 @@ static double fsync_rate(const char *dir, size_t size, unsigned dur_ms, char *wh
     return n ? (double)n / ((double)(t - t0) / 1e9) : -1;
 }
 
-/* A counter from the broker's stats reply, or -1. */
-static double stat_of(struct wconn *w, const char *key)
+/* n counters from one stats reply into out (-1: not there). */
+static void stats_of(struct wconn *w, const char *const *keys, int n, double *out)
 {
     coord_enc e;
     wq_begin(w, &e, "stats");
     wq_end(&e);
-    uint64_t v;
-    if (wc_call(w) != 0 || !wm_uint(w, key, &v))
-        return -1;
-    return (double)v;
+    bool ok = wc_call(w) == 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t v;
+        out[i] = ok && wm_uint(w, keys[i], &v) ? (double)v : -1;
+    }
+}
+
+/* A counter from the broker's stats reply, or -1. */
+static double stat_of(struct wconn *w, const char *key)
+{
+    double v;
+    stats_of(w, &key, 1, &v);
+    return v;
 }
 
 /* ---- requests kept in flight on many connections ----
@@ -192,12 +201,13 @@ static int run_windows(struct bench *b, const char *tag, struct driver *d, struc
     const char *dir = fsync_dir(b);
     wd->pairs = window_pairs(b);
     wd->secs = 0;
-    double b0 = stat_of(ctl, "ledger_batches"), j0 = stat_of(ctl, "ledger_jobs");
-    static const char *const tkeys[4] = { "ledger_commit_us", "ledger_flush_us",
-                                          "ledger_flushes", "ledger_linger_us" };
-    double t0s[4], t1s[4];
-    for (int i = 0; i < 4; i++)
-        t0s[i] = stat_of(ctl, tkeys[i]);
+    /* the ledger's counters, before and after the windows */
+    enum { BATCHES, JOBS, COMMIT_US, FLUSH_US, FLUSHES, LINGER_US, NKEYS };
+    static const char *const keys[NKEYS] = { "ledger_batches", "ledger_jobs",
+                                             "ledger_commit_us", "ledger_flush_us",
+                                             "ledger_flushes", "ledger_linger_us" };
+    double c0[NKEYS], c1[NKEYS];
+    stats_of(ctl, keys, NKEYS, c0);
     for (unsigned k = 0; k < wd->pairs; k++) {
         double rate = 0;
         if (k % 2 == 0)
@@ -223,15 +233,17 @@ static int run_windows(struct bench *b, const char *tag, struct driver *d, struc
         wd->ratio[k] = rate / wd->fr[k];
         vlog(b, "%s: %.0f/s, %.0f fsyncs/s", tag, wd->br[k], wd->fr[k]);
     }
-    double b1 = stat_of(ctl, "ledger_batches"), j1 = stat_of(ctl, "ledger_jobs");
-    bool known = b0 >= 0 && j0 >= 0 && b1 >= b0 && j1 >= j0;
-    wd->batches = known ? b1 - b0 : -1;
-    wd->jobs = known ? j1 - j0 : -1;
-    double *outs[4] = { &wd->commit_us, &wd->flush_us, &wd->flushes, &wd->linger_us };
-    for (int i = 0; i < 4; i++) {
-        t1s[i] = stat_of(ctl, tkeys[i]);
-        *outs[i] = t0s[i] >= 0 && t1s[i] >= t0s[i] ? t1s[i] - t0s[i] : -1;
-    }
+    stats_of(ctl, keys, NKEYS, c1);
+    double dv[NKEYS];
+    for (int i = 0; i < NKEYS; i++)
+        dv[i] = c0[i] >= 0 && c1[i] >= c0[i] ? c1[i] - c0[i] : -1;
+    bool known = dv[BATCHES] >= 0 && dv[JOBS] >= 0;
+    wd->batches = known ? dv[BATCHES] : -1;
+    wd->jobs = known ? dv[JOBS] : -1;
+    wd->commit_us = dv[COMMIT_US];
+    wd->flush_us = dv[FLUSH_US];
+    wd->flushes = dv[FLUSHES];
+    wd->linger_us = dv[LINGER_US];
     return 0;
 }
 
