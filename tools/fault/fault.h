@@ -380,6 +380,9 @@ struct config {
 
 /* shared state (set up by shm_init before any fork) */
 extern struct shared *S;
+/* outbox terms that ignore a max-hold drain and work on until fenced, in
+ * percent (--ignore-drain-pct; set before the clients are forked) */
+extern unsigned OB_IGNORE_DRAIN_PCT;
 extern struct crec *CREC;
 extern uint64_t CREC_CAP;
 extern struct oprec *OPS;

@@ -52,6 +52,8 @@ static void usage(FILE *f)
 "  --broker-kill-ms A:B broker killed every A..B ms (default 2000:6000)\n"
 "  --keep               keep the temp dir (broker log, data dir)\n"
 "  --wipe-pct N         broker kills that also delete the data dir (default 25)\n"
+"  --ignore-drain-pct N outbox terms that ignore a max-hold drain and work on until\n"
+"                       fenced (default 20)\n"
 "  --no-outbox          no outbox leaders (leadership part 2) and none of their faults\n"
 "  --etcd N             N brokers (\"machines\": own sockets and data dirs; clients spread\n"
 "                       over them) sharing one etcd leader ledger (etcd-server needed)\n"
@@ -152,6 +154,9 @@ static int parse_args(int argc, char **argv)
         } else if (!strcmp(a, "--wipe-pct")) {
             NEED_NUM();
             cfg.wipe_pct = n > 100 ? 100 : (unsigned)n;
+        } else if (!strcmp(a, "--ignore-drain-pct")) {
+            NEED_NUM();
+            OB_IGNORE_DRAIN_PCT = n > 100 ? 100 : (unsigned)n;
         } else if (!strcmp(a, "--etcd")) {
             NEED_NUM();
             if (n < 1 || n > MAX_BROKERS) {

@@ -44,6 +44,8 @@ enum { BW_CAMPAIGN = 6, BW_CLAIM = 12, BW_PROVIDER = 13, BW_PENDING = 14, BW_OBC
        BW_OBRENEW = 16, BW_DRIVER = 17 };
 
 #define SLACK_NS 250000000ull       /* scheduling slack of the max-hold check */
+
+unsigned OB_IGNORE_DRAIN_PCT = 20;
 #define PENDING_MAX 64              /* entries reconciled per term */
 
 struct term {
@@ -437,7 +439,7 @@ static void work(struct cl *k, struct term *t, unsigned nops)
 {
     if (reconcile_pending(k, t) == STOP)
         return;
-    t->ignore_drain = rng_pct(&k->r, 20);
+    t->ignore_drain = rng_pct(&k->r, OB_IGNORE_DRAIN_PCT);
     /* some terms on the max-hold workstream are long: they reach it */
     bool slow = t->ws == 0 && rng_pct(&k->r, 40);
     if (slow)
