@@ -23,7 +23,9 @@
  * done callbacks send the replies, only after that covering flush
  * returned.  Nothing is answered from an unsynced batch: a generation
  * reaches its campaigner, a commit its committer, a completion record its
- * owner and followers only once it is on disk.
+ * owner and followers only once it is on disk.  A batch that wrote nothing
+ * (LMDB commits it as a no-op) has nothing to flush: with no unsynced
+ * batch before it, it is answered at once.
  *
  * The crash argument.  LMDB keeps two meta pages and, on open, takes the
  * valid one with the higher transaction id.  (1) Batch n's data pages are
@@ -307,19 +309,27 @@ static void prealloc(struct ledger *l)
     }
 }
 
+/* What a batch's commit did. */
+enum batch_result {
+    BATCH_WROTE,    /* a new meta page, the data flushed before it: the
+                       unsynced batch is covered */
+    BATCH_EMPTY,    /* nothing to write (a sweep with nothing due, a purge
+                       matching nothing): no new page, nothing to flush */
+    BATCH_OTHER,    /* failed, or another thread's commit came in between */
+};
+
 /* Runs one batch to a commit (its data pages flushed, its meta page
  * written, not flushed: see the top).  Every job gets its status.  A job
  * that fills the map makes the batch grow it and run again; once the map
  * is at its cap, that job alone fails (its nested transaction is dropped)
- * and the others commit.  Returns true when the commit wrote a new meta
- * page (and so flushed the data before it: the unsynced batch is covered);
- * false when it failed or had nothing to write. */
-static bool run_batch(struct ledger *l, struct ledger_job *batch)
+ * and the others commit. */
+static enum batch_result run_batch(struct ledger *l, struct ledger_job *batch)
 {
     for (int attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
         MDB_txn *txn;
         int rc;
-        bool at_cap = l->map_size >= l->max_size, wrote = false;
+        bool at_cap = l->map_size >= l->max_size;
+        enum batch_result res = BATCH_OTHER;
         unsigned refused = 0;
         pthread_rwlock_rdlock(&l->resize);
         rc = mdb_txn_begin(l->env, NULL, 0, &txn);
@@ -351,8 +361,12 @@ static bool run_batch(struct ledger *l, struct ledger_job *batch)
             size_t id = mdb_txn_id(txn);
             MDB_envinfo info;
             rc = mdb_txn_commit(txn);     /* frees txn, success or not */
-            wrote = rc == 0 && mdb_env_info(l->env, &info) == 0 &&
-                    info.me_last_txnid == id;
+            /* LMDB commits a transaction without dirty pages as a no-op:
+             * the last transaction id stays id - 1 */
+            if (rc == 0 && mdb_env_info(l->env, &info) == 0)
+                res = info.me_last_txnid == id       ? BATCH_WROTE
+                      : info.me_last_txnid + 1 == id ? BATCH_EMPTY
+                                                     : BATCH_OTHER;
         } else {
             mdb_txn_abort(txn);
         }
@@ -363,7 +377,7 @@ static bool run_batch(struct ledger *l, struct ledger_job *batch)
                 continue;
             if (g < 0) {                  /* the commit itself met the cap */
                 count_limit(l, fail_all(batch, l->limit_msg));
-                return false;
+                return BATCH_OTHER;
             }
             rc = g;
         }
@@ -373,11 +387,12 @@ static bool run_batch(struct ledger *l, struct ledger_job *batch)
             const char *why = storage_strerror(l->dir, rc);
             log_event(LOG_ERROR, "ledger.commit_failed", "rc=%d error=\"%s\"", rc, why);
             fail_all(batch, why);
+            res = BATCH_OTHER;
         }
-        return wrote;
+        return res;
     }
     fail_all(batch, NULL);
-    return false;
+    return BATCH_OTHER;
 }
 
 /* Hands jobs (first..last, n of them) to the loop, with snap (may be
@@ -504,7 +519,7 @@ static void *writer_main(void *arg)
         }
 
         uint64_t t0 = now_us();
-        bool wrote = run_batch(l, batch);
+        enum batch_result res = run_batch(l, batch);
         uint64_t t1 = now_us();
         pthread_mutex_lock(&l->mu);
         l->batches++;
@@ -513,7 +528,13 @@ static void *writer_main(void *arg)
         /* the snapshot of this commit, for the loop once it is covered (on
          * failure the loop keeps reading the older one) */
         MDB_txn *snap = NULL;
-        if (!wrote) {
+        if (res == BATCH_EMPTY && !l->unsynced) {
+            /* nothing new to flush or to read: answered at once, the loop
+             * keeps its snapshot (an idle broker's sweeps cost no flush) */
+            hand_back(l, batch, last, n, NULL);
+            continue;
+        }
+        if (res != BATCH_WROTE) {
             /* Failed, wrote nothing, or a commit on another thread came in
              * between (ledger_store_epoch): one explicit flush makes every
              * commit so far durable, so its answers and the snapshot taken

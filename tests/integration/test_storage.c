@@ -126,7 +126,15 @@ static off_t used_size(const char *path)
 
 /* Owner of key: joins, completes with a result of n bytes kept as a
  * record.  Returns the completion's reply code (0 ok). */
+static int store_kept(struct rcl *c, uint64_t rid, const char *key, size_t n, uint64_t keep_ms);
+
 static int store_record(struct rcl *c, uint64_t rid, const char *key, size_t n)
+{
+    return store_kept(c, rid, key, n, 3600000);
+}
+
+/* The same, kept keep_ms. */
+static int store_kept(struct rcl *c, uint64_t rid, const char *key, size_t n, uint64_t keep_ms)
 {
     static uint8_t result[256 << 10];
     memset(result, 'r', n < sizeof result ? n : sizeof result);
@@ -140,7 +148,7 @@ static int store_record(struct rcl *c, uint64_t rid, const char *key, size_t n)
     coord_enc_kv_uint(e, "flight", flight);
     coord_enc_kv_uint(e, "fence", fence);
     coord_enc_kv_bin(e, "result", result, n);
-    coord_enc_kv_uint(e, "keep_ms", 3600000);
+    coord_enc_kv_uint(e, "keep_ms", keep_ms);
     rcl_send(c);
     if (rcl_reply(c, rid + 1, T, &m) != 0)
         return -1;
@@ -692,6 +700,28 @@ static void test_writer_times(void)
     stop_and_clean(&bp);
 }
 
+/* A batch that writes nothing (a purge matching nothing) leaves nothing
+ * to make durable: it is answered without a flush. */
+static void test_empty_batch_no_flush(void)
+{
+    struct broker_proc bp;
+    start_or_exit(&bp, NULL);
+    struct rcl *c = connect_or_exit(&bp, NULL);
+    uint64_t b0 = rcl_stat(c, "ledger_batches"), f0 = rcl_stat(c, "ledger_flushes");
+    for (uint64_t i = 0; i < 5; i++) {
+        purge(c, 10 + i);
+        CHECK(rcl_reply(c, 10 + i, T, &m) == 0 && msg_ok(&m));
+    }
+    uint64_t b1 = rcl_stat(c, "ledger_batches"), f1 = rcl_stat(c, "ledger_flushes");
+    CHECK(b1 >= b0 + 5);
+    CHECK_EQ_U(f1, f0);
+    /* a record still costs its flush */
+    CHECK(store_record(c, 20, "written", 16) == 0);
+    CHECK(rcl_stat(c, "ledger_flushes") > f1);
+    rcl_close(c);
+    stop_and_clean(&bp);
+}
+
 int main(int argc, char **argv)
 {
     coord_msg_init(&m);
@@ -709,6 +739,7 @@ int main(int argc, char **argv)
         { "fd_limit", test_fd_limit_refusals_counted },
         { "clock_linger", test_commit_linger_ignores_wall_clock },
         { "writer_times", test_writer_times },
+        { "empty_batch_no_flush", test_empty_batch_no_flush },
         { NULL, NULL },
     };
     int rc = run_tests(argc, argv, tests);
