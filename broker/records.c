@@ -4,7 +4,15 @@
  * expires_ms u64 (all big-endian), then the result bytes (completed) or
  * code_len u16, code, message_len u32, message (failed).  Every record has
  * an entry in the expiry database (expires_ms first), so the sweep deletes
- * the oldest first in bounded batches on the writer thread. */
+ * the oldest first in bounded batches on the writer thread.
+ *
+ * Reads never return an expired record, so the sweep only reclaims space,
+ * and it runs when a record is due, not on a clock: a deadline at the
+ * earliest expiry (found in the ledger at start and after each sweep,
+ * lowered by each write), so a broker without records never wakes for
+ * them.  Expiry is wall-clock time, deadlines loop time: the deadline is
+ * the wall-clock wait from now, at most SWEEP_MAX_WAIT_MS (a clock stepped
+ * back costs a sweep that finds nothing, then a new deadline). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,20 +20,40 @@
 #include "errors.h"
 #include "hashmap.h"
 #include "ops.h"
+#include "deadline.h"
 #include "records.h"
 #include "skey.h"
 
 #define HEADER 26
 #define SWEEP_BATCH 1000
-#define SWEEP_EVERY_MS 1000
+/* A sweep waits this long at most for the next expiry: one wake-up an hour
+ * bounds what a wall clock stepped back can delay. */
+#define SWEEP_MAX_WAIT_MS (3600u * 1000u)
 #define LIST_MAX 1000
 
 static struct {
     struct broker *b;
-    uv_timer_t sweep_timer;
+    struct deadline sweep_at;    /* the next sweep, loop time */
     bool sweeping;
+    bool again;                  /* due while sweeping: sweep once more */
     bool stopped;
 } R;
+
+static void on_sweep_due(struct deadline *d);
+
+/* The next sweep no later than the wall-clock time expires_ms. */
+static void sweep_by(uint64_t expires_ms)
+{
+    if (R.stopped || !R.b->ledger)
+        return;
+    uint64_t wall = wall_ms(), wait = expires_ms > wall ? expires_ms - wall : 0;
+    if (wait > SWEEP_MAX_WAIT_MS)
+        wait = SWEEP_MAX_WAIT_MS;
+    /* +1: the deadline fires at the expiry's millisecond or after it */
+    uint64_t at = broker_now_ms(R.b) + wait + 1;
+    if (!deadline_active(&R.sweep_at) || at < R.sweep_at.at)
+        deadline_set(&R.sweep_at, at, on_sweep_due);
+}
 
 uint64_t wall_ms(void)
 {
@@ -157,6 +185,7 @@ void records_submit_write(struct record_write *w)
 {
     w->job.apply = apply_write;
     ledger_submit(R.b->ledger, &w->job);
+    sweep_by(w->expires_ms);
 }
 
 int records_lookup(MDB_txn **txn, const uint8_t *skey, size_t sklen, struct record *r)
@@ -189,7 +218,15 @@ struct sweep_job {
     struct ledger_job job;
     uint64_t now;
     unsigned deleted;
+    uint64_t next;               /* the first expiry left, 0: none */
 };
+
+/* The expiry of the key a cursor get of the expiry database returned (rc,
+ * k): 0 for none (MDB_NOTFOUND) or a malformed key. */
+static uint64_t first_expiry(int rc, const MDB_val *k)
+{
+    return rc == 0 && k->mv_size >= 8 ? get_be64(k->mv_data) : 0;
+}
 
 static int apply_sweep(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
 {
@@ -200,12 +237,15 @@ static int apply_sweep(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
         return rc;
     MDB_val k, v;
     s->deleted = 0;
+    s->next = 0;
     /* after a cursor delete, re-seek instead of trusting MDB_NEXT */
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
          rc == 0 && s->deleted < SWEEP_BATCH;
          rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST)) {
-        if (k.mv_size < 8 || get_be64(k.mv_data) > s->now)
+        if (k.mv_size < 8 || get_be64(k.mv_data) > s->now) {
+            s->next = first_expiry(rc, &k);
             break;
+        }
         MDB_val rk = { k.mv_size - 8, (uint8_t *)k.mv_data + 8 };
         int drc = mdb_del(txn, ledger_dbi(l, DB_RECORDS), &rk, NULL);
         if (drc && drc != MDB_NOTFOUND) {
@@ -222,7 +262,7 @@ static int apply_sweep(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
     return rc == MDB_NOTFOUND || rc == 0 ? 0 : rc;
 }
 
-static void on_sweep_timer(uv_timer_t *t);
+static void start_sweep(void);
 
 static void sweep_done(struct ledger_job *job, int status)
 {
@@ -230,21 +270,34 @@ static void sweep_done(struct ledger_job *job, int status)
     R.sweeping = false;
     if (status == 0 && s->deleted)
         log_event(LOG_DEBUG, "records.swept", "deleted=%u", s->deleted);
-    /* a full batch means more are due: go again at once */
+    /* a full batch means more are due: go again at once; a failed one
+     * tries again in a second */
     bool more = status == 0 && s->deleted == SWEEP_BATCH;
+    uint64_t next = status == 0 ? s->next : wall_ms() + 1000;
     free(s);
-    if (more && !R.stopped)
-        on_sweep_timer(&R.sweep_timer);
+    if (R.stopped)
+        return;
+    if (more || R.again) {
+        R.again = false;
+        start_sweep();
+    } else if (next) {
+        sweep_by(next);
+    }
 }
 
-static void on_sweep_timer(uv_timer_t *t)
+static void start_sweep(void)
 {
-    (void)t;
-    if (R.sweeping || R.stopped || !R.b->ledger)
+    if (R.stopped || !R.b->ledger)
         return;
+    if (R.sweeping) {
+        R.again = true;
+        return;
+    }
     struct sweep_job *s = calloc(1, sizeof *s);
-    if (!s)
+    if (!s) {
+        sweep_by(wall_ms() + 1000);
         return;
+    }
     s->now = wall_ms();
     s->job.apply = apply_sweep;
     s->job.done = sweep_done;
@@ -252,18 +305,37 @@ static void on_sweep_timer(uv_timer_t *t)
     ledger_submit(R.b->ledger, &s->job);
 }
 
+static void on_sweep_due(struct deadline *d)
+{
+    (void)d;
+    start_sweep();
+}
+
 void records_init(struct broker *b)
 {
     R.b = b;
-    uv_timer_init(b->loop, &R.sweep_timer);
-    uv_timer_start(&R.sweep_timer, on_sweep_timer, SWEEP_EVERY_MS, SWEEP_EVERY_MS);
-    uv_unref((uv_handle_t *)&R.sweep_timer);
+    if (!b->ledger)
+        return;
+    /* records written before this start: the first one due */
+    MDB_txn *txn;
+    MDB_cursor *cur;
+    if (ledger_read_begin(b->ledger, &txn) != 0)
+        return;
+    if (mdb_cursor_open(txn, ledger_dbi(b->ledger, DB_EXPIRY), &cur) == 0) {
+        MDB_val k, v;
+        int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+        uint64_t first = first_expiry(rc, &k);
+        mdb_cursor_close(cur);
+        if (first)
+            sweep_by(first);
+    }
+    ledger_read_end(b->ledger, txn);
 }
 
 void records_stop(void)
 {
     R.stopped = true;
-    uv_timer_stop(&R.sweep_timer);
+    deadline_cancel(&R.sweep_at);
 }
 
 /* ---- ops ---- */

@@ -722,6 +722,45 @@ static void test_empty_batch_no_flush(void)
     stop_and_clean(&bp);
 }
 
+/* An idle broker does nothing: without records there is no sweep (there
+ * was one a second, each a batch and a flush), so over a window longer
+ * than that period no batch runs.  (A window is the only way to see that
+ * nothing happens; nothing here waits for an event.) */
+static void test_idle_broker_sleeps(void)
+{
+    struct broker_proc bp;
+    start_or_exit(&bp, NULL);
+    struct rcl *c = connect_or_exit(&bp, NULL);
+    uint64_t b0 = rcl_stat(c, "ledger_batches"), f0 = rcl_stat(c, "ledger_flushes");
+    poll(NULL, 0, 1500);
+    CHECK_EQ_U(rcl_stat(c, "ledger_batches"), b0);
+    CHECK_EQ_U(rcl_stat(c, "ledger_flushes"), f0);
+    rcl_close(c);
+    stop_and_clean(&bp);
+}
+
+/* Records from before a restart are swept once due: the first sweep is
+ * found in the ledger (its earliest expiry) at start. */
+static void test_sweep_after_restart(void)
+{
+    struct broker_proc bp;
+    start_or_exit(&bp, NULL);
+    struct rcl *c = connect_or_exit(&bp, NULL);
+    CHECK(store_kept(c, 10, "short-lived", 16, 300) == 0);
+    CHECK(store_kept(c, 20, "long-lived", 16, 3600000) == 0);
+    CHECK_EQ_U(rcl_stat(c, "records"), 2);
+    rcl_close(c);
+    CHECK(broker_kill(&bp, SIGTERM) == 0);
+    REQUIRE(broker_start(&bp, NULL) == 0);
+    c = connect_or_exit(&bp, NULL);
+    uint64_t n = 2, t0 = now_ms();
+    while ((n = rcl_stat(c, "records")) == 2 && now_ms() - t0 < T)
+        poll(NULL, 0, 20);
+    CHECK_EQ_U(n, 1);
+    rcl_close(c);
+    stop_and_clean(&bp);
+}
+
 int main(int argc, char **argv)
 {
     coord_msg_init(&m);
@@ -740,6 +779,8 @@ int main(int argc, char **argv)
         { "clock_linger", test_commit_linger_ignores_wall_clock },
         { "writer_times", test_writer_times },
         { "empty_batch_no_flush", test_empty_batch_no_flush },
+        { "idle_broker_sleeps", test_idle_broker_sleeps },
+        { "sweep_after_restart", test_sweep_after_restart },
         { NULL, NULL },
     };
     int rc = run_tests(argc, argv, tests);
