@@ -1,14 +1,32 @@
-/* deadline.c - binary min-heap of deadlines driving one timer. */
+/* deadline.c - binary min-heap of deadlines driving one timer.
+ *
+ * The timer is a timerfd polled by the loop, not a uv_timer: with a
+ * uv_timer pending (and a held lease, a leader's lease or a lock wait keeps
+ * one pending) every epoll_wait of the loop is given a timeout, which arms
+ * and cancels a kernel timer around each sleep, once per request on a busy
+ * broker (0.4 us of a 3 us round trip in a VM, measured).  The timerfd is
+ * armed lazily instead: only when the earliest deadline comes before the
+ * time it is armed for.  A deadline cancelled or moved later leaves it
+ * armed; it then fires once for nothing and is armed for the new earliest.
+ * So a lock taken and released over and over with the same lease re-arms
+ * it once per lease period, and the loop sleeps without a timeout. */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 #include "deadline.h"
 
 static struct {
     uv_loop_t *loop;
-    uv_timer_t timer;
+    uv_poll_t poll;
+    int fd;                        /* timerfd on CLOCK_MONOTONIC, or -1 */
+    uint64_t armed;                /* loop time it fires at; 0: disarmed */
     struct deadline **heap;
     size_t n, cap;
     int firing;
-} dl;
+} dl = { .fd = -1 };
 
 static void swap_at(size_t i, size_t j)
 {
@@ -43,18 +61,31 @@ static void sift_down(size_t i)
     }
 }
 
-static void on_timer(uv_timer_t *t);
+/* Arms the timerfd for loop time `at` (relative to the loop's now, as a
+ * uv_timer would be: it cannot fire before `at` on the loop's clock). */
+static void arm(uint64_t at)
+{
+    uint64_t now = uv_now(dl.loop), ms = at > now ? at - now : 0;
+    struct itimerspec its;
+    memset(&its, 0, sizeof its);
+    its.it_value.tv_sec = (time_t)(ms / 1000);
+    its.it_value.tv_nsec = (long)(ms % 1000) * 1000000L;
+    if (ms == 0)
+        its.it_value.tv_nsec = 1;  /* due: at once (zero would disarm it) */
+    if (timerfd_settime(dl.fd, 0, &its, NULL) < 0)
+        abort();                   /* only EINVAL/EFAULT: a bug, and a lost
+                                      timeout would break a promise */
+    dl.armed = at > now ? at : now;
+}
 
+/* After the heap's head changed: armed early enough, or armed now. */
 static void rearm(void)
 {
-    if (dl.firing)
+    if (dl.firing || dl.n == 0)
         return;
-    if (dl.n == 0) {
-        uv_timer_stop(&dl.timer);
-        return;
-    }
-    uint64_t now = uv_now(dl.loop), at = dl.heap[0]->at;
-    uv_timer_start(&dl.timer, on_timer, at > now ? at - now : 0, 0);
+    uint64_t at = dl.heap[0]->at;
+    if (!dl.armed || at < dl.armed)
+        arm(at);
 }
 
 static void remove_at(size_t i)
@@ -70,9 +101,15 @@ static void remove_at(size_t i)
     d->slot = 0;
 }
 
-static void on_timer(uv_timer_t *t)
+static void on_timer(uv_poll_t *p, int status, int events)
 {
-    (void)t;
+    (void)p;
+    (void)status;
+    (void)events;
+    uint64_t expirations;
+    if (read(dl.fd, &expirations, sizeof expirations) < 0 && errno != EAGAIN)
+        return;                    /* not readable after all: polled again */
+    dl.armed = 0;
     uint64_t now = uv_now(dl.loop);
     dl.firing = 1;
     while (dl.n > 0 && dl.heap[0]->at <= now) {
@@ -84,14 +121,29 @@ static void on_timer(uv_timer_t *t)
     rearm();
 }
 
-void deadlines_init(uv_loop_t *loop)
+int deadlines_init(uv_loop_t *loop, char *err, size_t errsize)
 {
     dl.loop = loop;
-    uv_timer_init(loop, &dl.timer);
+    dl.armed = 0;
+    dl.fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    int rc = dl.fd < 0 ? uv_translate_sys_error(errno) : uv_poll_init(loop, &dl.poll, dl.fd);
+    if (rc == 0)
+        rc = uv_poll_start(&dl.poll, UV_READABLE, on_timer);
+    if (rc) {
+        snprintf(err, errsize, "cannot create the broker's timer: %s", uv_strerror(rc));
+        if (dl.fd >= 0)
+            close(dl.fd);
+        dl.fd = -1;
+        return -1;
+    }
+    return 0;
 }
 
 void deadlines_free(void)
 {
+    if (dl.fd >= 0)
+        close(dl.fd);
+    dl.fd = -1;
     free(dl.heap);
     dl.heap = NULL;
     dl.n = dl.cap = 0;

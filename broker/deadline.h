@@ -1,6 +1,7 @@
 /* deadline.h - every timeout of the broker's tables (lock waits and leases,
- * flight deadlines, leader leases) in one min-heap behind one uv_timer, so
- * a held lock with a lease costs a few words, not a libuv handle. */
+ * flight deadlines, leader leases, the record sweep) in one min-heap behind
+ * one timer (a timerfd armed lazily: deadline.c), so a held lock with a
+ * lease costs a few words, not a libuv handle. */
 #ifndef COORD_DEADLINE_H
 #define COORD_DEADLINE_H
 
@@ -14,8 +15,9 @@ struct deadline {
     void (*fire)(struct deadline *d);
 };
 
-void deadlines_init(uv_loop_t *loop);
-/* After the loop has closed every handle (the timer included). */
+/* 0, or -1 with err (no timerfd could be made). */
+int deadlines_init(uv_loop_t *loop, char *err, size_t errsize);
+/* After the loop has closed every handle (the timer's poll included). */
 void deadlines_free(void);
 /* (Re)arms d to fire at loop time 'at'. */
 void deadline_set(struct deadline *d, uint64_t at, void (*fire)(struct deadline *d));

@@ -11,7 +11,8 @@
 
 int tables_init(struct broker *b, char *err, size_t errsize)
 {
-    deadlines_init(b->loop);
+    if (deadlines_init(b->loop, err, errsize) < 0)
+        return -1;
     locks_init(b);
     flights_init(b);
     if (gates_init(b, err, errsize) < 0)

@@ -555,6 +555,45 @@ static void test_lease_expiry_event(void)
     stop();
 }
 
+/* Every timeout shares one timer, armed for the earliest deadline only
+ * when that comes before the time it is armed for: a lease shorter than one
+ * already pending expires on time, and so does one that follows a shorter
+ * lease released before its end (the timer then fires once for nothing). */
+static void test_lease_deadlines_in_any_order(void)
+{
+    start();
+    struct rcl *h = client();
+    queue_up(h, 1, S("long"), NULL, 0, 60000);
+    REQUIRE(granted_now(h, 1));
+    uint64_t lg = msg_uint(&m, "lock"), t0 = now_ms();
+    queue_up(h, 2, S("short"), NULL, 0, 150);
+    REQUIRE(granted_now(h, 2));
+    uint64_t sh = msg_uint(&m, "lock");
+    REQUIRE(rcl_event(h, "lock.lost", T, &m) == 0);
+    CHECK_EQ_U(msg_uint(&m, "lock"), sh);
+    uint64_t took = now_ms() - t0;
+    CHECK(took >= 140 && took < 2000);
+    fprintf(stderr, "150 ms lease under a 60 s one expired after %llu ms\n",
+            (unsigned long long)took);
+
+    queue_up(h, 3, S("brief"), NULL, 0, 100);
+    REQUIRE(granted_now(h, 3));
+    CHECK_EQ_U(release(h, 4, msg_uint(&m, "lock")), 0);
+    t0 = now_ms();
+    queue_up(h, 5, S("later"), NULL, 0, 300);
+    REQUIRE(granted_now(h, 5));
+    uint64_t lt = msg_uint(&m, "lock");
+    REQUIRE(rcl_event(h, "lock.lost", T, &m) == 0);
+    CHECK_EQ_U(msg_uint(&m, "lock"), lt);
+    took = now_ms() - t0;
+    CHECK(took >= 290 && took < 2000);
+    fprintf(stderr, "300 ms lease after a released 100 ms one expired after %llu ms\n",
+            (unsigned long long)took);
+    CHECK_EQ_U(release(h, 6, lg), 0);      /* the long one is still held */
+    rcl_close(h);
+    stop();
+}
+
 static void test_tokens_increase_across_restarts(void)
 {
     start();
@@ -594,6 +633,7 @@ int main(int argc, char **argv)
     coord_msg_init(&m);
     static const struct test_case tests[] = {
         { "exclusive_fifo", test_exclusive_fifo_and_independent_names },
+        { "lease_deadlines_in_any_order", test_lease_deadlines_in_any_order },
         { "shared_groups", test_shared_groups_and_no_barging },
         { "exclusive_between_shared", test_exclusive_between_shared_groups },
         { "if_available", test_if_available },
