@@ -61,10 +61,13 @@ static void sift_down(size_t i)
     }
 }
 
-/* Arms the timerfd for loop time `at` (relative to the loop's now, as a
- * uv_timer would be: it cannot fire before `at` on the loop's clock). */
+/* Arms the timerfd for loop time `at`, relative to the loop's clock read
+ * now (the time cached for this loop turn may be a whole turn old, and the
+ * timer would fire that much late): so it fires once the loop's clock
+ * reads `at`, like a uv_timer. */
 static void arm(uint64_t at)
 {
+    uv_update_time(dl.loop);
     uint64_t now = uv_now(dl.loop), ms = at > now ? at - now : 0;
     struct itimerspec its;
     memset(&its, 0, sizeof its);
