@@ -52,8 +52,10 @@ void coord_buf_consume(coord_buf *b, size_t n)
     b->len -= n;
 }
 
-/* Room for n more bytes at the end of the frame, or NULL (and failed). */
-static inline uint8_t *room(coord_enc *e, size_t n)
+/* Room for at most n more bytes, not yet counted in the frame: the caller
+ * writes what it needs and ends with set_end.  NULL (and failed) when out
+ * of memory. */
+static inline uint8_t *room_upto(coord_enc *e, size_t n)
 {
     coord_buf *b = e->buf;
     if (e->failed)
@@ -62,8 +64,21 @@ static inline uint8_t *room(coord_enc *e, size_t n)
         e->failed = true;
         return NULL;
     }
-    uint8_t *p = b->data + b->len;
-    b->len += n;
+    return b->data + b->len;
+}
+
+static inline void set_end(coord_enc *e, uint8_t *end)
+{
+    e->buf->len = (size_t)(end - e->buf->data);
+}
+
+/* Room for exactly n more bytes, counted in the frame, or NULL (and
+ * failed). */
+static inline uint8_t *room(coord_enc *e, size_t n)
+{
+    uint8_t *p = room_upto(e, n);
+    if (p)
+        set_end(e, p + n);
     return p;
 }
 
@@ -134,25 +149,6 @@ static inline uint8_t *put_str(uint8_t *p, const void *s, size_t n)
     return p + n;
 }
 
-/* Room for at most n more bytes, not yet counted in the frame: the caller
- * writes what it needs and ends with set_end.  NULL (and failed) when out
- * of memory. */
-static inline uint8_t *room_upto(coord_enc *e, size_t n)
-{
-    coord_buf *b = e->buf;
-    if (e->failed)
-        return NULL;
-    if (b->cap - b->len < n && coord_buf_reserve(b, n) < 0) {
-        e->failed = true;
-        return NULL;
-    }
-    return b->data + b->len;
-}
-
-static inline void set_end(coord_enc *e, uint8_t *end)
-{
-    e->buf->len = (size_t)(end - e->buf->data);
-}
 
 static void write_uint(coord_enc *e, uint64_t v)
 {
