@@ -102,6 +102,26 @@ static inline int elem_header(const uint8_t *p, size_t avail, size_t *hdr,
     return elem_header_long(p, avail, hdr, payload, count);
 }
 
+/* A top-level key of an indexed map (past COORD_INDEX_MAX the index is
+ * incomplete), then where its value starts: both index passes record them
+ * here. */
+static inline void index_key(coord_index *idx, const uint8_t *key, size_t klen)
+{
+    if (idx->n < COORD_INDEX_MAX) {
+        idx->f[idx->n].key = key;
+        idx->f[idx->n].klen = (uint32_t)klen;
+        coord_index_note(idx, idx->n, klen, key);
+    } else {
+        idx->complete = false;
+    }
+}
+
+static inline void index_value(coord_index *idx, const uint8_t *val)
+{
+    if (idx->n < COORD_INDEX_MAX)
+        idx->f[idx->n++].val = val;
+}
+
 /* The walk behind coord_frame_validate and coord_frame_index: when idx is
  * not NULL, the top-level keys and where their values start are recorded
  * on the way (the first COORD_INDEX_MAX of them). */
@@ -147,17 +167,10 @@ static int walk(const uint8_t *body, size_t len, int max_depth, coord_index *idx
         if (is_key && kind != ELEM_STR)
             return COORD_FRAME_KEY_NOT_STRING;
         if (idx && sp == 1) {
-            if (is_key) {
-                if (idx->n < COORD_INDEX_MAX) {
-                    idx->f[idx->n].key = body + pos + hdr;
-                    idx->f[idx->n].klen = (uint32_t)payload;
-                    coord_index_note(idx, idx->n, (size_t)payload, body + pos + hdr);
-                } else {
-                    idx->complete = false;
-                }
-            } else if (idx->n < COORD_INDEX_MAX) {
-                idx->f[idx->n++].val = body + pos;
-            }
+            if (is_key)
+                index_key(idx, body + pos + hdr, (size_t)payload);
+            else
+                index_value(idx, body + pos);
         }
         pos += hdr;
         size_t rest = len - pos;
@@ -205,19 +218,12 @@ static int index_flat(const uint8_t *body, size_t len, coord_index *idx)
         if (pos >= len || elem_header(body + pos, len - pos, &hdr, &payload, &count) != ELEM_STR ||
             payload >= len - pos - hdr)
             return -1;
-        if (idx->n < COORD_INDEX_MAX) {
-            idx->f[idx->n].key = body + pos + hdr;
-            idx->f[idx->n].klen = (uint32_t)payload;
-            coord_index_note(idx, idx->n, (size_t)payload, body + pos + hdr);
-        } else {
-            idx->complete = false;
-        }
+        index_key(idx, body + pos + hdr, (size_t)payload);
         pos += hdr + (size_t)payload;
         int kind = elem_header(body + pos, len - pos, &hdr, &payload, &count);
         if ((kind != ELEM_SCALAR && kind != ELEM_STR) || payload > len - pos - hdr)
             return -1;
-        if (idx->n < COORD_INDEX_MAX)
-            idx->f[idx->n++].val = body + pos;
+        index_value(idx, body + pos);
         pos += hdr + (size_t)payload;
     }
     return pos == len ? COORD_FRAME_OK : -1;
