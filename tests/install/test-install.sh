@@ -9,7 +9,10 @@
 # flight; coordctl talks to it; headers, man pages and the systemd user units
 # are where they belong (PREFIX/lib/systemd/user, a directory that
 # `systemctl --user` searches); the Node.js package installs from the tree
-# with `npm pack` + `npm install --offline`, the Python package with
+# with `npm pack` + `npm install --offline` into an empty npm cache of its
+# own (its one dependency packed from client/node/node_modules, which
+# `npm ci` filled from the lockfile: nothing is asked of the registry or of
+# the user's cache), the Python package with
 # `pip install --no-deps --no-build-isolation --no-index` (skipped, and said
 # so, when pip is missing).  No network.
 set -euo pipefail
@@ -73,11 +76,16 @@ fi
 step "the Node.js package, from the tree, offline"
 if command -v npm >/dev/null && command -v node >/dev/null; then
     mkdir "$work/node"
+    export npm_config_cache="$work/npm-cache"       # empty: proves nothing is cached
     tgz=$(cd "$src/client/node" && npm pack --silent --pack-destination "$work/node" 2>/dev/null | tail -1)
     [ -f "$work/node/$tgz" ] || fail "npm pack made no tarball"
+    dep="$src/client/node/node_modules/@msgpack/msgpack"
+    [ -f "$dep/package.json" ] || fail "no $dep: run npm ci in client/node first"
+    deptgz=$(cd "$dep" && npm pack --ignore-scripts --silent --pack-destination "$work/node" 2>/dev/null | tail -1)
+    [ -f "$work/node/$deptgz" ] || fail "npm pack of @msgpack/msgpack made no tarball"
     (cd "$work/node" && echo '{"name":"app","private":true,"type":"module"}' > package.json &&
-     npm install --offline --no-audit --no-fund --loglevel=error "./$tgz" >/dev/null) ||
-        fail "npm install --offline of $tgz failed (its dependency must be in npm's cache: npm ci in client/node)"
+     npm install --offline --no-audit --no-fund --loglevel=error "./$deptgz" "./$tgz" >/dev/null) ||
+        fail "npm install --offline of $tgz (with $deptgz) failed from an empty npm cache"
     cat > "$work/node/app.mjs" <<'JS'
 import { connect } from 'coord-client';
 const c = await connect({ autostart: false });
