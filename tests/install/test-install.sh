@@ -7,7 +7,7 @@
 # only: a program built with the installed libcoord.pc (shared, and static
 # with its private libraries) connects to the installed coordd and runs a
 # flight; coordctl talks to it; headers, man pages and the systemd user units
-# are where they belong (PREFIX/lib/systemd/user, a directory that
+# are where they belong (PREFIX/share/systemd/user, a directory that
 # `systemctl --user` searches); the Node.js package installs from the tree
 # with `npm pack` + `npm install --offline` into an empty npm cache of its
 # own (its one dependency packed from client/node/node_modules, which
@@ -60,15 +60,19 @@ with_broker --expect '^flight: hello from libcoord \(ran here\)$' -- "$work/hell
 with_broker --expect '^broker +coord ' -- "$root/bin/coordctl" status
 
 step "systemd user units"
-units=$root/lib/systemd/user
-[ -f "$units/coordd.socket" ] && [ -f "$units/coordd.service" ] || fail "no units in $prefix/lib/systemd/user"
+unitdir=$prefix/share/systemd/user
+units=$dest$unitdir
+[ -f "$units/coordd.socket" ] && [ -f "$units/coordd.service" ] || fail "no units in $unitdir"
 grep -qx "ExecStart=$prefix/bin/coordd --foreground --socket %t/coord/broker.sock \$COORDD_OPTS" "$units/coordd.service" ||
     fail "coordd.service does not start $prefix/bin/coordd"
 if command -v systemd-analyze >/dev/null; then
     paths=$(systemd-analyze --user unit-paths 2>/dev/null || true)
-    grep -qx "$prefix/lib/systemd/user" <<<"$paths" ||
-        fail "$prefix/lib/systemd/user is not searched by systemctl --user"
-    echo "systemctl --user searches $prefix/lib/systemd/user"
+    grep -qx "$unitdir" <<<"$paths" ||
+        fail "$unitdir is not searched by systemctl --user"
+    echo "systemctl --user searches $unitdir"
+    # a user's own prefix: ~/.local/share/systemd/user ($XDG_DATA_HOME)
+    grep -qx "${XDG_DATA_HOME:-$HOME/.local/share}/systemd/user" <<<"$paths" ||
+        fail "${XDG_DATA_HOME:-$HOME/.local/share}/systemd/user is not searched by systemctl --user"
 else
     echo "SKIP: no systemd-analyze to ask where systemctl --user looks"
 fi
@@ -79,6 +83,8 @@ if command -v npm >/dev/null && command -v node >/dev/null; then
     export npm_config_cache="$work/npm-cache"       # empty: proves nothing is cached
     tgz=$(cd "$src/client/node" && npm pack --silent --pack-destination "$work/node" 2>/dev/null | tail -1)
     [ -f "$work/node/$tgz" ] || fail "npm pack made no tarball"
+    tar tzf "$work/node/$tgz" >"$work/node/files"
+    grep -qx 'package/LICENSE' "$work/node/files" || fail "the npm tarball carries no LICENSE"
     dep="$src/client/node/node_modules/@msgpack/msgpack"
     [ -f "$dep/package.json" ] || fail "no $dep: run npm ci in client/node first"
     deptgz=$(cd "$dep" && npm pack --ignore-scripts --silent --pack-destination "$work/node" 2>/dev/null | tail -1)
@@ -98,20 +104,22 @@ else
     echo "SKIP: no npm/node here: the Node.js package was not tried"
 fi
 
-step "the Python package, from the tree, offline"
-if /usr/bin/python3 -m pip --version >/dev/null 2>&1; then
+step "the Python package, from the tree, offline, into a venv (the README's way: PEP 668)"
+if /usr/bin/python3 -m venv --system-site-packages "$work/venv" >/dev/null 2>&1; then
     cp -r "$src/client/python" "$work/pysrc"        # pip builds in the source dir: not in the tree
     rm -rf "$work/pysrc/build" "$work/pysrc"/src/*.egg-info
-    /usr/bin/python3 -m pip install --quiet --no-deps --no-build-isolation --no-index \
-        --disable-pip-version-check --root-user-action=ignore --target "$work/py" "$work/pysrc" >/dev/null ||
-        fail "pip install of client/python failed"
-    [ -f "$work/py/coord/__init__.py" ] && [ -f "$work/py/coord/py.typed" ] || fail "pip installed no coord package"
-    with_broker --expect '^python flight: hello from python \(owner\)$' -- env PYTHONPATH="$work/py" \
-        /usr/bin/python3 -c 'import coord
+    "$work/venv/bin/python" -m pip install --quiet --no-build-isolation --no-index \
+        --disable-pip-version-check --root-user-action=ignore "$work/pysrc" >/dev/null ||
+        fail "pip install of client/python into a venv failed"
+    site=$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    [ -f "$site/coord/__init__.py" ] && [ -f "$site/coord/py.typed" ] || fail "pip installed no coord package"
+    [ -f "$site/coord-0.1.0.dist-info/LICENSE" ] || fail "the wheel carries no LICENSE"
+    with_broker --expect '^python flight: hello from python \(owner\)$' -- \
+        "$work/venv/bin/python" -c 'import coord
 with coord.Client(autostart=False) as c:
     r = c.once("install-py", lambda f: b"hello from python")
     print(f"python flight: {bytes(r).decode()} ({r.source})")'
 else
-    echo "SKIP: /usr/bin/python3 has no pip: the Python package was not tried"
+    echo "SKIP: /usr/bin/python3 has no venv module (apt-get install python3-venv): the Python package was not tried"
 fi
 echo "install test: ok"
