@@ -30,6 +30,15 @@ for f in bin/coordd bin/coordctl include/coord.h include/coord-uv.h include/coor
          share/man/man8/coordd.8 share/man/man1/coordctl.1 share/man/man3/libcoord.3; do
     [ -e "$root/$f" ] || fail "$prefix/$f was not installed"
 done
+[ -f "$root/share/doc/coord/PROTOCOL.md" ] || fail "PROTOCOL.md, which the man pages point to, was not installed"
+# `man coord_once`: one link page per function of the installed headers
+for fn in $(/usr/bin/python3 "$src/man/links.py" "$root/include/coord.h" "$root/include/coord-uv.h"); do
+    [ "$(readlink "$root/share/man/man3/$fn.3")" = libcoord.3 ] ||
+        fail "no man page link $fn.3 -> libcoord.3 (reconfigure the build: meson setup --reconfigure)"
+done
+if command -v man >/dev/null; then
+    man -M "$root/share/man" -w coord_once >/dev/null 2>&1 || fail "man coord_once finds nothing"
+fi
 pc=$(find "$root" -name coord.pc -path '*/pkgconfig/*' | head -1)
 [ -n "$pc" ] || fail "no coord.pc installed"
 libdir=$(dirname "$(dirname "$pc")")
@@ -52,9 +61,11 @@ libs=$(ldd "$work/hello")          # (not piped into grep -q: pipefail and SIGPI
 [[ $libs == *"$libdir/libcoord.so"* ]] || fail "hello does not use the installed libcoord.so: $libs"
 # libcoord.a with the (shared) libraries its Requires.private names
 # shellcheck disable=SC2046
+# libcoord(3) "Static linking": libcoord.a, its dependencies shared
+# (pkg-config --static names libcurl's chain, which Debian has no .a of)
 cc -std=c11 -Wall -Wextra -Werror "${san[@]}" "$src/tests/install/hello.c" -o "$work/hello-static" \
-    $(pkg-config --cflags coord) "$libdir/libcoord.a" \
-    $(pkg-config --libs $(pkg-config --print-requires-private coord | cut -d' ' -f1)) -pthread
+    $(pkg-config --cflags coord) "$(pkg-config --variable=libdir coord)/libcoord.a" \
+    $(pkg-config --libs msgpack libcrypto libcurl jansson) -pthread
 with_broker --expect '^flight: hello from libcoord \(ran here\)$' -- "$work/hello"
 with_broker --expect '^flight: hello from libcoord \(ran here\)$' -- "$work/hello-static"
 with_broker --expect '^broker +coord ' -- "$root/bin/coordctl" status
