@@ -13,9 +13,18 @@
 static const struct ctl_command commands[] = {
     { "status", "", "is the broker up? version, pid, uptime, epoch, connections "
                     "(exit 1 when not running; never starts it)", cmd_status },
-    { "stats",  "", "the broker's counters, then the latency table (lock_wait,\n"
+    { "stats",  "[--openmetrics | --prometheus] [--listen HOST:PORT]",
+                    "the broker's counters, then the latency table (lock_wait,\n"
                     "lock_hold, flight_run, follower_wait, leader_transition: count,\n"
-                    "p50, p99, max since the broker started)", cmd_stats },
+                    "p50, p99, max since the broker started); --openmetrics,\n"
+                    "--prometheus: in OpenMetrics 1.0 or Prometheus 0.0.4 text (for\n"
+                    "node_exporter's textfile collector), once, or served on a\n"
+                    "loopback HTTP address (GET /metrics) with --listen", cmd_stats },
+    { "top",    "[-d SECONDS] [-n COUNT]",
+                    "a live view: locks held and waiting, flights, leaders, request\n"
+                    "rate and latency, refreshed every -d seconds (default 1); -n\n"
+                    "COUNT frames, then exit (without a terminal: plain frames)",
+                    cmd_top },
     { "ping",   "[-c COUNT]", "round trip time to the broker", cmd_ping },
     { "locks",  "", "held and pending locks (like navigator.locks.query())",
                     cmd_locks },

@@ -143,6 +143,10 @@ static int latency_table(coord_map lat)
 
 int cmd_stats(struct ctl *ctl, int argc, char **argv)
 {
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strcmp(argv[i], "--openmetrics") == 0 || strcmp(argv[i], "--prometheus") == 0 ||
+            strncmp(argv[i], "--listen", 8) == 0)
+            return ctl_stats_openmetrics(ctl, argc, argv);
     int rc = no_args(ctl, argc, argv);
     if (rc || (rc = ctl_connect(ctl)))
         return rc;

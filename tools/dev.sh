@@ -22,6 +22,7 @@ PKGS=(meson ninja-build pkg-config gcc libuv1-dev libmsgpack-dev liblmdb-dev
       libssl-dev libcurl4-openssl-dev libjansson-dev
       python3-msgpack python3-pytest
       python3-venv    # the install test installs the Python package as the README says
+      python3-prometheus-client tmux   # cli-observe: a real metrics parser, a real terminal
       mandoc          # the man pages' lint test
       etcd-server)    # the etcd ledger's tests run real etcd servers (else SKIP)
 
