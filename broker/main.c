@@ -134,15 +134,20 @@ static int start(struct broker_options *opt)
     bool to_file = !opt->foreground || log_stderr_is_null();
     if (!opt->foreground)
         daemonize();
-    /* after the forks: the pid that holds the locks now */
-    if (instance_publish(opt->data_lock_fd, opt->socket_path, err, sizeof err) < 0)
-        return refuse(opt, err);
+    /* after the forks: the pid that holds the locks now.  Not written (a
+     * full disk): the lock holds all the same, a broker refused later just
+     * cannot name us, and the ledger will say what is wrong */
+    char unnamed[256];
+    bool named = instance_publish(opt->data_lock_fd, opt->socket_path, unnamed,
+                                  sizeof unnamed) == 0;
     if (to_file) {
         char logpath[sizeof opt->data_dir + 16];
         snprintf(logpath, sizeof logpath, "%s/coordd.log", opt->data_dir);
         if (log_to_file(logpath, err, sizeof err) < 0 && opt->foreground)
             fprintf(stderr, "coordd: %s\n", err);
     }
+    if (!named)
+        log_event(LOG_WARN, "broker.lock_unnamed", "error=\"%s\"", unnamed);
     return broker_run(opt);
 }
 
