@@ -31,8 +31,7 @@
 #define HOLDER_WAIT_MS 200
 #define HOLDER_POLL_MS 5
 
-/* Parses "pid=N\nsocket=PATH\n": 0 when both lines are whole. */
-static int parse_holder(const char *text, struct instance_holder *h)
+int instance_parse_holder(const char *text, struct instance_holder *h)
 {
     const char *p = strstr(text, "pid=");
     const char *s = strstr(text, "\nsocket=");
@@ -59,7 +58,7 @@ static void read_holder(int fd, struct instance_holder *h)
         ssize_t n = pread(fd, text, sizeof text - 1, 0);
         if (n > 0) {
             text[n] = '\0';
-            if (parse_holder(text, h) == 0)
+            if (instance_parse_holder(text, h) == 0)
                 return;
         }
         struct timespec ts = { 0, HOLDER_POLL_MS * 1000000L };

@@ -26,4 +26,8 @@ int instance_lock(const char *data_dir, int *fd, struct instance_holder *holder,
  * fork) into the locked file.  0 or -1 with err. */
 int instance_publish(int fd, const char *socket_path, char *err, size_t errsize);
 
+/* Parses the file's "pid=N\nsocket=PATH\n" into *h: 0 when both lines
+ * are whole (a pid > 0, a path that fits), else -1 (*h then undefined). */
+int instance_parse_holder(const char *text, struct instance_holder *h);
+
 #endif
