@@ -302,24 +302,28 @@ static enum ready await_ready(int rfd, int64_t deadline, const char *broker,
         if (r > 0)
             have += (size_t)r;
         buf[have] = '\0';
-        if (strstr(buf, "ready\n"))
-            return READY_OK;
-        char *nl = strchr(buf, '\n');
-        if (nl || r <= 0 || have == sizeof buf - 1) {
-            if (nl)
-                *nl = '\0';
-            if (buf[0] == 'E' && buf[1] >= '0' && buf[1] <= '9') {
-                cerr("cannot start the broker %s: %s", broker, strerror(atoi(buf + 1)));
+        /* the whole lines so far, then what is left at EOF or when full */
+        char *line = buf, *nl;
+        while ((nl = strchr(line, '\n')) ||
+               ((r <= 0 || have == sizeof buf - 1) && *line && (nl = line + strlen(line)))) {
+            bool last = *nl == '\0';
+            *nl = '\0';
+            if (!last && strcmp(line, "ready") == 0)
+                return READY_OK;
+            if (line[0] == 'E' && line[1] >= '0' && line[1] <= '9') {
+                cerr("cannot start the broker %s: %s", broker, strerror(atoi(line + 1)));
                 return READY_FAILED;
             }
-            if (strncmp(buf, "error ", 6) == 0 && buf[6]) {
-                cerr("the broker for %s did not start: %s", path, buf + 6);
+            if (strncmp(line, "error ", 6) == 0 && line[6]) {
+                cerr("the broker for %s did not start: %s", path, line + 6);
                 return READY_FAILED;
             }
-            if (nl)
-                continue;                    /* a line we do not know */
-            return READY_EOF;
+            line = last ? nl : nl + 1;       /* a line we do not know */
         }
+        if (r <= 0 || have == sizeof buf - 1)
+            return READY_EOF;
+        have -= (size_t)(line - buf);         /* keep the partial line */
+        memmove(buf, line, have + 1);
     }
 }
 
