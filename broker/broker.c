@@ -104,6 +104,34 @@ static int write_ready(int fd)
     return w == 6 ? 0 : -1;
 }
 
+void broker_ready_error(int fd, const char *reason)
+{
+    if (fd < 0)
+        return;
+    char line[COORD_READY_LINE_MAX];
+    int n = snprintf(line, sizeof line, "error %s", reason);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n > sizeof line - 2)
+        n = (int)sizeof line - 2;
+    for (int i = 0; i < n; i++)
+        if (line[i] == '\n' || line[i] == '\r')
+            line[i] = ' ';
+    line[n++] = '\n';
+    ssize_t w = write(fd, line, (size_t)n);
+    (void)w;
+    close(fd);
+}
+
+/* A start-up step failed: said in the log and on the ready fd. */
+static int start_failed(struct broker *b, const char *err)
+{
+    log_event(LOG_ERROR, "broker.start_failed", "error=\"%s\"", err);
+    broker_ready_error(b->opt.ready_fd, err);
+    b->opt.ready_fd = -1;
+    return 1;
+}
+
 int broker_run(struct broker_options *opt)
 {
     static struct broker broker;      /* big (read buffer): not on the stack */
@@ -126,39 +154,22 @@ int broker_run(struct broker_options *opt)
         setrlimit(RLIMIT_NOFILE, &rl);
     }
 
-    rc = listener_lock(b, err, sizeof err);
-    if (rc == 1) {
-        log_event(LOG_INFO, "broker.already_running", "socket=\"%s\"",
-                  b->opt.socket_path);
-        return 0;
-    }
-    if (rc < 0) {
-        log_event(LOG_ERROR, "broker.start_failed", "error=\"%s\"", err);
-        return 1;
-    }
-    if (coord_prepare_private_dir(b->opt.data_dir, err, sizeof err) < 0) {
-        log_event(LOG_ERROR, "broker.start_failed", "error=\"%s\"", err);
-        return 1;
-    }
+    /* main took both locks (before it forked and before the log file) */
+    b->lock_fd = opt->socket_lock_fd;
+    b->data_lock_fd = opt->data_lock_fd;
 
     b->loop = uv_default_loop();
     if (ledger_open(&b->ledger, b->opt.data_dir, b->opt.max_data_size, b->loop,
-                    err, sizeof err) < 0) {
-        log_event(LOG_ERROR, "broker.start_failed", "error=\"%s\"", err);
-        return 1;
-    }
+                    err, sizeof err) < 0)
+        return start_failed(b, err);
     if (redact_init(b->opt.data_dir, b->opt.log_names_plain, err, sizeof err) < 0 ||
 #ifdef COORD_TEST_BREAKS
         breaks_init(err, sizeof err) < 0 ||
 #endif
-        ids_start(b->ledger, err, sizeof err) < 0) {
-        log_event(LOG_ERROR, "broker.start_failed", "error=\"%s\"", err);
-        return 1;
-    }
-    if (tables_init(b, err, sizeof err) < 0 || listener_start(b, err, sizeof err) < 0) {
-        log_event(LOG_ERROR, "broker.start_failed", "error=\"%s\"", err);
-        return 1;
-    }
+        ids_start(b->ledger, err, sizeof err) < 0)
+        return start_failed(b, err);
+    if (tables_init(b, err, sizeof err) < 0 || listener_start(b, err, sizeof err) < 0)
+        return start_failed(b, err);
     b->started_ms = uv_now(b->loop);
 
     uv_prepare_init(b->loop, &b->flush_prepare);
@@ -192,5 +203,9 @@ int broker_run(struct broker_options *opt)
     rc = uv_loop_close(b->loop);
     deadlines_free();
     log_event(LOG_INFO, "broker.exit", "clean=%d", rc == 0);
+    /* the data dir first: a broker that then wins the socket's lock finds
+     * the data dir free, not held by the one that is leaving */
+    close(b->data_lock_fd);
+    close(b->lock_fd);
     return 0;
 }

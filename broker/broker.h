@@ -27,6 +27,10 @@ struct broker_options {
     bool foreground;
     unsigned idle_exit_s;          /* 0: never */
     int ready_fd;                  /* -1: none */
+    /* The two locks main takes before it forks (broker_run owns them):
+     * PATH.lock beside the socket, DATA_DIR/coordd.lock (instance.h). */
+    int socket_lock_fd;
+    int data_lock_fd;
     uint32_t max_frame;
     unsigned max_conns;
     unsigned max_pending;          /* waiting requests per connection */
@@ -142,6 +146,7 @@ struct broker {
     uv_timer_t accept_retry;
     struct log_rate fd_limit_log;
     int lock_fd;                  /* flock'ed file beside the socket */
+    int data_lock_fd;             /* flock'ed DATA_DIR/coordd.lock */
     uv_signal_t sig_term, sig_int;
     uv_prepare_t flush_prepare;
     uv_check_t flush_check;
@@ -252,6 +257,9 @@ void stats_reply(struct conn *c, uint64_t rid);
 /* broker.c */
 /* Runs the broker until shutdown; returns the exit status. */
 int broker_run(struct broker_options *opt);
+/* Tells whoever started the broker why it cannot start: "error REASON\n"
+ * on the ready fd (reason on one line), then closes it.  fd -1: nothing. */
+void broker_ready_error(int fd, const char *reason);
 uint64_t broker_now_ms(struct broker *b);
 void broker_conn_count_changed(struct broker *b);
 void broker_shutdown(struct broker *b);

@@ -30,10 +30,9 @@
 /* Without a reserve fd nothing can be accepted: look again this much later
  * (the peers wait in the backlog meanwhile). */
 #define ACCEPT_RETRY_MS 100
-int listener_lock(struct broker *b, char *err, size_t errsize)
+int listener_lock(const char *path, int *fd, char *err, size_t errsize)
 {
-    const char *path = b->opt.socket_path;
-    char dir[sizeof b->opt.socket_path];
+    char dir[COORD_SOCKET_PATH_MAX + 1];
     if (strlen(path) > COORD_SOCKET_PATH_MAX) {
         snprintf(err, errsize, "socket path is %zu bytes, the limit is %d: %s",
                  strlen(path), COORD_SOCKET_PATH_MAX, path);
@@ -42,19 +41,22 @@ int listener_lock(struct broker *b, char *err, size_t errsize)
     if (coord_dirname(path, dir, sizeof dir) < 0 ||
         coord_prepare_private_dir(dir, err, errsize) < 0)
         return -1;
-    char lockpath[sizeof b->opt.socket_path + 8];
+    char lockpath[COORD_SOCKET_PATH_MAX + 8];
     snprintf(lockpath, sizeof lockpath, "%s.lock", path);
-    b->lock_fd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (b->lock_fd < 0) {
+    int f = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (f < 0) {
         snprintf(err, errsize, "cannot open %s: %s", lockpath, strerror(errno));
         return -1;
     }
-    if (flock(b->lock_fd, LOCK_EX | LOCK_NB) < 0) {
-        if (errno == EWOULDBLOCK)
+    if (flock(f, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        close(f);
+        if (e == EWOULDBLOCK)
             return 1;          /* a live broker owns this socket */
-        snprintf(err, errsize, "cannot lock %s: %s", lockpath, strerror(errno));
+        snprintf(err, errsize, "cannot lock %s: %s", lockpath, strerror(e));
         return -1;
     }
+    *fd = f;
     return 0;
 }
 

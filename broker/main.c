@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 #include "broker.h"
+#include "instance.h"
+#include "listener.h"
 #include "coord-version.h"
 #include "ledger.h"
 #include "paths.h"
@@ -21,7 +23,8 @@ static void usage(FILE *f)
 "  --data-dir DIR          LMDB ledger (default $COORD_DATA_DIR, $XDG_STATE_HOME/coord,\n"
 "                          ~/.local/state/coord)\n"
 "  --idle-exit SECONDS     exit when no client has been connected that long\n"
-"  --ready-fd N            write \"ready\\n\" to fd N once accepting, then close it\n"
+"  --ready-fd N            write \"ready\\n\" to fd N once accepting, or\n"
+"                          \"error REASON\\n\" when it cannot start; then close it\n"
 "  --log-level LEVEL       debug, info, warn or error (default info)\n"
 "  --max-frame BYTES       largest frame accepted (default 1048576)\n"
 "  --max-conns N           connections at once (default 4096)\n"
@@ -80,11 +83,81 @@ static void daemonize(void)
         _exit(1);
 }
 
+/* Cannot start: one line on stderr and the reason on the ready fd. */
+static int refuse(const struct broker_options *opt, const char *reason)
+{
+    fprintf(stderr, "coordd: %s\n", reason);
+    broker_ready_error(opt->ready_fd, reason);
+    return 1;
+}
+
+/* The two locks, then the fork, then the log, then the broker.  Both locks
+ * are taken before daemonize(), so that a refusal reaches the terminal and
+ * the exit status of the command that was typed, and before the log file
+ * is opened, so that a refused broker never writes into the log of the
+ * one it found.  The socket's lock comes first: a second broker on the
+ * same socket and data dir exits quietly (status 0, an autostart race). */
+static int start(struct broker_options *opt)
+{
+    char err[COORD_READY_LINE_MAX];
+    int rc = listener_lock(opt->socket_path, &opt->socket_lock_fd, err, sizeof err);
+    if (rc == 1) {
+        log_event(LOG_INFO, "broker.already_running", "socket=\"%s\"", opt->socket_path);
+        return 0;
+    }
+    if (rc < 0)
+        return refuse(opt, err);
+    if (coord_prepare_private_dir(opt->data_dir, err, sizeof err) < 0)
+        return refuse(opt, err);
+    struct instance_holder h;
+    rc = instance_lock(opt->data_dir, &opt->data_lock_fd, &h, err, sizeof err);
+    if (rc == 1 && strcmp(h.socket, opt->socket_path) == 0) {
+        /* the broker of this very socket, leaving (it gives up the data
+         * dir just before the socket's lock): whoever started us tries
+         * again, as when the socket's lock was taken */
+        log_event(LOG_INFO, "broker.already_running", "socket=\"%s\"", opt->socket_path);
+        return 0;
+    }
+    if (rc == 1 && h.pid > 0)
+        snprintf(err, sizeof err, "data dir %s is in use by the broker pid %d listening on "
+                 "%s (set COORD_SOCKET=%s to use it)", opt->data_dir, (int)h.pid,
+                 h.socket, h.socket);
+    else if (rc == 1)
+        snprintf(err, sizeof err, "data dir %s is in use by another broker (it did not "
+                 "write its pid and socket into %s/%s)", opt->data_dir, opt->data_dir,
+                 INSTANCE_LOCK_FILE);
+    if (rc != 0)
+        return refuse(opt, err);
+
+    /* a broker nobody watches (daemonized, or autostarted by libcoord with
+     * stderr on /dev/null) logs to a file in its data dir */
+    bool to_file = !opt->foreground || log_stderr_is_null();
+    if (!opt->foreground)
+        daemonize();
+    /* after the forks: the pid that holds the locks now.  Not written (a
+     * full disk): the lock holds all the same, a broker refused later just
+     * cannot name us, and the ledger will say what is wrong */
+    char unnamed[256];
+    bool named = instance_publish(opt->data_lock_fd, opt->socket_path, unnamed,
+                                  sizeof unnamed) == 0;
+    if (to_file) {
+        char logpath[sizeof opt->data_dir + 16];
+        snprintf(logpath, sizeof logpath, "%s/coordd.log", opt->data_dir);
+        if (log_to_file(logpath, err, sizeof err) < 0 && opt->foreground)
+            fprintf(stderr, "coordd: %s\n", err);
+    }
+    if (!named)
+        log_event(LOG_WARN, "broker.lock_unnamed", "error=\"%s\"", unnamed);
+    return broker_run(opt);
+}
+
 int main(int argc, char **argv)
 {
     struct broker_options opt;
     memset(&opt, 0, sizeof opt);
     opt.ready_fd = -1;
+    opt.socket_lock_fd = -1;
+    opt.data_lock_fd = -1;
     opt.max_frame = COORD_MAX_FRAME_DEFAULT;
     opt.max_conns = 4096;
     opt.max_pending = 1024;
@@ -182,34 +255,18 @@ int main(int argc, char **argv)
         }
         strcpy(opt.socket_path, socket_arg);
     } else if (coord_default_socket_path(opt.socket_path, sizeof opt.socket_path) < 0) {
-        fprintf(stderr, "coordd: default socket path too long\n");
+        refuse(&opt, "the default socket path is too long");
         return 2;
     }
     if (data_arg) {
         if (strlen(data_arg) >= sizeof opt.data_dir) {
-            fprintf(stderr, "coordd: data dir path too long\n");
+            refuse(&opt, "data dir path too long");
             return 2;
         }
         strcpy(opt.data_dir, data_arg);
     } else if (coord_default_data_dir(opt.data_dir, sizeof opt.data_dir) < 0) {
-        fprintf(stderr, "coordd: default data dir path too long\n");
+        refuse(&opt, "the default data dir path is too long");
         return 2;
     }
-    char err[512];
-    if (coord_prepare_private_dir(opt.data_dir, err, sizeof err) < 0) {
-        fprintf(stderr, "coordd: %s\n", err);
-        return 1;
-    }
-    /* a broker nobody watches (daemonized, or autostarted by libcoord with
-     * stderr on /dev/null) logs to a file in its data dir */
-    bool to_file = !opt.foreground || log_stderr_is_null();
-    if (!opt.foreground)
-        daemonize();
-    if (to_file) {
-        char logpath[sizeof opt.data_dir + 16];
-        snprintf(logpath, sizeof logpath, "%s/coordd.log", opt.data_dir);
-        if (log_to_file(logpath, err, sizeof err) < 0 && opt.foreground)
-            fprintf(stderr, "coordd: %s\n", err);
-    }
-    return broker_run(&opt);
+    return start(&opt);
 }

@@ -33,7 +33,10 @@
 
 /* ---- the last connect failure, per thread ---- */
 
-static __thread char connect_err[COORD_ERRMSG_MAX];
+/* Room for a broker's own reason (COORD_READY_LINE_MAX) and the socket's
+ * path around it. */
+#define CONNECT_ERR_MAX (COORD_READY_LINE_MAX + 256)
+static __thread char connect_err[CONNECT_ERR_MAX];
 
 const char *coord__connect_error(void)
 {
@@ -273,15 +276,16 @@ static int spawn_broker(const char *broker, const char *sock, unsigned idle_s)
     return p[0];
 }
 
-enum ready { READY_OK, READY_EOF, READY_TIMEOUT };
+enum ready { READY_OK, READY_EOF, READY_TIMEOUT, READY_FAILED };
 
-/* Reads the ready pipe until "ready\n", EOF or the deadline.  *exec_errno
- * is set when the broker could not be executed. */
-static enum ready await_ready(int rfd, int64_t deadline, int *exec_errno)
+/* Reads the ready pipe until "ready\n", EOF or the deadline.  A broker that
+ * could not be executed says "E<errno>\n" (exec_broker), one that cannot
+ * start says "error REASON\n": READY_FAILED with connect_err set. */
+static enum ready await_ready(int rfd, int64_t deadline, const char *broker,
+                              const char *path)
 {
-    char buf[64];
+    char buf[COORD_READY_LINE_MAX + 1];
     size_t have = 0;
-    *exec_errno = 0;
     for (;;) {
         int64_t left = deadline - coord__now_ms();
         if (left <= 0)
@@ -298,13 +302,28 @@ static enum ready await_ready(int rfd, int64_t deadline, int *exec_errno)
         if (r > 0)
             have += (size_t)r;
         buf[have] = '\0';
-        if (strstr(buf, "ready\n"))
-            return READY_OK;
-        if (r <= 0 || have == sizeof buf - 1) {
-            if (buf[0] == 'E')
-                *exec_errno = atoi(buf + 1);
-            return READY_EOF;
+        /* the whole lines so far, then what is left at EOF or when full */
+        char *line = buf, *nl;
+        while ((nl = strchr(line, '\n')) ||
+               ((r <= 0 || have == sizeof buf - 1) && *line && (nl = line + strlen(line)))) {
+            bool last = *nl == '\0';
+            *nl = '\0';
+            if (!last && strcmp(line, "ready") == 0)
+                return READY_OK;
+            if (line[0] == 'E' && line[1] >= '0' && line[1] <= '9') {
+                cerr("cannot start the broker %s: %s", broker, strerror(atoi(line + 1)));
+                return READY_FAILED;
+            }
+            if (strncmp(line, "error ", 6) == 0 && line[6]) {
+                cerr("the broker for %s did not start: %s", path, line + 6);
+                return READY_FAILED;
+            }
+            line = last ? nl : nl + 1;       /* a line we do not know */
         }
+        if (r <= 0 || have == sizeof buf - 1)
+            return READY_EOF;
+        have -= (size_t)(line - buf);         /* keep the partial line */
+        memmove(buf, line, have + 1);
     }
 }
 
@@ -357,15 +376,11 @@ static int open_socket(const char *path, const coord_options *o)
                 continue;
             }
             if (rfd >= 0) {
-                int exec_errno;
-                enum ready r = await_ready(rfd, deadline, &exec_errno);
+                enum ready r = await_ready(rfd, deadline, broker, path);
                 close(rfd);
                 rfd = -1;
-                if (exec_errno) {
-                    cerr("cannot start the broker %s: %s", broker,
-                         strerror(exec_errno));
+                if (r == READY_FAILED)
                     goto fail;
-                }
                 if (r == READY_OK)
                     continue;                 /* connect again at once */
                 /* EOF: another broker won the race, or the lock beside the

@@ -8,6 +8,12 @@
 /* sun_path holds 108 bytes including the NUL; libuv truncates silently. */
 #define COORD_SOCKET_PATH_MAX 107
 
+/* The longest line a starting broker writes to its --ready-fd: "ready\n",
+ * or "error REASON\n" when it cannot start.  A reason names a data dir
+ * and a socket or two; one longer than this is cut, and readers stop at
+ * this many bytes. */
+#define COORD_READY_LINE_MAX 1024
+
 /* $COORD_SOCKET, else $XDG_RUNTIME_DIR/coord/broker.sock, else
  * /tmp/coord-$UID/broker.sock.  Returns 0, or -1 when it does not fit. */
 int coord_default_socket_path(char *out, size_t size);

@@ -163,7 +163,8 @@ static void help(FILE *f)
         "Global flags (before the command):\n"
         "  --socket PATH    broker socket (default: $COORD_SOCKET,\n"
         "                   $XDG_RUNTIME_DIR/coord/broker.sock, /tmp/coord-$UID/broker.sock)\n"
-        "  --scope S        scope of names, keys and channels (default \"\")\n"
+        "  --scope S        scope of names, keys and channels (default $COORD_SCOPE,\n"
+        "                   else \"\"): a namespace in your broker, not a boundary\n"
         "  --json           machine-readable output: one JSON line\n"
         "  --no-autostart   never start the broker\n"
         "  -h, --help       this text\n"
@@ -645,6 +646,14 @@ int main(int argc, char **argv)
         return CTL_EXIT_OK;
     }
 
+    /* every command works in $COORD_SCOPE unless --scope says otherwise,
+     * so that a coordctl inside CMD of lock, once or leader-run works where
+     * the outer one does */
+    if (!ctl.opts.scope) {
+        const char *s = getenv("COORD_SCOPE");
+        if (s && *s)
+            ctl.opts.scope = s;
+    }
     if (ctl.opts.socket_path) {
         size_t n = strlen(ctl.opts.socket_path);
         if (n == 0 || n > COORD_SOCKET_PATH_MAX) {
@@ -659,6 +668,12 @@ int main(int argc, char **argv)
         return CTL_EXIT_USAGE;
     }
 
+    /* ... and the CMD that lock, once and leader-run start inherits both */
+    if ((ctl.opts.scope && setenv("COORD_SCOPE", ctl.opts.scope, 1) < 0) ||
+        setenv("COORD_SOCKET", ctl.socket, 1) < 0) {
+        fprintf(stderr, "coordctl: setenv: %s\n", strerror(errno));
+        return CTL_EXIT_FAIL;
+    }
     for (size_t k = 0; k < N_COMMANDS; k++) {
         if (strcmp(argv[i], commands[k].name) != 0)
             continue;

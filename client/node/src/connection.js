@@ -8,7 +8,8 @@
 //   broker: options.broker, else $COORD_BROKER, else `coordd` from $PATH,
 //           started detached (own session) as
 //           `coordd --foreground --socket S --idle-exit N --ready-fd 3`,
-//           then we wait for "ready\n" on its fd 3 and connect again.
+//           then we wait for "ready\n" on its fd 3 and connect again (a broker
+//           that cannot start writes "error REASON\n" there: we report it).
 // Node cannot read SO_PEERCRED, so instead of checking the peer's uid we
 // refuse a socket whose directory is not ours or is writable by others (the
 // broker itself refuses such a directory): only our uid can have bound there.
@@ -100,8 +101,13 @@ function tryConnect(sockPath) {
   });
 }
 
+// The longest line a starting broker writes to its ready fd (paths.h).
+const READY_LINE_MAX = 1024;
+
 // Starts the broker detached; resolves 'ready', 'eof' (exited or another
-// broker won the race) or 'timeout'; rejects when it could not be executed.
+// broker won the race) or 'timeout'; rejects when it could not be executed
+// or when it could not start: then it wrote "error REASON\n" on the ready fd
+// (a data dir served by another broker, one that cannot be created, ...).
 function spawnBroker(broker, sockPath, idleS, deadline) {
   return new Promise((resolve, reject) => {
     let child;
@@ -125,11 +131,22 @@ function spawnBroker(broker, sockPath, idleS, deadline) {
     };
     const timer = setTimeout(() => finish('timeout'), Math.max(0, deadline - Date.now()));
     child.once('error', (e) => finish(null, new ConnectError(`cannot start the broker ${broker}: ${e.message}`)));
+    // "error REASON": whole once its newline came, the pipe closed or the
+    // line reached its limit
+    const failed = (whole) => {
+      const nl = got.indexOf('\n');
+      if (!got.startsWith('error ') || !(whole || nl > 6 || got.length >= READY_LINE_MAX))
+        return false;
+      const reason = got.slice(6, nl > 0 ? nl : READY_LINE_MAX);
+      finish(null, new ConnectError(`the broker for ${sockPath} did not start: ${reason}`));
+      return true;
+    };
     pipe.on('data', (d) => {
-      got += d.toString('latin1');
+      got += d.toString('utf8');
       if (got.includes('ready\n')) finish('ready');
+      else failed(false);
     });
-    pipe.once('close', () => finish('eof'));
+    pipe.once('close', () => failed(true) || finish('eof'));
     pipe.once('error', () => finish('eof'));
   });
 }

@@ -6,9 +6,10 @@ Blocking helpers; the asyncio client runs the autostart part in an
 executor.  Autostart: when nothing listens on the socket (ENOENT or
 ECONNREFUSED), ``coordd --foreground --socket PATH --idle-exit S
 --ready-fd N`` is started in its own session with /dev/null as
-stdin/stdout/stderr, and we wait for "ready\\n" on the pipe N.  The broker
-is our child (Python cannot safely double-fork with threads running), so a
-daemon thread reaps it; it outlives us like libcoord's.
+stdin/stdout/stderr, and we wait for "ready\\n" on the pipe N (a broker
+that cannot start writes "error REASON\\n" there instead: we raise it).
+The broker is our child (Python cannot safely double-fork with threads
+running), so a daemon thread reaps it; it outlives us like libcoord's.
 """
 from __future__ import annotations
 
@@ -114,9 +115,15 @@ def spawn_broker(broker: str, sock_path: str, idle_exit: int) -> int:
     return r
 
 
-def await_ready(rfd: int, deadline: float) -> bool:
+# The longest line a starting broker writes to its ready fd (paths.h).
+READY_LINE_MAX = 1024
+
+
+def await_ready(rfd: int, deadline: float, path: str = "") -> bool:
     """True once "ready\\n" came on rfd; False on EOF (another broker won the
-    race, or this one failed) or when the deadline passed."""
+    race, or the lock beside the socket was still held by a broker that is
+    leaving) or when the deadline passed.  A broker that cannot start says
+    "error REASON\\n" first: ConnectError with that reason."""
     buf = b""
     try:
         while True:
@@ -126,11 +133,16 @@ def await_ready(rfd: int, deadline: float) -> bool:
             rl, _, _ = select.select([rfd], [], [], left)
             if not rl:
                 return False
-            chunk = os.read(rfd, 64)
+            chunk = os.read(rfd, READY_LINE_MAX)
             buf += chunk
             if b"ready\n" in buf:
                 return True
-            if not chunk or len(buf) > 64:
+            whole = not chunk or b"\n" in buf or len(buf) >= READY_LINE_MAX
+            if buf.startswith(b"error ") and whole:
+                reason = buf[6:READY_LINE_MAX].split(b"\n", 1)[0]
+                raise ConnectError(f"the broker for {path} did not start: "
+                                   f"{reason.decode('utf-8', 'replace')}")
+            if not chunk or len(buf) >= READY_LINE_MAX:
                 return False
     finally:
         os.close(rfd)
@@ -158,11 +170,12 @@ MAX_SPAWNS = 8
 
 def autostart(path: str, broker: Optional[str], idle_exit: int, deadline: float) -> bool:
     """Prepares the socket directory, starts the broker, waits for ready
-    (or EOF: someone else's broker may be coming up).  True once ready."""
+    (or EOF: someone else's broker may be coming up).  True once ready;
+    ConnectError with the broker's reason when it cannot start."""
     prepare_private_dir(os.path.dirname(path) or ".")
     exe = resolve_broker(broker)
     rfd = spawn_broker(exe, path, idle_exit)
-    return await_ready(rfd, deadline)
+    return await_ready(rfd, deadline, path)
 
 
 def open_socket(path: str, *, autostart_ok: bool, broker: Optional[str],
