@@ -42,7 +42,7 @@ static void usage(FILE *f)
 "  --etcd-prefix P         the ledger's keys in etcd start with P (default /coord/)\n"
 "  --log-names hash|plain  names, keys and client text in the log as keyed\n"
 "                          hashes (the default) or as they are (debugging)\n"
-"  --version, --help\n");
+"  -V, --version, -h, --help\n");
 }
 
 static int parse_num(const char *s, unsigned long long min, unsigned long long max,
@@ -193,7 +193,7 @@ int main(int argc, char **argv)
     };
     int ch;
     unsigned long long v;
-    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
         int bad = 0;
         switch (ch) {
         case O_FG: opt.foreground = true; break;
@@ -233,9 +233,9 @@ int main(int argc, char **argv)
             if (!bad)
                 strcpy(opt.etcd_prefix, optarg);
             break;
-        case O_VERSION: printf("coordd %s\n", COORD_VERSION); return 0;
-        case O_HELP: usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case O_VERSION: case 'V': printf("coordd %s\n", COORD_VERSION); return 0;
+        case O_HELP: case 'h': usage(stdout); return 0;
+        default: fprintf(stderr, "coordd: try coordd --help\n"); return 2;
         }
         if (bad) {
             fprintf(stderr, "coordd: bad value for --%s: %s\n",

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "coord-version.h"
 #include "coordctl.h"
 #include "ctl-key.h"
 #include "paths.h"
@@ -168,6 +169,7 @@ static void help(FILE *f)
         "  --json           machine-readable output: one JSON line\n"
         "  --no-autostart   never start the broker\n"
         "  -h, --help       this text\n"
+        "  -V, --version    coordctl's version (and the library's)\n"
         "\n"
         "Commands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++) {
@@ -621,6 +623,10 @@ int main(int argc, char **argv)
         }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             help(stdout);
+            return CTL_EXIT_OK;
+        }
+        if (!strcmp(a, "-V") || !strcmp(a, "--version")) {
+            printf("coordctl %s\n", COORD_VERSION);
             return CTL_EXIT_OK;
         }
         if (!strcmp(a, "--json")) {
