@@ -64,7 +64,7 @@ int ll_open(struct leader_ledger **out, struct broker *b, char *err, size_t errs
                  backends[i]->name);
     }
     if (!be) {
-        snprintf(err, errsize, "unknown leader ledger \"%s\" (this broker has: %s)", name, have);
+        snprintf(err, errsize, "unknown leader ledger '%s' (this broker has: %s)", name, have);
         return -1;
     }
     struct leader_ledger *l = calloc(1, sizeof *l);

@@ -193,6 +193,7 @@ int main(int argc, char **argv)
     };
     int ch;
     unsigned long long v;
+    bool etcd_prefix_set = false;
     while ((ch = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
         int bad = 0;
         switch (ch) {
@@ -229,6 +230,7 @@ int main(int argc, char **argv)
                 strcpy(opt.etcd_endpoints, optarg);
             break;
         case O_ETCD_PREFIX:
+            etcd_prefix_set = true;
             bad = !*optarg || strlen(optarg) >= sizeof opt.etcd_prefix;
             if (!bad)
                 strcpy(opt.etcd_prefix, optarg);
@@ -244,7 +246,13 @@ int main(int argc, char **argv)
         }
     }
     if (optind < argc) {
-        usage(stderr);
+        fprintf(stderr, "coordd: unexpected argument %s (try coordd --help)\n", argv[optind]);
+        return 2;
+    }
+    /* the etcd flags mean nothing to another ledger: say so, never ignore them */
+    if (strcmp(opt.leader_ledger, "etcd") != 0 && (opt.etcd_endpoints[0] || etcd_prefix_set)) {
+        fprintf(stderr, "coordd: --etcd-endpoints and --etcd-prefix need --ledger etcd "
+                        "(the ledger is %s)\n", opt.leader_ledger);
         return 2;
     }
     if (socket_arg) {

@@ -1,0 +1,53 @@
+"""test_conventions.py - the command lines speak as a shell user expects
+(the test 'cli-conventions'): versions, short usage errors, flags that
+would be ignored are refused, start errors quoted so a log parser reads
+them."""
+import os
+import re
+import subprocess
+import tempfile
+
+COORDD = os.environ["COORDD"]
+COORDCTL = os.environ["COORDCTL"]
+
+
+def run(*argv, **kw):
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30, **kw)
+
+
+def test_versions():
+    for flag in ("--version", "-V"):
+        assert re.fullmatch(r"coordctl \d+\.\d+\.\d+\n", run(COORDCTL, flag).stdout)
+        assert re.fullmatch(r"coordd \d+\.\d+\.\d+\n", run(COORDD, flag).stdout)
+
+
+def test_coordd_help_and_short_usage_errors():
+    h = run(COORDD, "-h")
+    assert h.returncode == 0 and h.stdout.startswith("usage: coordd")
+    bad = run(COORDD, "--bogus")
+    assert bad.returncode == 2
+    assert bad.stdout == ""
+    assert bad.stderr.strip().splitlines()[-1] == "coordd: try coordd --help"
+    assert len(bad.stderr.strip().splitlines()) <= 2            # getopt's line and ours
+    extra = run(COORDD, "stray")
+    assert extra.returncode == 2 and "unexpected argument stray" in extra.stderr
+
+
+def test_etcd_flags_without_the_etcd_ledger_are_refused():
+    for args in (["--etcd-endpoints", "http://127.0.0.1:2379"], ["--etcd-prefix", "/x/"]):
+        r = run(COORDD, "--foreground", *args)
+        assert r.returncode == 2
+        assert "need --ledger etcd" in r.stderr
+
+
+def test_unknown_ledger_is_one_parseable_log_line():
+    with tempfile.TemporaryDirectory() as d:
+        os.chmod(d, 0o700)
+        r = run(COORDD, "--foreground", "--socket", os.path.join(d, "s"), "--data-dir",
+                os.path.join(d, "data"), "--ledger", "bogus")
+        assert r.returncode == 1
+        line = [l for l in r.stderr.splitlines() if "broker.start_failed" in l][0]
+        # key="value" pairs, the value free of unescaped quotes
+        m = re.search(r'error="([^"]*)"$', line)
+        assert m, line
+        assert "unknown leader ledger 'bogus'" in m.group(1)
