@@ -139,19 +139,46 @@ static const struct ctl_command commands[] = {
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
-/* A summary (possibly several lines) indented by indent after its first
- * line. */
+/* The help text's width: a terminal's 80 columns. */
+#define HELP_COLUMNS 80
+
+/* Text of several lines, the first starting at column col (the caller
+ * printed that much), the others indented by indent.  The line breaks
+ * written in s stay; a line that would pass HELP_COLUMNS is wrapped at a
+ * space, its rest indented like the others. */
+static void print_summary_at(FILE *f, const char *s, int col, int indent)
+{
+    int at = col;
+    bool line_start = true;
+    for (;;) {
+        if (*s == '\n') {
+            fprintf(f, "\n%*s", indent, "");
+            at = indent;
+            line_start = true;
+            s++;
+            continue;
+        }
+        if (!*s)
+            break;
+        size_t sp = strspn(s, " ");
+        size_t w = strcspn(s + sp, " \n");
+        if (!line_start && at + (int)(sp + w) > HELP_COLUMNS) {
+            fprintf(f, "\n%*s", indent, "");
+            at = indent;
+            s += sp;                      /* the break takes the spaces' place */
+            sp = 0;
+        }
+        fprintf(f, "%.*s", (int)(sp + w), s);
+        at += (int)(sp + w);
+        s += sp + w;
+        line_start = false;
+    }
+    fputc('\n', f);
+}
+
 static void print_summary(FILE *f, const char *s, int indent)
 {
-    for (;;) {
-        const char *nl = strchr(s, '\n');
-        if (!nl) {
-            fprintf(f, "%s\n", s);
-            return;
-        }
-        fprintf(f, "%.*s\n%*s", (int)(nl - s), s, indent, "");
-        s = nl + 1;
-    }
+    print_summary_at(f, s, indent, indent);
 }
 
 static void help(FILE *f)
@@ -163,7 +190,8 @@ static void help(FILE *f)
         "\n"
         "Global flags (before the command):\n"
         "  --socket PATH    broker socket (default: $COORD_SOCKET,\n"
-        "                   $XDG_RUNTIME_DIR/coord/broker.sock, /tmp/coord-$UID/broker.sock)\n"
+        "                   $XDG_RUNTIME_DIR/coord/broker.sock,\n"
+        "                   /tmp/coord-$UID/broker.sock)\n"
         "  --scope S        scope of names, keys and channels (default $COORD_SCOPE,\n"
         "                   else \"\"): a namespace in your broker, not a boundary\n"
         "  --json           machine-readable output: one JSON line\n"
@@ -176,13 +204,12 @@ static void help(FILE *f)
         char syn[400];
         snprintf(syn, sizeof syn, "%s%s%s", commands[i].name,
                  commands[i].args[0] ? " " : "", commands[i].args);
-        if (strlen(syn) > 18) {          /* long synopsis: own line(s) */
-            fputs("  ", f);
-            print_summary(f, syn, 4);
-            fprintf(f, "  %-18s ", "");
-        } else
-            fprintf(f, "  %-18s ", syn);
-        print_summary(f, commands[i].summary, 21);
+        /* the synopsis on its line(s), the summary below it: every
+         * line then fits HELP_COLUMNS */
+        fputs("  ", f);
+        print_summary_at(f, syn, 2, 4);
+        fputs("      ", f);
+        print_summary_at(f, commands[i].summary, 6, 6);
     }
     fprintf(f,
         "\n"
@@ -244,10 +271,11 @@ int ctl_usage(struct ctl *ctl, const char *fmt, ...)
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    /* one line: the synopsis is one --help away */
     if (ctl->cmd)
-        fprintf(stderr, "usage: coordctl %s%s%s\n", ctl->cmd->name,
-                ctl->cmd->args[0] ? " " : "", ctl->cmd->args);
+        fprintf(stderr, " (try coordctl %s --help)\n", ctl->cmd->name);
+    else
+        fputs(" (try coordctl --help)\n", stderr);
     return CTL_EXIT_USAGE;
 }
 
@@ -686,8 +714,11 @@ int main(int argc, char **argv)
         ctl.cmd = &commands[k];
         if (i + 1 < argc && (!strcmp(argv[i + 1], "-h") ||
                              !strcmp(argv[i + 1], "--help"))) {
-            printf("usage: coordctl %s%s%s\n  ", ctl.cmd->name,
-                   ctl.cmd->args[0] ? " " : "", ctl.cmd->args);
+            char syn[400];
+            snprintf(syn, sizeof syn, "usage: coordctl %s%s%s", ctl.cmd->name,
+                     ctl.cmd->args[0] ? " " : "", ctl.cmd->args);
+            print_summary(stdout, syn, 4);
+            fputs("  ", stdout);
             print_summary(stdout, ctl.cmd->summary, 2);
             return CTL_EXIT_OK;
         }

@@ -51,3 +51,26 @@ def test_unknown_ledger_is_one_parseable_log_line():
         m = re.search(r'error="([^"]*)"$', line)
         assert m, line
         assert "unknown leader ledger 'bogus'" in m.group(1)
+
+
+def commands():
+    out = run(COORDCTL, "--help").stdout
+    return re.findall(r"^  ([a-z][a-z-]*)\b", out.split("Commands:\n")[1], re.M)
+
+
+def test_help_fits_80_columns():
+    texts = {"--help": run(COORDCTL, "--help").stdout}
+    names = commands()
+    assert {"lock", "once", "leader-run", "stats", "top"} <= set(names)
+    for c in names:
+        texts[c] = run(COORDCTL, c, "--help").stdout
+    wide = [(k, line) for k, t in texts.items() for line in t.splitlines() if len(line) > 80]
+    assert wide == []
+
+
+def test_usage_error_is_one_line_with_a_pointer():
+    r = run(COORDCTL, "lock", "--bogus", "x", "--", "true")
+    assert r.returncode == 2
+    assert r.stderr == "coordctl: lock: unknown flag --bogus (try coordctl lock --help)\n"
+    r = run(COORDCTL, "--bogus")
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "--help" in r.stderr
