@@ -74,3 +74,37 @@ def test_usage_error_is_one_line_with_a_pointer():
     assert r.stderr == "coordctl: lock: unknown flag --bogus (try coordctl lock --help)\n"
     r = run(COORDCTL, "--bogus")
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "--help" in r.stderr
+
+
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def complete(*words):
+    """COMPREPLY of the bash completion for the command line words (the
+    last one being completed)."""
+    script = os.path.join(SRC, "tools", "completion", "coordctl.bash")
+    prog = (f'source "{script}"; COMP_WORDS=("$@"); COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 )); '
+            'COMPREPLY=(); _coordctl; printf "%s\\n" "${COMPREPLY[@]}"')
+    r = run("bash", "-c", prog, "bash", COORDCTL, *words)
+    assert r.returncode == 0, r.stderr
+    return [w for w in r.stdout.splitlines() if w]
+
+
+def test_bash_completion_reads_the_binary():
+    assert set(complete("")) == set(commands())
+    assert complete("lea") == ["leader", "leader-run"] or set(complete("lea")) == {"leader", "leader-run"}
+    assert "--steal" in complete("lock", "--")
+    assert "--lease" in complete("leader-run", "--l")
+    assert "--openmetrics" in complete("stats", "--")
+    assert "--scope" in complete("--s")
+    # after --, the CMD is a command of the shell
+    assert "sh" in complete("lock", "x", "--", "sh")
+
+
+def test_zsh_completion_parses():
+    import shutil
+    if not shutil.which("zsh"):
+        import pytest
+        pytest.skip("zsh is not installed")
+    r = run("zsh", "-n", os.path.join(SRC, "tools", "completion", "_coordctl"))
+    assert r.returncode == 0, r.stderr

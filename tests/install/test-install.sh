@@ -30,6 +30,8 @@ for f in bin/coordd bin/coordctl include/coord.h include/coord-uv.h include/coor
          share/man/man8/coordd.8 share/man/man1/coordctl.1 share/man/man3/libcoord.3; do
     [ -e "$root/$f" ] || fail "$prefix/$f was not installed"
 done
+[ -f "$root/share/bash-completion/completions/coordctl" ] && [ -f "$root/share/zsh/site-functions/_coordctl" ] ||
+    fail "the shell completions were not installed"
 [ -f "$root/share/doc/coord/PROTOCOL.md" ] || fail "PROTOCOL.md, which the man pages point to, was not installed"
 # `man coord_once`: one link page per function of the installed headers
 for fn in $(/usr/bin/python3 "$src/man/links.py" "$root/include/coord.h" "$root/include/coord-uv.h"); do
