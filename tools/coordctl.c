@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include "coord-version.h"
 #include "coordctl.h"
 #include "ctl-key.h"
@@ -179,6 +181,33 @@ static void print_summary_at(FILE *f, const char *s, int col, int indent)
 static void print_summary(FILE *f, const char *s, int indent)
 {
     print_summary_at(f, s, indent, indent);
+}
+
+/* The coordd that came with this coordctl, for autostart: beside it (an
+ * install: both in BINDIR) or, in a build tree, at ../broker/coordd.  So
+ * the tools work as built, before anything is installed or on PATH;
+ * $COORD_BROKER still chooses, and without either it is "coordd" from
+ * PATH as for every libcoord program. */
+static bool broker_beside(char *out, size_t size)
+{
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return false;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (!slash)
+        return false;
+    *slash = '\0';
+    static const char *const rel[] = { "/coordd", "/../broker/coordd" };
+    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+        if (snprintf(out, size, "%s%s", self, rel[i]) >= (int)size)
+            continue;
+        struct stat st;
+        if (stat(out, &st) == 0 && S_ISREG(st.st_mode) && access(out, X_OK) == 0)
+            return true;
+    }
+    return false;
 }
 
 static void help(FILE *f)
@@ -638,6 +667,9 @@ int main(int argc, char **argv)
     memset(&ctl, 0, sizeof ctl);
     coord_options_init(&ctl.opts);
     ctl.opts.client_name = "coordctl";
+    static char beside[4096];
+    if (!getenv("COORD_BROKER") && broker_beside(beside, sizeof beside))
+        ctl.opts.broker_path = beside;
 
     int i = 1;
     for (; i < argc; i++) {

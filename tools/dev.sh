@@ -4,6 +4,8 @@
 #   tools/dev.sh demo [ARGS...]   build, then run the demo
 #   tools/dev.sh test [ARGS...]   build, then `meson test` (ARGS go to meson test)
 #   tools/dev.sh build            install deps and build only
+#   tools/dev.sh install [PREFIX] build, then install into PREFIX (default
+#                                 ~/.local: bin on PATH, man, systemd units)
 #   tools/dev.sh deps             install deps only
 #
 # Environment:
@@ -30,7 +32,7 @@ say() { printf 'dev.sh: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
 
 usage() {
-    sed -n '4,7p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '4,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -100,6 +102,25 @@ build() {
     ninja -C "$BUILD_DIR"
 }
 
+# Installs the build into PREFIX (default ~/.local, no root needed): coordd
+# and coordctl in PREFIX/bin (on Debian's PATH once ~/.local/bin exists, from
+# the next login: ~/.profile adds it), the man pages where man finds them
+# from PATH, the systemd user units where systemctl --user looks, and the
+# shell completions where bash-completion and zsh look.
+install_user() {
+    local prefix="${1:-$HOME/.local}"
+    build
+    meson configure "$BUILD_DIR" --prefix="$prefix" >/dev/null
+    ninja -C "$BUILD_DIR" >/dev/null
+    meson install -C "$BUILD_DIR" --quiet
+    say "installed into $prefix"
+    case ":$PATH:" in
+        *":$prefix/bin:"*) ;;
+        *) say "$prefix/bin is not on PATH yet: log in again, or: export PATH=\"$prefix/bin:\$PATH\"" ;;
+    esac
+    say "try: coordctl status; man coordctl; systemctl --user enable --now coordd.socket"
+}
+
 demo() {
     if [ -x "$BUILD_DIR/tools/coord-demo" ]; then
         exec "$BUILD_DIR/tools/coord-demo" "$@"
@@ -123,6 +144,7 @@ case "$cmd" in
     build) install_deps; build ;;
     test)  install_deps; build; meson test -C "$BUILD_DIR" --print-errorlogs "$@" ;;
     demo)  install_deps; build; demo "$@" ;;
+    install) install_deps; install_user "$@" ;;
     -h|--help|help) usage ;;
     *)     usage ;;
 esac

@@ -2,6 +2,7 @@
 (the test 'cli-conventions'): versions, short usage errors, flags that
 would be ignored are refused, start errors quoted so a log parser reads
 them."""
+import json
 import os
 import re
 import subprocess
@@ -108,3 +109,21 @@ def test_zsh_completion_parses():
         pytest.skip("zsh is not installed")
     r = run("zsh", "-n", os.path.join(SRC, "tools", "completion", "_coordctl"))
     assert r.returncode == 0, r.stderr
+
+
+def test_built_coordctl_starts_the_coordd_it_came_with():
+    """Right after a build nothing is on PATH: coordctl autostarts the
+    coordd of its own build (../broker/coordd) or install (beside it)."""
+    with tempfile.TemporaryDirectory() as d:
+        os.chmod(d, 0o700)
+        env = {k: v for k, v in os.environ.items() if k != "COORD_BROKER"}
+        env.update(PATH="/usr/bin:/bin", COORD_SOCKET=os.path.join(d, "s"),
+                   COORD_DATA_DIR=os.path.join(d, "data"))
+        try:
+            r = run(COORDCTL, "lock", "x", "--", "echo", "ran", env=env)
+            assert r.returncode == 0, r.stderr
+            assert r.stdout == "ran\n"
+        finally:
+            st = run(COORDCTL, "--no-autostart", "--json", "status", env=env)
+            if st.returncode == 0:
+                os.kill(json.loads(st.stdout)["pid"], 15)

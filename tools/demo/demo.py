@@ -432,7 +432,11 @@ class Demo:
         if self.args.keep:
             note(f"the broker keeps running (pid {self.broker.pid}, exits after 10 idle minutes):")
             note(f"  export COORD_SOCKET={self.sock}")
-            note(f"  coordctl status; coordctl leader history outbox; coordctl records; coordctl watch")
+            on_path = shutil.which("coordctl")
+            ctl = "coordctl" if on_path and os.path.samefile(on_path, self.ctl) else self.ctl
+            if ctl != "coordctl":
+                note("  (coordctl is not on PATH yet: tools/dev.sh install puts it in ~/.local/bin)")
+            note(f"  {ctl} status; {ctl} leader history outbox; {ctl} records; {ctl} top")
             note(f"  kill {self.broker.pid}; rm -r {self.work}    # when done")
         else:
             note("your own broker: coordctl status, locks, flights, records, leader history WS, watch")
