@@ -106,3 +106,22 @@ int coord_prepare_private_dir(const char *dir, char *err, size_t errsize)
     }
     return 0;
 }
+
+int coord_parse_lock_holder(const char *text, struct coord_lock_holder *h)
+{
+    const char *p = strstr(text, "pid=");
+    const char *s = strstr(text, "\nsocket=");
+    if (p != text || !s)
+        return -1;
+    const char *end = strchr(s + 8, '\n');
+    if (!end || (size_t)(end - (s + 8)) >= sizeof h->socket)
+        return -1;
+    char *pe;
+    long pid = strtol(text + 4, &pe, 10);
+    if (pe != s || pid <= 0)
+        return -1;
+    h->pid = (pid_t)pid;
+    memcpy(h->socket, s + 8, (size_t)(end - (s + 8)));
+    h->socket[end - (s + 8)] = '\0';
+    return 0;
+}
