@@ -29,6 +29,10 @@ static const struct ctl_command commands[] = {
                     "COUNT frames, then exit (without a terminal: plain frames)",
                     cmd_top },
     { "ping",   "[-c COUNT]", "round trip time to the broker", cmd_ping },
+    { "doctor", "", "check what keeps coord from working (home, socket and data\n"
+                "dirs, the broker and a second one on the data dir, the log, the\n"
+                "coordd autostart runs, versions, the ledger) and say what to do;\n"
+                "exit 1 when a check failed; never starts the broker", cmd_doctor },
     { "locks",  "", "held and pending locks (like navigator.locks.query())",
                     cmd_locks },
     { "lock",   "[-s] [-n] [-w SECONDS] [--steal] [--lease SECONDS] NAME -- CMD...",

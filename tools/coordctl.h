@@ -254,6 +254,7 @@ int ctl_hold_run(struct ctl_hold *h, const char *const *env, char **cmd);
 int cmd_status(struct ctl *ctl, int argc, char **argv);
 int cmd_stats(struct ctl *ctl, int argc, char **argv);
 int cmd_top(struct ctl *ctl, int argc, char **argv);
+int cmd_doctor(struct ctl *ctl, int argc, char **argv);
 /* ctl-metrics.c: stats --openmetrics [--listen HOST:PORT] */
 int ctl_stats_openmetrics(struct ctl *ctl, int argc, char **argv);
 int cmd_ping(struct ctl *ctl, int argc, char **argv);
