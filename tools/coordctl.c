@@ -132,16 +132,18 @@ static const struct ctl_command commands[] = {
     { "disable", "WORKSTREAM", "the kill switch: fence the leader, refuse campaigns\n"
                 "(prints the new generation)", cmd_disable },
     { "enable", "WORKSTREAM", "lift disable", cmd_enable },
-    { "watch",  "[-q] [CHANNEL...]",
+    { "watch",  "[-q] [-c COUNT] [CHANNEL...]",
                 "live events, one line each, until interrupted (default: the\n"
                 "broker's channels -locks -flights -leaders; user channels show\n"
                 "their messages).  --json: each event as a JSON object.  -q: no\n"
-                "\"listening\" line on stderr", cmd_watch },
-    { "publish", "CHANNEL DATA", "send DATA to the other subscribers of CHANNEL;\n"
-                "prints \"delivered N\"", cmd_publish },
-    { "subscribe", "[-q] CHANNEL", "print each message's data on its own line until\n"
+                "\"listening\" line on stderr.  -c: exit 0 after COUNT events", cmd_watch },
+    { "publish", "[-w SECONDS] CHANNEL DATA", "send DATA to the other subscribers of CHANNEL;\n"
+                "prints \"delivered N\"; -w: while nobody is subscribed, try again\n"
+                "for up to SECONDS", cmd_publish },
+    { "subscribe", "[-q] [-c COUNT] CHANNEL", "print each message's data on its own line until\n"
                 "interrupted (--json: each message as a JSON object).  -q: no\n"
-                "\"listening\" line on stderr", cmd_subscribe },
+                "\"listening\" line on stderr.  -c: exit 0 after COUNT messages",
+                cmd_subscribe },
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -182,6 +182,8 @@ enum listen_mode { LISTEN_WATCH, LISTEN_SUBSCRIBE };
 struct listener {
     struct ctl *ctl;
     enum listen_mode mode;
+    unsigned long count;        /* --count: stop after this many (0: never) */
+    unsigned long seen;
 };
 
 static void on_event(coord_t *c, const coord_reply_t *ev, void *ud)
@@ -198,12 +200,13 @@ static void on_event(coord_t *c, const coord_reply_t *ev, void *ud)
         print_event_line(ev);
     }
     fflush(stdout);
+    l->seen++;
 }
 
 /* Subscribes to channels[0..n), then prints events until a signal (0) or
  * the broker goes away (3). */
 static int listen_loop(struct ctl *ctl, enum listen_mode mode, const char *what,
-                       char *const *channels, size_t n, bool quiet)
+                       char *const *channels, size_t n, bool quiet, unsigned long count)
 {
     int rc = ctl_connect(ctl);
     if (rc)
@@ -224,7 +227,7 @@ static int listen_loop(struct ctl *ctl, enum listen_mode mode, const char *what,
         return CTL_EXIT_FAIL;
     }
 
-    struct listener l = { ctl, mode };
+    struct listener l = { ctl, mode, count, 0 };
     coord_set_event_cb(ctl->c, on_event, &l);
     for (size_t i = 0; i < n; i++) {
         rc = coord_subscribe(ctl->c, channels[i], strlen(channels[i]));
@@ -249,6 +252,10 @@ static int listen_loop(struct ctl *ctl, enum listen_mode mode, const char *what,
 
     rc = coord_dispatch(ctl->c);   /* events read along with the replies */
     while (rc == 0) {
+        if (count && l.seen >= count) {
+            rc = CTL_EXIT_OK;
+            goto out;
+        }
         struct pollfd p[2] = {
             { .fd = sfd, .events = POLLIN },
             { .fd = coord_fd(ctl->c), .events = POLLIN },
@@ -262,6 +269,10 @@ static int listen_loop(struct ctl *ctl, enum listen_mode mode, const char *what,
         }
         if (p[1].revents)
             rc = coord_dispatch(ctl->c);
+        if (rc == 0 && count && l.seen >= count) {
+            rc = CTL_EXIT_OK;
+            goto out;
+        }
         if (rc == 0 && p[0].revents) {
             struct signalfd_siginfo si;
             if (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
@@ -278,9 +289,10 @@ out:
     return rc;
 }
 
-/* Arguments of watch and subscribe: --json, -q/--quiet, "--", then names
- * (which may start with '-': "-locks"). */
-static int listen_args(struct ctl *ctl, int argc, char **argv, bool *quiet, int *first)
+/* Arguments of watch and subscribe: --json, -q/--quiet, -c/--count N,
+ * "--", then names (which may start with '-': "-locks"). */
+static int listen_args(struct ctl *ctl, int argc, char **argv, bool *quiet,
+                       unsigned long *count, int *first)
 {
     int i = 1;
     for (; i < argc; i++) {
@@ -288,6 +300,16 @@ static int listen_args(struct ctl *ctl, int argc, char **argv, bool *quiet, int 
             ctl->json = true;
         } else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) {
             *quiet = true;
+        } else if (!strcmp(argv[i], "-c") || !strcmp(argv[i], "--count")) {
+            char *end;
+            if (i + 1 >= argc)
+                return ctl_usage(ctl, "missing value for %s", argv[i]);
+            errno = 0;
+            *count = strtoul(argv[++i], &end, 10);
+            if (errno || *end || !*argv[i] || argv[i][0] == '-' || *count == 0 ||
+                *count > 1000000000ul)
+                return ctl_usage(ctl, "%s needs a count from 1 to 1000000000, not %s",
+                                 argv[i - 1], argv[i]);
         } else if (!strcmp(argv[i], "--")) {
             i++;
             break;
@@ -306,16 +328,17 @@ static int listen_args(struct ctl *ctl, int argc, char **argv, bool *quiet, int 
 int cmd_watch(struct ctl *ctl, int argc, char **argv)
 {
     bool quiet = false;
+    unsigned long count = 0;
     int first;
-    int rc = listen_args(ctl, argc, argv, &quiet, &first);
+    int rc = listen_args(ctl, argc, argv, &quiet, &count, &first);
     if (rc)
         return rc;
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (first >= argc)
         return listen_loop(ctl, LISTEN_WATCH, "watch", (char *const *)broker_channels,
-                           sizeof broker_channels / sizeof *broker_channels, quiet);
+                           sizeof broker_channels / sizeof *broker_channels, quiet, count);
     return listen_loop(ctl, LISTEN_WATCH, "watch", argv + first, (size_t)(argc - first),
-                       quiet);
+                       quiet, count);
 }
 
 /* ---- coordctl subscribe ---- */
@@ -323,8 +346,9 @@ int cmd_watch(struct ctl *ctl, int argc, char **argv)
 int cmd_subscribe(struct ctl *ctl, int argc, char **argv)
 {
     bool quiet = false;
+    unsigned long count = 0;
     int first;
-    int rc = listen_args(ctl, argc, argv, &quiet, &first);
+    int rc = listen_args(ctl, argc, argv, &quiet, &count, &first);
     if (rc)
         return rc;
     if (first >= argc)
@@ -332,14 +356,32 @@ int cmd_subscribe(struct ctl *ctl, int argc, char **argv)
     if (first + 1 < argc)
         return ctl_usage(ctl, "unexpected argument %s (one channel; "
                          "coordctl watch takes several)", argv[first + 1]);
-    return listen_loop(ctl, LISTEN_SUBSCRIBE, "subscribe", argv + first, 1, quiet);
+    return listen_loop(ctl, LISTEN_SUBSCRIBE, "subscribe", argv + first, 1, quiet, count);
 }
 
 /* ---- coordctl publish ---- */
 
+/* How often publish --wait asks again while nobody is subscribed: a
+ * subscriber appears on its own time, and no event tells another
+ * connection that it did. */
+#define PUBLISH_RETRY_MS 10
+
 int cmd_publish(struct ctl *ctl, int argc, char **argv)
 {
-    int i = ctl_first_operand(ctl, argc, argv);
+    uint64_t wait_ms = 0;
+    int i = 1;
+    for (; i + 1 < argc; i += 2) {        /* --wait SECONDS before the operands */
+        if (strcmp(argv[i], "-w") != 0 && strcmp(argv[i], "--wait") != 0)
+            break;
+        if (!ctl_parse_seconds(argv[i + 1], &wait_ms) || wait_ms > 3600000)
+            return ctl_usage(ctl, "%s needs seconds from 0 to 3600, not %s", argv[i],
+                             argv[i + 1]);
+    }
+    if (i < argc && (!strcmp(argv[i], "-w") || !strcmp(argv[i], "--wait")))
+        return ctl_usage(ctl, "missing value for %s", argv[i]);
+    argc -= i - 1;
+    argv += i - 1;
+    i = ctl_first_operand(ctl, argc, argv);
     if (argc - i < 2)
         return ctl_usage(ctl, "missing %s", argc - i < 1 ? "CHANNEL and DATA" : "DATA");
     if (argc - i > 2)
@@ -349,9 +391,17 @@ int cmd_publish(struct ctl *ctl, int argc, char **argv)
     if (rc)
         return rc;
     uint64_t delivered = 0;
-    rc = coord_publish(ctl->c, ch, strlen(ch), data, strlen(data), &delivered);
-    if (rc < 0)
-        return ctl_fail_call(ctl, "publish", rc);
+    int64_t until = ctl_mono_ms() + (int64_t)wait_ms;
+    for (;;) {
+        rc = coord_publish(ctl->c, ch, strlen(ch), data, strlen(data), &delivered);
+        if (rc < 0)
+            return ctl_fail_call(ctl, "publish", rc);
+        /* delivered 0: nobody got it, so sending it again repeats nothing */
+        if (delivered || ctl_mono_ms() >= until)
+            break;
+        struct timespec ts = { 0, PUBLISH_RETRY_MS * 1000000L };
+        nanosleep(&ts, NULL);
+    }
     if (ctl->json)
         printf("{\"delivered\":%llu}\n", (unsigned long long)delivered);
     else
