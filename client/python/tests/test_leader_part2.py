@@ -239,7 +239,8 @@ def test_max_hold_drains_then_fences(broker):
         t.join(10)
         assert got == [True] and b.generation > a.generation
         s = c.stats()
-        assert s["terms_over_max_hold"] >= 1 and s["terms_fenced_max_hold"] == 1
+        assert s["terms_reached_max_hold"] >= 1 and s["terms_fenced_max_hold"] == 1
+        assert s["terms_over_max_hold"] == 0
         b.resign()
         assert c.leader.history("mh", 2)[1].reason == "max_hold"
 
