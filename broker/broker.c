@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include "breaks.h"
 #include "broker.h"
+#include "coord-limits.h"
 #include "errors.h"
 #include "ids.h"
 #include "redact.h"
@@ -40,6 +41,11 @@ void broker_conn_count_changed(struct broker *b)
         uv_timer_stop(&b->idle_timer);
 }
 
+static void on_resume_idle(uv_idle_t *h)
+{
+    (void)h;                      /* its being active is the point */
+}
+
 /* The loop turn's safe points: connections cut off meanwhile are closed,
  * then every connection with output is written; before polling, those
  * whose read budget ran out are read again. */
@@ -47,8 +53,16 @@ static void on_flush_prepare(uv_prepare_t *h)
 {
     struct broker *b = h->data;
     conn_reap(b);
-    conn_resume_throttled(b);
     conn_flush_all(b);
+    conn_resume_throttled(b);
+    conn_reap(b);
+    conn_flush_all(b);
+    /* a connection unpaused by this flush is read next turn: the poll must
+     * not sleep meanwhile */
+    if (list_empty(&b->throttled))
+        uv_idle_stop(&b->resume_idle);
+    else
+        uv_idle_start(&b->resume_idle, on_resume_idle);
 }
 
 static void on_flush_check(uv_check_t *h)
@@ -113,6 +127,10 @@ int broker_run(struct broker_options *opt)
 
     b->opt = *opt;
     b->lock_fd = -1;
+    /* main.c made sure a max_frame reply fits above LIMIT_OUTBUF_MIN_MARK */
+    b->out_pause = b->opt.max_outbuf - b->opt.max_frame - COORD_FRAME_HEADER;
+    if (b->out_pause > LIMIT_OUTBUF_PAUSE)
+        b->out_pause = LIMIT_OUTBUF_PAUSE;
     list_init(&b->conns);
     list_init(&b->dirty);
     list_init(&b->cut);
@@ -167,6 +185,8 @@ int broker_run(struct broker_options *opt)
     uv_check_init(b->loop, &b->flush_check);
     b->flush_check.data = b;
     uv_check_start(&b->flush_check, on_flush_check);
+    uv_idle_init(b->loop, &b->resume_idle);
+    b->resume_idle.data = b;
     uv_timer_init(b->loop, &b->idle_timer);
     b->idle_timer.data = b;
     uv_signal_init(b->loop, &b->sig_term);

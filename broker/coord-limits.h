@@ -22,6 +22,29 @@
  * clients parked one byte short of 1 MiB cannot take 200 MiB. */
 #define LIMIT_PARTIAL_TOTAL (64u << 20)
 
+/* Output backpressure.  After a request whose processing leaves at least
+ * the pause mark queued to its connection, the broker reads and dispatches
+ * none of that connection's further requests until its output drains below
+ * the mark again: a pipelining client slows down to the pace it reads at,
+ * it is never cut for it.  The mark is LIMIT_OUTBUF_PAUSE, or less when
+ * --max-outbuf leaves less room than that above one max_frame reply
+ * (max_outbuf - max_frame - COORD_FRAME_HEADER).  Larger: more replies in
+ * flight per write (a bit more throughput for small replies); smaller:
+ * less memory held per pipelining client.  256 KiB is above a unix
+ * socket's buffer, so the kernel's queue stays full. */
+#define LIMIT_OUTBUF_PAUSE (256u * 1024)
+/* The least pause mark --max-outbuf may leave: a --max-outbuf below
+ * max_frame + COORD_FRAME_HEADER + this is refused at start (one largest
+ * reply could never be queued). */
+#define LIMIT_OUTBUF_MIN_MARK 1024u
+/* A paused connection (above the mark) whose output makes no progress at
+ * all (the kernel takes none of it) for this long is cut off: it is not
+ * reading.  Longer: a client stopped in a debugger or a long GC pause keeps
+ * its locks; shorter: a stuck client's locks are freed sooner.  Output
+ * past --max-outbuf (events it does not read, or deferred replies) cuts at
+ * once, whatever the time. */
+#define LIMIT_OUTBUF_STALL_MS 10000u
+
 /* Per connection: locks held (leaderships included), flights owned, and
  * channel subscriptions.  Past them the request gets LIMIT.  One process
  * has no use for more; a runaway one cannot grow the broker without bound

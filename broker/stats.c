@@ -34,6 +34,8 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_uint(&e, "handshake_timeouts", s->handshake_timeouts);
     coord_enc_kv_uint(&e, "pending_limit_hits", s->pending_limit_hits);
     coord_enc_kv_uint(&e, "outbuf_disconnects", s->outbuf_disconnects);
+    coord_enc_kv_uint(&e, "outbuf_stalls", s->outbuf_stalls);
+    coord_enc_kv_uint(&e, "outbuf_pauses", s->outbuf_pauses);
     coord_enc_kv_uint(&e, "partial_limit_cuts", s->partial_limit_cuts);
     coord_enc_kv_uint(&e, "oversized_frames", s->oversized_frames);
     coord_enc_kv_uint(&e, "cancels", s->cancels);
