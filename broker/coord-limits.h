@@ -85,6 +85,13 @@
  * ends (notify), per connection. */
 #define LIMIT_CONN_WATCHES 65536u
 
+/* At exit, the leases of every live etcd term are revoked at once, all of
+ * them within this (ms).  Revoking lets another broker lead at once; a
+ * lease not revoked in time expires by itself (its lease_ms later).
+ * Longer: more terms handed over at once when etcd is slow; shorter: a
+ * SIGTERM with etcd out of reach exits sooner (systemd waits 90 s). */
+#define LIMIT_EXIT_REVOKE_MS 2000u
+
 /* A flight's failure: error code and message from the owner (bytes). */
 #define LIMIT_ERROR_CODE 256u
 #define LIMIT_ERROR_MESSAGE 4096u
