@@ -1,5 +1,6 @@
 /* broker.c - the broker's life: start-up in the right order (lock, ledger,
  * epoch, listen, ready), idle exit, and the orderly shutdown on SIGTERM. */
+#include <malloc.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <stdio.h>
@@ -39,6 +40,23 @@ void broker_conn_count_changed(struct broker *b)
                        (uint64_t)b->opt.idle_exit_s * 1000, 0);
     else
         uv_timer_stop(&b->idle_timer);
+}
+
+static void on_trim(uv_timer_t *t)
+{
+    struct broker *b = t->data;
+    malloc_trim(0);
+    b->trims++;
+    b->trim_next_ms = uv_now(b->loop) + LIMIT_TRIM_INTERVAL_MS;
+}
+
+void broker_trim_soon(struct broker *b)
+{
+    if (b->shutting_down || uv_is_active((uv_handle_t *)&b->trim_timer))
+        return;
+    uint64_t now = uv_now(b->loop);
+    uv_timer_start(&b->trim_timer, on_trim, b->trim_next_ms > now ? b->trim_next_ms - now : 0,
+                   0);
 }
 
 static void on_resume_idle(uv_idle_t *h)
@@ -185,6 +203,8 @@ int broker_run(struct broker_options *opt)
     uv_check_init(b->loop, &b->flush_check);
     b->flush_check.data = b;
     uv_check_start(&b->flush_check, on_flush_check);
+    uv_timer_init(b->loop, &b->trim_timer);
+    b->trim_timer.data = b;
     uv_idle_init(b->loop, &b->resume_idle);
     b->resume_idle.data = b;
     uv_timer_init(b->loop, &b->idle_timer);

@@ -153,6 +153,9 @@ struct broker {
     uv_check_t flush_check;
     uv_timer_t idle_timer;
     uv_timer_t shutdown_timer;
+    uv_timer_t trim_timer;        /* a malloc_trim due (broker_trim_soon) */
+    uint64_t trim_next_ms;        /* no trim before this */
+    uint64_t trims;               /* stats.memory_trims */
 
     struct list conns;
     struct list dirty;
@@ -264,6 +267,9 @@ int broker_run(struct broker_options *opt);
 uint64_t broker_now_ms(struct broker *b);
 void broker_conn_count_changed(struct broker *b);
 void broker_shutdown(struct broker *b);
+/* Much memory was freed: malloc_trim(0) soon, at most once per
+ * LIMIT_TRIM_INTERVAL_MS (never inside this call). */
+void broker_trim_soon(struct broker *b);
 
 /* log.c */
 enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };

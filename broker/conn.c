@@ -293,8 +293,13 @@ void conn_close(struct conn *c, const char *why)
     deadline_cancel(&c->out_stall);
     c->held.len = 0;
     partial_forget(c);
+    size_t held = (size_t)c->nlocks_held + c->nflights_owned + c->nsubs + c->npending +
+                  c->nwatches;
+    size_t bufs = c->out.cap + c->inflight.cap + c->held.cap;
     pending_abort_all(c, 0);
     tables_conn_closed(c);
+    if (held >= LIMIT_TRIM_ENTRIES || bufs >= LIMIT_TRIM_BYTES)
+        broker_trim_soon(b);
     list_del(&c->link);
     b->nconns--;
     log_event(LOG_DEBUG, "conn.close", "conn=%llu pid=%d reason=\"%s\"",

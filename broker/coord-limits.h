@@ -92,6 +92,16 @@
  * SIGTERM with etcd out of reach exits sooner (systemd waits 90 s). */
 #define LIMIT_EXIT_REVOKE_MS 2000u
 
+/* Memory given back to the system: after a connection that held at least
+ * LIMIT_TRIM_ENTRIES locks, flights, subscriptions and waiting requests
+ * closes (or had LIMIT_TRIM_BYTES of buffers), malloc_trim(0) runs, at
+ * most once per LIMIT_TRIM_INTERVAL_MS.  A trim walks the heap (a few ms
+ * for hundreds of MiB): rare enough not to cost latency, often enough
+ * that a burst's memory is not kept for the broker's life. */
+#define LIMIT_TRIM_ENTRIES 4096u
+#define LIMIT_TRIM_BYTES (4u << 20)
+#define LIMIT_TRIM_INTERVAL_MS 1000u
+
 /* A flight's failure: error code and message from the owner (bytes). */
 #define LIMIT_ERROR_CODE 256u
 #define LIMIT_ERROR_MESSAGE 4096u

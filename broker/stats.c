@@ -34,8 +34,6 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_uint(&e, "handshake_timeouts", s->handshake_timeouts);
     coord_enc_kv_uint(&e, "pending_limit_hits", s->pending_limit_hits);
     coord_enc_kv_uint(&e, "outbuf_disconnects", s->outbuf_disconnects);
-    coord_enc_kv_uint(&e, "outbuf_stalls", s->outbuf_stalls);
-    coord_enc_kv_uint(&e, "outbuf_pauses", s->outbuf_pauses);
     coord_enc_kv_uint(&e, "partial_limit_cuts", s->partial_limit_cuts);
     coord_enc_kv_uint(&e, "oversized_frames", s->oversized_frames);
     coord_enc_kv_uint(&e, "cancels", s->cancels);
@@ -73,6 +71,12 @@ void stats_reply(struct conn *c, uint64_t rid)
     bool cut = false;
     coord_enc_mark before = coord_enc_mark_here(&e);
     leaders_stats_more(&e);
+    if (list_entry_overflows(c, &e, &before))
+        cut = true;
+    before = coord_enc_mark_here(&e);
+    coord_enc_kv_uint(&e, "outbuf_stalls", s->outbuf_stalls);
+    coord_enc_kv_uint(&e, "outbuf_pauses", s->outbuf_pauses);
+    coord_enc_kv_uint(&e, "memory_trims", b->trims);
     if (list_entry_overflows(c, &e, &before))
         cut = true;
     before = coord_enc_mark_here(&e);
