@@ -517,6 +517,37 @@ static void test_bystander_while_pipelining(void)
     stop_and_clean(&bp);
 }
 
+/* A descriptor's fallback is client text the broker stores and returns:
+ * bytes that are not UTF-8 come back as bin (the same bytes), text as
+ * str. */
+static void test_fallback_not_utf8_returned_as_bin(void)
+{
+    start_or_exit(&bp, NULL);
+    struct rcl *c = connect_or_exit(&bp, NULL);
+    static const struct { const char *bytes; int type; } cases[] = {
+        { "ok\xff\xfe", MSGPACK_OBJECT_BIN },
+        { "caf\xc3\xa9", MSGPACK_OBJECT_STR },
+    };
+    for (int i = 0; i < 2; i++) {
+        coord_enc *e = rcl_begin(c, "leader.define", 10 + (uint64_t)i);
+        coord_enc_kv_cstr(e, "workstream", "fb");
+        coord_enc_kv_str(e, "fallback", cases[i].bytes, strlen(cases[i].bytes));
+        REQUIRE(rcl_send(c) == 0);
+        REQUIRE(rcl_reply(c, 10 + (uint64_t)i, T, &m) == 0);
+        CHECK(msg_ok(&m));
+        const msgpack_object *d = coord_map_find(m.map, "descriptor");
+        REQUIRE(d && d->type == MSGPACK_OBJECT_MAP);
+        const msgpack_object *fb = coord_map_find(&d->via.map, "fallback");
+        REQUIRE(fb);
+        CHECK_EQ_U(fb->type, cases[i].type);
+        size_t n = fb->type == MSGPACK_OBJECT_BIN ? fb->via.bin.size : fb->via.str.size;
+        const char *p = fb->type == MSGPACK_OBJECT_BIN ? fb->via.bin.ptr : fb->via.str.ptr;
+        CHECK(n == strlen(cases[i].bytes) && memcmp(p, cases[i].bytes, n) == 0);
+    }
+    rcl_close(c);
+    stop_and_clean(&bp);
+}
+
 /* Four connections holding 50,000 locks each (200-byte names) close: the
  * broker gives the memory back (malloc_trim, counted in memory_trims)
  * instead of keeping its peak. */
@@ -579,6 +610,7 @@ int main(int argc, char **argv)
     coord_msg_init(&m);
     static const struct test_case tests[] = {
         { "memory_returned_after_burst", test_memory_returned_after_burst },
+        { "fallback_not_utf8_returned_as_bin", test_fallback_not_utf8_returned_as_bin },
         { "per_connection_caps", test_per_connection_caps },
         { "idle_workstreams_forgotten", test_idle_workstreams_forgotten },
         { "durations_at_max", test_durations_at_max },
