@@ -593,14 +593,18 @@ static void test_memory_returned_after_burst(void)
     while (now_ms() - t0 < 5000 && rcl_stat(mon, "locks_held") != 0)
         usleep(20000);              /* polling counters: no event to await */
     long after = rss_kb(bp.pid);
-    for (t0 = now_ms(); now_ms() - t0 < 4000 && after >= base + (peak - base) / 4;
+    for (t0 = now_ms(); !getenv("ASAN_OPTIONS") && now_ms() - t0 < 4000 &&
+                        after >= base + (peak - base) / 4;
          after = rss_kb(bp.pid))
         usleep(50000);
     CHECK(rcl_stat(mon, "memory_trims") > trims0);
     fprintf(stderr, "RSS: %ld KiB idle, %ld KiB with %d locks, %ld KiB after they closed\n",
             base, peak, CONNS * LOCKS, after);
     CHECK(peak > base + 50 * 1024);
-    CHECK(after < base + (peak - base) / 4);
+    /* a sanitized broker's allocator (quarantine, its own arenas) keeps
+     * what glibc's malloc_trim would give back: the trim is still counted */
+    if (!getenv("ASAN_OPTIONS"))
+        CHECK(after < base + (peak - base) / 4);
     rcl_close(mon);
     stop_and_clean(&bp);
 }
