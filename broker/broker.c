@@ -1,5 +1,6 @@
 /* broker.c - the broker's life: start-up in the right order (lock, ledger,
  * epoch, listen, ready), idle exit, and the orderly shutdown on SIGTERM. */
+#include <malloc.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 #include "breaks.h"
 #include "broker.h"
+#include "coord-limits.h"
 #include "errors.h"
 #include "ids.h"
 #include "redact.h"
@@ -40,6 +42,28 @@ void broker_conn_count_changed(struct broker *b)
         uv_timer_stop(&b->idle_timer);
 }
 
+static void on_trim(uv_timer_t *t)
+{
+    struct broker *b = t->data;
+    malloc_trim(0);
+    b->trims++;
+    b->trim_next_ms = uv_now(b->loop) + LIMIT_TRIM_INTERVAL_MS;
+}
+
+void broker_trim_soon(struct broker *b)
+{
+    if (b->shutting_down || uv_is_active((uv_handle_t *)&b->trim_timer))
+        return;
+    uint64_t now = uv_now(b->loop);
+    uv_timer_start(&b->trim_timer, on_trim, b->trim_next_ms > now ? b->trim_next_ms - now : 0,
+                   0);
+}
+
+static void on_resume_idle(uv_idle_t *h)
+{
+    (void)h;                      /* its being active is the point */
+}
+
 /* The loop turn's safe points: connections cut off meanwhile are closed,
  * then every connection with output is written; before polling, those
  * whose read budget ran out are read again. */
@@ -47,8 +71,16 @@ static void on_flush_prepare(uv_prepare_t *h)
 {
     struct broker *b = h->data;
     conn_reap(b);
-    conn_resume_throttled(b);
     conn_flush_all(b);
+    conn_resume_throttled(b);
+    conn_reap(b);
+    conn_flush_all(b);
+    /* a connection unpaused by this flush is read next turn: the poll must
+     * not sleep meanwhile */
+    if (list_empty(&b->throttled))
+        uv_idle_stop(&b->resume_idle);
+    else
+        uv_idle_start(&b->resume_idle, on_resume_idle);
 }
 
 static void on_flush_check(uv_check_t *h)
@@ -141,6 +173,10 @@ int broker_run(struct broker_options *opt)
 
     b->opt = *opt;
     b->lock_fd = -1;
+    /* main.c made sure a max_frame reply fits above LIMIT_OUTBUF_MIN_MARK */
+    b->out_pause = b->opt.max_outbuf - b->opt.max_frame - COORD_FRAME_HEADER;
+    if (b->out_pause > LIMIT_OUTBUF_PAUSE)
+        b->out_pause = LIMIT_OUTBUF_PAUSE;
     list_init(&b->conns);
     list_init(&b->dirty);
     list_init(&b->cut);
@@ -178,6 +214,10 @@ int broker_run(struct broker_options *opt)
     uv_check_init(b->loop, &b->flush_check);
     b->flush_check.data = b;
     uv_check_start(&b->flush_check, on_flush_check);
+    uv_timer_init(b->loop, &b->trim_timer);
+    b->trim_timer.data = b;
+    uv_idle_init(b->loop, &b->resume_idle);
+    b->resume_idle.data = b;
     uv_timer_init(b->loop, &b->idle_timer);
     b->idle_timer.data = b;
     uv_signal_init(b->loop, &b->sig_term);

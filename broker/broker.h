@@ -53,7 +53,9 @@ struct broker_stats {
     uint64_t bad_requests;
     uint64_t handshake_timeouts;
     uint64_t pending_limit_hits;
-    uint64_t outbuf_disconnects;
+    uint64_t outbuf_disconnects;    /* past max_outbuf, or stalled */
+    uint64_t outbuf_stalls;         /* of those: paused with no progress */
+    uint64_t outbuf_pauses;         /* reading paused for backpressure */
     uint64_t partial_limit_cuts;    /* LIMIT_PARTIAL_TOTAL */
     uint64_t oversized_frames;      /* a reply or event over max_frame, refused */
     uint64_t bytes_in;
@@ -71,7 +73,8 @@ enum conn_flags {
     CONN_HANDLE_CLOSED = 1 << 4, /* its close callback ran */
     CONN_CUT = 1 << 5,           /* doomed: nothing more is queued or read;
                                     closed at the loop turn's safe point */
-    CONN_THROTTLED = 1 << 6,     /* read budget of this turn used up */
+    CONN_THROTTLED = 1 << 6,     /* to read (and dispatch 'held') again next turn */
+    CONN_PAUSED = 1 << 7,        /* output above the pause mark: not read */
 };
 
 struct conn {
@@ -93,6 +96,9 @@ struct conn {
     struct list cut_link;        /* broker.cut, once CONN_CUT */
     const char *cut_why;         /* static text, for the log */
     struct list throttle_link;   /* broker.throttled, once CONN_THROTTLED */
+    coord_buf held;              /* bytes read but not dispatched (paused) */
+    struct deadline out_stall;   /* while CONN_PAUSED: LIMIT_OUTBUF_STALL_MS */
+    uint64_t out_progress_ms;    /* last time the kernel took output */
     size_t partial_counted;      /* reader bytes counted in broker.partial_bytes */
     struct list pending;         /* struct pending, oldest first */
     unsigned npending;
@@ -152,11 +158,17 @@ struct broker {
     uv_check_t flush_check;
     uv_timer_t idle_timer;
     uv_timer_t shutdown_timer;
+    uv_timer_t trim_timer;        /* a malloc_trim due (broker_trim_soon) */
+    uint64_t trim_next_ms;        /* no trim before this */
+    uint64_t trims;               /* stats.memory_trims */
 
     struct list conns;
     struct list dirty;
     struct list cut;              /* connections to close at the safe point */
     struct list throttled;        /* connections to read again next turn */
+    uv_idle_t resume_idle;        /* active while 'throttled' is not empty:
+                                     the poll does not block meanwhile */
+    size_t out_pause;             /* the pause mark (LIMIT_OUTBUF_PAUSE) */
     size_t partial_bytes;         /* all readers' partial-frame buffers */
     struct hashmap pending;       /* struct pending by (conn, rid) */
     unsigned nconns;
@@ -267,6 +279,9 @@ void broker_ready_error(int fd, const char *reason);
 uint64_t broker_now_ms(struct broker *b);
 void broker_conn_count_changed(struct broker *b);
 void broker_shutdown(struct broker *b);
+/* Much memory was freed: malloc_trim(0) soon, at most once per
+ * LIMIT_TRIM_INTERVAL_MS (never inside this call). */
+void broker_trim_soon(struct broker *b);
 
 /* log.c */
 enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };

@@ -3,9 +3,16 @@
  *
  * Output is batched: replies are appended to c->out and every connection
  * with output is flushed once per loop iteration (prepare and check
- * handles), so a burst of requests costs one write, not one per reply.  A
- * client that stops reading is cut off when its queued bytes pass
- * max_outbuf; nobody else waits for it.
+ * handles), so a burst of requests costs one write, not one per reply.
+ *
+ * Replies to a client's own requests get backpressure, not a cut: after a
+ * request leaves the pause mark (broker.out_pause) or more queued, the
+ * connection is paused: not read, and the rest of what was read is kept
+ * in c->held undispatched.  Once its output drains below the mark it joins
+ * the throttled list and is fed again at the next prepare.  A client is cut
+ * off only when its output does not drain: queued bytes past max_outbuf
+ * (events it does not read, replies that waited) or a pause with no
+ * progress for LIMIT_OUTBUF_STALL_MS.  Nobody else waits for it.
  *
  * Cutting a connection off never closes it on the spot: output is produced
  * deep inside table walks (a grant while a queue is processed, a fan-out
@@ -42,6 +49,7 @@ void conn_unref(struct conn *c)
     coord_frame_reader_free(&c->reader);
     coord_buf_free(&c->out);
     coord_buf_free(&c->inflight);
+    coord_buf_free(&c->held);
     free(c->client);
     free(c->instance);
     free(c->scope);
@@ -57,6 +65,31 @@ static void close_handle(struct conn *c)
 }
 
 static void on_write_done(uv_write_t *req, int status);
+
+static size_t out_queued(const struct conn *c)
+{
+    return c->out.len + c->inflight.len;
+}
+
+/* Joins the list read again at the next prepare. */
+static void throttle(struct conn *c)
+{
+    if (c->flags & CONN_THROTTLED)
+        return;
+    c->flags |= CONN_THROTTLED;
+    list_append(&c->b->throttled, &c->throttle_link);
+}
+
+/* Output went out: a paused connection below the mark is read again. */
+static void out_progress(struct conn *c)
+{
+    c->out_progress_ms = broker_now_ms(c->b);
+    if ((c->flags & CONN_PAUSED) && !conn_muted(c) && out_queued(c) < c->b->out_pause) {
+        c->flags &= ~CONN_PAUSED;
+        deadline_cancel(&c->out_stall);
+        throttle(c);
+    }
+}
 
 /* Write what is queued: try_write first (usually all of it goes at once),
  * the rest through a uv_write that owns c->inflight until it completes. */
@@ -75,6 +108,8 @@ static void conn_flush(struct conn *c)
     }
     c->b->stats.bytes_out += (uint64_t)n;
     coord_buf_consume(&c->out, (size_t)n);
+    if (n > 0)
+        out_progress(c);
     if (c->out.len == 0 || conn_muted(c))
         return;
     coord_buf tmp = c->inflight;
@@ -108,6 +143,7 @@ static void on_write_done(uv_write_t *req, int status)
         conn_cut(c, "write failed");
         return;
     }
+    out_progress(c);
     if (c->out.len > 0)
         mark_dirty(c);
 }
@@ -122,7 +158,10 @@ void conn_flush_all(struct broker *b)
 }
 
 /* Output was appended: past the cap the client is cut off (it does not
- * read; nobody else waits for it), else it is flushed this loop turn. */
+ * read; nobody else waits for it), else it is flushed this loop turn.
+ * Replies to requests being dispatched never get here past the cap: the
+ * connection pauses at the mark, and max_outbuf leaves a max_frame above
+ * it (main.c refuses less). */
 static int queued(struct conn *c)
 {
     if (c->out.len + c->inflight.len > c->b->opt.max_outbuf) {
@@ -267,13 +306,20 @@ void conn_close(struct conn *c, const char *why)
         list_del(&c->cut_link);
     if (c->flags & CONN_THROTTLED)
         list_del(&c->throttle_link);
-    c->flags &= ~(CONN_CUT | CONN_THROTTLED);
+    c->flags &= ~(CONN_CUT | CONN_THROTTLED | CONN_PAUSED);
     c->flags |= CONN_CLOSING;
     uv_read_stop((uv_stream_t *)&c->pipe);
     deadline_cancel(&c->hello_deadline);
+    deadline_cancel(&c->out_stall);
+    c->held.len = 0;
     partial_forget(c);
+    size_t held = (size_t)c->nlocks_held + c->nflights_owned + c->nsubs + c->npending +
+                  c->nwatches;
+    size_t bufs = c->out.cap + c->inflight.cap + c->held.cap;
     pending_abort_all(c, 0);
     tables_conn_closed(c);
+    if (held >= LIMIT_TRIM_ENTRIES || bufs >= LIMIT_TRIM_BYTES)
+        broker_trim_soon(b);
     list_del(&c->link);
     b->nconns--;
     log_event(LOG_DEBUG, "conn.close", "conn=%llu pid=%d reason=\"%s\"",
@@ -292,11 +338,86 @@ void conn_close(struct conn *c, const char *why)
     broker_conn_count_changed(b);
 }
 
+static void on_out_stall(struct deadline *d)
+{
+    struct conn *c = list_entry(d, struct conn, out_stall);
+    if (!(c->flags & CONN_PAUSED) || conn_muted(c))
+        return;
+    uint64_t now = broker_now_ms(c->b);
+    if (now - c->out_progress_ms < LIMIT_OUTBUF_STALL_MS) {
+        deadline_set(&c->out_stall, c->out_progress_ms + LIMIT_OUTBUF_STALL_MS, on_out_stall);
+        return;
+    }
+    c->b->stats.outbuf_disconnects++;
+    c->b->stats.outbuf_stalls++;
+    log_event(LOG_WARN, "conn.outbuf_stalled", "conn=%llu queued=%zu stalled_ms=%llu",
+              (unsigned long long)c->id, out_queued(c),
+              (unsigned long long)(now - c->out_progress_ms));
+    c->out.len = 0;
+    conn_cut(c, "output not drained");
+}
+
+/* Stops reading c until its output drains below the mark (out_progress). */
+static void pause_reading(struct conn *c)
+{
+    c->flags |= CONN_PAUSED;
+    c->b->stats.outbuf_pauses++;
+    uv_read_stop((uv_stream_t *)&c->pipe);
+    c->out_progress_ms = broker_now_ms(c->b);
+    deadline_set(&c->out_stall, c->out_progress_ms + LIMIT_OUTBUF_STALL_MS, on_out_stall);
+}
+
+/* One coord_frame_feed over bytes of c: where the frames dispatched so far
+ * end, to keep the rest when c pauses. */
+struct feed {
+    struct conn *c;
+    const uint8_t *base;
+    size_t n;
+    size_t have_before;          /* the reader's partial frame before */
+    size_t used;                 /* bytes of base consumed by frames */
+};
+
 static int on_frame(void *ud, const uint8_t *body, size_t len)
 {
-    struct conn *c = ud;
+    struct feed *f = ud;
+    struct conn *c = f->c;
     dispatch_frame(c, body, len);
-    return conn_muted(c) ? 1 : 0;
+    if (conn_muted(c))
+        return 1;
+    uintptr_t p = (uintptr_t)body, lo = (uintptr_t)f->base;
+    if (p >= lo && p < lo + f->n)
+        f->used = (size_t)(p - lo) + len;
+    else                          /* the frame an earlier read left partial */
+        f->used = len + COORD_FRAME_HEADER - f->have_before;
+    if (out_queued(c) >= c->b->out_pause) {
+        pause_reading(c);
+        return 1;
+    }
+    return 0;
+}
+
+/* Feeds n bytes of c to its reader; when c pauses, what follows the last
+ * frame dispatched is kept in c->held (data may be c->held itself).
+ * Returns the reader's status (> 0: a bad frame), 0 otherwise. */
+static int conn_feed(struct conn *c, const uint8_t *data, size_t n)
+{
+    struct feed f = { c, data, n, coord_frame_reader_pending(&c->reader), 0 };
+    int st = coord_frame_feed(&c->reader, data, n, on_frame, &f);
+    if (st > 0)
+        return st;
+    bool from_held = data == c->held.data;
+    if (st < 0 && (c->flags & CONN_PAUSED) && !conn_muted(c)) {
+        if (from_held) {
+            coord_buf_consume(&c->held, f.used);
+        } else if (coord_buf_append(&c->held, data + f.used, n - f.used) < 0) {
+            conn_cut(c, "out of memory for input");
+            return 0;
+        }
+        return 0;
+    }
+    if (from_held)
+        c->held.len = 0;
+    return 0;
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -312,7 +433,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 static void partial_account(struct conn *c)
 {
     struct broker *b = c->b;
-    size_t now = coord_frame_reader_pending(&c->reader);
+    size_t now = coord_frame_reader_pending(&c->reader) + c->held.len;
     b->partial_bytes = b->partial_bytes - c->partial_counted + now;
     c->partial_counted = now;
     while (b->partial_bytes > LIMIT_PARTIAL_TOTAL) {
@@ -334,6 +455,8 @@ static void partial_account(struct conn *c)
     }
 }
 
+static bool fed_ok(struct conn *c, int st);
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct conn *c = s->data;
@@ -344,8 +467,18 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     c->b->stats.bytes_in += (uint64_t)nread;
-    int st = coord_frame_feed(&c->reader, (const uint8_t *)buf->base,
-                              (size_t)nread, on_frame, c);
+    if (!fed_ok(c, conn_feed(c, (const uint8_t *)buf->base, (size_t)nread)))
+        return;
+    /* a full read: more is probably there; it waits for the next turn */
+    if ((size_t)nread >= LIMIT_READ_PER_TURN && !(c->flags & CONN_PAUSED)) {
+        uv_read_stop(s);
+        throttle(c);
+    }
+}
+
+/* After conn_feed: a bad frame cuts c; false when c reads no more. */
+static bool fed_ok(struct conn *c, int st)
+{
     if (st > 0) {
         c->b->stats.bad_frames++;
         log_event(LOG_INFO, "conn.bad_frame", "conn=%llu pid=%d why=\"%s\"",
@@ -353,25 +486,37 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
                   coord_frame_status_text(st));
         conn_reply_error(c, 0, COORD_EBAD_FRAME, coord_frame_status_text(st));
         conn_cut(c, "bad frame");
-        return;
+        return false;
     }
     if (conn_muted(c))
-        return;
+        return false;
     partial_account(c);
-    /* a full read: more is probably there; it waits for the next turn */
-    if ((size_t)nread >= LIMIT_READ_PER_TURN && !conn_muted(c)) {
-        uv_read_stop(s);
-        c->flags |= CONN_THROTTLED;
-        list_append(&c->b->throttled, &c->throttle_link);
-    }
+    return !conn_muted(c);
 }
 
+/* Throttled connections (read budget used up, or unpaused): what a pause
+ * held is dispatched first (at most one read's worth, so the turn's work
+ * per client stays bounded), then reading starts again unless that paused
+ * it anew. */
 void conn_resume_throttled(struct broker *b)
 {
+    struct list todo;
+    list_init(&todo);
     while (!list_empty(&b->throttled)) {
-        struct conn *c = list_entry(b->throttled.next, struct conn, throttle_link);
+        struct list *l = b->throttled.next;
+        list_del(l);
+        list_append(&todo, l);
+    }
+    while (!list_empty(&todo)) {
+        struct conn *c = list_entry(todo.next, struct conn, throttle_link);
         list_del(&c->throttle_link);
         c->flags &= ~CONN_THROTTLED;
+        if (conn_muted(c) || (c->flags & CONN_PAUSED))
+            continue;
+        if (c->held.len > 0 && !fed_ok(c, conn_feed(c, c->held.data, c->held.len)))
+            continue;
+        if (c->flags & CONN_PAUSED)
+            continue;
         int rc = uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
         if (rc < 0)
             conn_cut(c, uv_strerror(rc));
@@ -402,6 +547,7 @@ void conn_accepted(struct broker *b, struct conn *c)
     c->accepted_ms = broker_now_ms(b);
     c->pipe.data = c;
     coord_frame_reader_init(&c->reader, b->opt.max_frame);
+    coord_buf_init(&c->held);
     list_init(&c->pending);
     list_init(&c->locks);
     list_init(&c->flights);

@@ -22,6 +22,29 @@
  * clients parked one byte short of 1 MiB cannot take 200 MiB. */
 #define LIMIT_PARTIAL_TOTAL (64u << 20)
 
+/* Output backpressure.  After a request whose processing leaves at least
+ * the pause mark queued to its connection, the broker reads and dispatches
+ * none of that connection's further requests until its output drains below
+ * the mark again: a pipelining client slows down to the pace it reads at,
+ * it is never cut for it.  The mark is LIMIT_OUTBUF_PAUSE, or less when
+ * --max-outbuf leaves less room than that above one max_frame reply
+ * (max_outbuf - max_frame - COORD_FRAME_HEADER).  Larger: more replies in
+ * flight per write (a bit more throughput for small replies); smaller:
+ * less memory held per pipelining client.  256 KiB is above a unix
+ * socket's buffer, so the kernel's queue stays full. */
+#define LIMIT_OUTBUF_PAUSE (256u * 1024)
+/* The least pause mark --max-outbuf may leave: a --max-outbuf below
+ * max_frame + COORD_FRAME_HEADER + this is refused at start (one largest
+ * reply could never be queued). */
+#define LIMIT_OUTBUF_MIN_MARK 1024u
+/* A paused connection (above the mark) whose output makes no progress at
+ * all (the kernel takes none of it) for this long is cut off: it is not
+ * reading.  Longer: a client stopped in a debugger or a long GC pause keeps
+ * its locks; shorter: a stuck client's locks are freed sooner.  Output
+ * past --max-outbuf (events it does not read, or deferred replies) cuts at
+ * once, whatever the time. */
+#define LIMIT_OUTBUF_STALL_MS 10000u
+
 /* Per connection: locks held (leaderships included), flights owned, and
  * channel subscriptions.  Past them the request gets LIMIT.  One process
  * has no use for more; a runaway one cannot grow the broker without bound
@@ -61,6 +84,23 @@
 /* Callers served a stale result that asked to hear when its revalidation
  * ends (notify), per connection. */
 #define LIMIT_CONN_WATCHES 65536u
+
+/* At exit, the leases of every live etcd term are revoked at once, all of
+ * them within this (ms).  Revoking lets another broker lead at once; a
+ * lease not revoked in time expires by itself (its lease_ms later).
+ * Longer: more terms handed over at once when etcd is slow; shorter: a
+ * SIGTERM with etcd out of reach exits sooner (systemd waits 90 s). */
+#define LIMIT_EXIT_REVOKE_MS 2000u
+
+/* Memory given back to the system: after a connection that held at least
+ * LIMIT_TRIM_ENTRIES locks, flights, subscriptions and waiting requests
+ * closes (or had LIMIT_TRIM_BYTES of buffers), malloc_trim(0) runs, at
+ * most once per LIMIT_TRIM_INTERVAL_MS.  A trim walks the heap (a few ms
+ * for hundreds of MiB): rare enough not to cost latency, often enough
+ * that a burst's memory is not kept for the broker's life. */
+#define LIMIT_TRIM_ENTRIES 4096u
+#define LIMIT_TRIM_BYTES (4u << 20)
+#define LIMIT_TRIM_INTERVAL_MS 1000u
 
 /* A flight's failure: error code and message from the owner (bytes). */
 #define LIMIT_ERROR_CODE 256u

@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <curl/curl.h>
+#include "broker.h"
 #include "etcd-http.h"
 #include "list.h"
 
@@ -56,6 +58,7 @@ struct etcd {
     char *endpoints[ETCD_MAX_ENDPOINTS];
     unsigned n_endpoints, cur;
     bool reachable, closing;
+    bool foreign;                  /* the last answer was not etcd's */
     unsigned open_handles;         /* timer + polls not yet closed */
     struct list socks, calls;
     unsigned inflight;
@@ -217,6 +220,26 @@ static bool says_unavailable(long http, const char *ans)
     return ans && http >= 500 && (strstr(ans, "\"code\":14") || strstr(ans, "\"code\":4,"));
 }
 
+/* An HTTP answer etcd's gateway could have given: a JSON object (its
+ * errors carry "code", "error" or "message").  A web server's 404 page, a
+ * proxy's text, an empty 200: not etcd, so nothing was applied. */
+static bool etcd_like(long http, const char *ans, size_t len)
+{
+    size_t i = 0;
+    while (i < len && (ans[i] == ' ' || ans[i] == '\n' || ans[i] == '\r' || ans[i] == '\t'))
+        i++;
+    if (i == len || ans[i] != '{')
+        return false;
+    if (http == 200)
+        return true;                   /* decoded later, once */
+    json_t *j = json_loadb(ans + i, len - i, 0, NULL);
+    bool like = json_is_object(j) && (json_object_get(j, "code") ||
+                                      json_object_get(j, "error") ||
+                                      json_object_get(j, "message"));
+    json_decref(j);
+    return like;
+}
+
 static void transfer_done(struct call *c, CURLcode res)
 {
     struct etcd *e = c->e;
@@ -226,8 +249,16 @@ static void transfer_done(struct call *c, CURLcode res)
     /* nothing of the request went out: safe to send elsewhere, write or not */
     long sent = 0;
     curl_easy_getinfo(c->easy, CURLINFO_REQUEST_SIZE, &sent);
-    bool never_sent = res != CURLE_OK && sent == 0;
-    bool unavailable = res != CURLE_OK || says_unavailable(http, c->ans);
+    bool foreign = res == CURLE_OK && !says_unavailable(http, c->ans) &&
+                   !etcd_like(http, c->ans, c->ans_len);
+    /* a server that is not etcd applied nothing: like one never reached */
+    bool never_sent = (res != CURLE_OK && sent == 0) || foreign;
+    bool unavailable = res != CURLE_OK || foreign || says_unavailable(http, c->ans);
+    if (foreign) {
+        log_event(LOG_WARN, "etcd.not_etcd", "endpoint=\"%s\" http=%ld",
+                  e->endpoints[e->cur], http);
+    }
+    e->foreign = foreign;
     if (!unavailable) {
         e->reachable = true;
         call_finish(c, http == 200 ? ETCD_OK : ETCD_REFUSED, http);
@@ -318,6 +349,82 @@ void etcd_post_sync(struct etcd *e, const char *path, json_t *body, uint64_t tim
     if (easy)
         curl_easy_cleanup(easy);
     free(text);
+}
+
+void etcd_post_sync_all(struct etcd *e, const char *path, json_t **bodies, size_t n,
+                        uint64_t budget_ms)
+{
+    char **text = calloc(n ? n : 1, sizeof *text);
+    bool *done = calloc(n ? n : 1, sizeof *done);
+    CURL **easy = calloc(n ? n : 1, sizeof *easy);
+    for (size_t i = 0; i < n; i++) {
+        if (text && bodies[i])
+            text[i] = json_dumps(bodies[i], JSON_COMPACT);
+        json_decref(bodies[i]);
+    }
+    CURLM *multi = text && done && easy ? curl_multi_init() : NULL;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t t0 = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000, now = t0;
+    if (multi)
+        curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)ETCD_EXIT_PARALLEL);
+    /* every endpoint in turn, each call to it at once; what is not done
+     * when the budget is spent is left (leases expire by themselves) */
+    for (unsigned ep = 0; multi && ep < e->n_endpoints && now < t0 + budget_ms; ep++) {
+        char url[512];
+        snprintf(url, sizeof url, "%s%s", e->endpoints[(e->cur + ep) % e->n_endpoints], path);
+        long left = (long)(t0 + budget_ms - now);
+        size_t added = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (done[i] || !text[i] || !(easy[i] = curl_easy_init()))
+                continue;
+            curl_easy_setopt(easy[i], CURLOPT_URL, url);
+            curl_easy_setopt(easy[i], CURLOPT_POSTFIELDS, text[i]);
+            curl_easy_setopt(easy[i], CURLOPT_HTTPHEADER, e->headers);
+            curl_easy_setopt(easy[i], CURLOPT_WRITEFUNCTION, on_discard);
+            curl_easy_setopt(easy[i], CURLOPT_NOSIGNAL, 1L);
+            curl_easy_setopt(easy[i], CURLOPT_TIMEOUT_MS, left);
+            curl_easy_setopt(easy[i], CURLOPT_CONNECTTIMEOUT_MS,
+                             left < ETCD_CONNECT_MS ? left : ETCD_CONNECT_MS);
+            curl_easy_setopt(easy[i], CURLOPT_PRIVATE, (char *)(uintptr_t)i);
+            curl_multi_add_handle(multi, easy[i]);
+            added++;
+        }
+        int running = (int)added;
+        while (running > 0 && now < t0 + budget_ms) {
+            curl_multi_perform(multi, &running);
+            CURLMsg *m;
+            int q;
+            while ((m = curl_multi_info_read(multi, &q))) {
+                if (m->msg != CURLMSG_DONE)
+                    continue;
+                char *priv = NULL;
+                long http = 0;
+                curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv);
+                curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &http);
+                if (m->data.result == CURLE_OK && http == 200)
+                    done[(uintptr_t)priv] = true;
+            }
+            if (running > 0)
+                curl_multi_poll(multi, NULL, 0, 50, NULL);
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (!easy[i])
+                continue;
+            curl_multi_remove_handle(multi, easy[i]);
+            curl_easy_cleanup(easy[i]);
+            easy[i] = NULL;
+        }
+    }
+    if (multi)
+        curl_multi_cleanup(multi);
+    for (size_t i = 0; text && i < n; i++)
+        free(text[i]);
+    free(text);
+    free(done);
+    free(easy);
 }
 
 /* ---- curl on uv ---- */
@@ -474,6 +581,7 @@ fail:
 }
 
 bool etcd_reachable(const struct etcd *e) { return e->reachable; }
+bool etcd_foreign(const struct etcd *e) { return e->foreign; }
 unsigned etcd_inflight(const struct etcd *e) { return e->inflight; }
 
 static void timer_closed(uv_handle_t *h)

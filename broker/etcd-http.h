@@ -43,8 +43,19 @@ void etcd_post(struct etcd *e, const char *path, json_t *body, bool idempotent,
  * posts body (stolen) with at most timeout_ms per endpoint tried, the
  * answer ignored. */
 void etcd_post_sync(struct etcd *e, const char *path, json_t *body, uint64_t timeout_ms);
+/* Blocking, for the broker's exit only: posts every body (stolen) at once
+ * (at most ETCD_EXIT_PARALLEL connections), each endpoint in turn for the
+ * bodies not yet answered 200, all within budget_ms together; answers
+ * ignored, what is not done by then is left. */
+#define ETCD_EXIT_PARALLEL 32
+void etcd_post_sync_all(struct etcd *e, const char *path, json_t **bodies, size_t n,
+                        uint64_t budget_ms);
 /* The last call's word on the cluster: true after a call that reached it. */
 bool etcd_reachable(const struct etcd *e);
+/* True when the last call failed because the server that answered is not
+ * etcd (an HTTP answer that is not etcd's JSON: a web server's 404 page).
+ * Such a call ends ETCD_UNREACHABLE, and etcd_reachable is false. */
+bool etcd_foreign(const struct etcd *e);
 /* Calls in flight. */
 unsigned etcd_inflight(const struct etcd *e);
 /* Answers what is in flight with ETCD_UNREACHABLE (inside this call),

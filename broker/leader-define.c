@@ -42,8 +42,10 @@ static void put_descriptor(coord_enc *e, const struct workstream *ws, const stru
     coord_enc_kv_cstr(e, "steal", ws_steal_name(d->steal));
     coord_enc_kv_cstr(e, "mode", ws_mode_name(d->mode));
     coord_enc_key(e, "fallback");
-    if (d->fallback_len)
+    if (d->fallback_len && coord_utf8_valid((const uint8_t *)d->fallback, d->fallback_len))
         coord_enc_str(e, d->fallback, d->fallback_len);
+    else if (d->fallback_len)          /* client bytes that are not text */
+        coord_enc_bin(e, d->fallback, d->fallback_len);
     else
         coord_enc_nil(e);
     coord_enc_kv_cstr(e, "canonical_fence", leaders_ledger_name());

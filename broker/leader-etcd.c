@@ -82,8 +82,6 @@
 #define WS_BYTES_MAX (SKEY_HEADER + LIMIT_WORKSTREAM)
 #define NAME_BYTES_MAX 256
 #define EKEY_MAX (128 + 2 + 2 * WS_BYTES_MAX + 10 + 2 * NAME_BYTES_MAX + 1)
-/* At exit, a live term's lease is revoked within this (else it expires). */
-#define ETCD_EXIT_REVOKE_MS 200
 
 struct eterm;
 
@@ -419,7 +417,12 @@ static void answer_why(struct eop *o, int status, const char *why)
 /* etcd did not answer */
 static void answer_unreachable(struct eop *o)
 {
-    answer_why(o, COORD_EUNAVAILABLE, "the etcd ledger is out of reach (outcome unknown)");
+    if (o->E->http && etcd_foreign(o->E->http))
+        answer_why(o, COORD_EUNAVAILABLE,
+                   "not an etcd endpoint (the server at --etcd-endpoints does not "
+                   "answer as etcd's gateway)");
+    else
+        answer_why(o, COORD_EUNAVAILABLE, "the etcd ledger is out of reach (outcome unknown)");
 }
 
 static void answer_malformed(struct eop *o)
@@ -1558,16 +1561,29 @@ static void etcd_ll_close(void *state)
 {
     struct etcd_ll *E = state;
     E->closing = true;
-    /* live terms: their leases go now (best effort; they expire anyway) */
+    /* live terms: their leases go now, all at once and within
+     * LIMIT_EXIT_REVOKE_MS together (best effort; they expire anyway) */
     struct list *pos, *tmp;
+    size_t nlive = 0;
+    list_for_each_safe(pos, tmp, &E->terms)
+        nlive += !list_entry(pos, struct eterm, link)->ended;
+    json_t **bodies = nlive ? calloc(nlive, sizeof *bodies) : NULL;
+    size_t nb = 0;
     list_for_each_safe(pos, tmp, &E->terms) {
         struct eterm *t = list_entry(pos, struct eterm, link);
-        if (!t->ended) {
+        if (!t->ended && bodies) {
             json_t *b = json_object();
             json_object_set_new(b, "ID", jnumstr((uint64_t)t->lease));
-            etcd_post_sync(E->http, "/v3/lease/revoke", b, ETCD_EXIT_REVOKE_MS);
+            bodies[nb++] = b;
         }
     }
+    if (nb) {
+        uint64_t t0 = uv_hrtime();
+        etcd_post_sync_all(E->http, "/v3/lease/revoke", bodies, nb, LIMIT_EXIT_REVOKE_MS);
+        log_event(LOG_INFO, "leader.etcd_exit_revoke", "terms=%zu ms=%llu", nb,
+                  (unsigned long long)((uv_hrtime() - t0) / 1000000));
+    }
+    free(bodies);
     /* answers every call in flight: ops answer UNAVAILABLE, terms free */
     etcd_close(E->http);
     E->http = NULL;

@@ -623,6 +623,7 @@ static void load_done(struct ll_req *req)
 {
     struct workstream *ws = req->ud;
     int status = req->status;
+    const char *why = req->why;        /* static text, outlives req */
     ws->loaded = true;
     ws->generation = req->out_generation;
     ws->disabled = req->out_disabled;
@@ -634,8 +635,8 @@ static void load_done(struct ll_req *req)
         list_del(&q->link);
         struct conn *c = conn_job_conn(&q->job);
         if (c && status)
-            conn_reply_error(c, q->job.rid, status, status == COORD_ESTORAGE
-                             ? "cannot read the ledger" : NULL);
+            conn_reply_error(c, q->job.rid, status, why ? why
+                             : status == COORD_ESTORAGE ? "cannot read the ledger" : NULL);
         else if (c)
             q->run(q, ws);
         conn_job_end(&q->job);

@@ -48,12 +48,25 @@ bool log_stderr_is_null(void)
     return stat("/dev/null", &n) == 0 && S_ISCHR(e.st_mode) && e.st_rdev == n.st_rdev;
 }
 
-/* Opens path as fd 2.  Under L.mu (or before any thread). */
+/* Opens path as fd 2.  Only a regular file: a symlink there is not
+ * followed (O_NOFOLLOW: ELOOP), and a FIFO or device is refused without
+ * blocking the start (O_NONBLOCK, then the type is checked).  Under L.mu
+ * (or before any thread). */
 static int reopen(const char *path)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
+                  0600);
     if (fd < 0)
         return -1;
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        errno = EINVAL;
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0)
+        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     if (fd != 2) {
         int rc = dup2(fd, 2);      /* the new fd 2 has no CLOEXEC */
         close(fd);
@@ -83,7 +96,9 @@ int log_to_file(const char *path, char *err, size_t errsize)
     L.path = strdup(path);
     int rc = L.path ? reopen(path) : -1;
     if (rc < 0) {
-        snprintf(err, errsize, "cannot open %s: %s", path, strerror(errno));
+        snprintf(err, errsize, "cannot open %s: %s", path,
+                 errno == EINVAL ? "not a regular file"
+                 : errno == ELOOP ? "a symbolic link (not followed)" : strerror(errno));
         free(L.path);
         L.path = NULL;
     } else {

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "broker.h"
+#include "coord-limits.h"
 #include "instance.h"
 #include "listener.h"
 #include "coord-version.h"
@@ -30,7 +31,8 @@ static void usage(FILE *f)
 "  --max-conns N           connections at once (default 4096)\n"
 "  --max-pending N         waiting requests per connection (default 1024)\n"
 "  --max-outbuf BYTES      bytes queued to one client before it is cut off\n"
-"                          (default 16777216)\n"
+"                          (default 16777216, or twice --max-frame if more;\n"
+"                          at least --max-frame + 1028)\n"
 "  --handshake-timeout MS  time allowed for hello (default 5000)\n"
 "  --max-data-size BYTES   cap of the LMDB ledger (default 4294967296, at least\n"
 "                          1048576); past it writes fail with STORAGE\n"
@@ -161,7 +163,7 @@ int main(int argc, char **argv)
     opt.max_frame = COORD_MAX_FRAME_DEFAULT;
     opt.max_conns = 4096;
     opt.max_pending = 1024;
-    opt.max_outbuf = 16u << 20;
+    opt.max_outbuf = 0;                /* below: from max_frame unless given */
     opt.handshake_ms = 5000;
     strcpy(opt.leader_ledger, "local");
     strcpy(opt.etcd_prefix, "/coord/");
@@ -253,6 +255,20 @@ int main(int argc, char **argv)
     if (strcmp(opt.leader_ledger, "etcd") != 0 && (opt.etcd_endpoints[0] || etcd_prefix_set)) {
         fprintf(stderr, "coordd: --etcd-endpoints and --etcd-prefix need --ledger etcd "
                         "(the ledger is %s)\n", opt.leader_ledger);
+        return 2;
+    }
+    /* the output cap must hold one largest reply above the least pause
+     * mark (coord-limits.h), else a reply could never be queued */
+    size_t outbuf_min = (size_t)opt.max_frame + COORD_FRAME_HEADER + LIMIT_OUTBUF_MIN_MARK;
+    if (opt.max_outbuf == 0) {
+        opt.max_outbuf = 16u << 20;
+        if (opt.max_outbuf < 2 * (size_t)opt.max_frame)
+            opt.max_outbuf = 2 * (size_t)opt.max_frame;
+    } else if (opt.max_outbuf < outbuf_min) {
+        fprintf(stderr, "coordd: --max-outbuf %zu is below --max-frame %u plus %u bytes "
+                "(at least %zu): a reply of max_frame bytes could never be queued\n",
+                opt.max_outbuf, (unsigned)opt.max_frame,
+                COORD_FRAME_HEADER + LIMIT_OUTBUF_MIN_MARK, outbuf_min);
         return 2;
     }
     if (socket_arg) {

@@ -74,6 +74,12 @@ void stats_reply(struct conn *c, uint64_t rid)
     if (list_entry_overflows(c, &e, &before))
         cut = true;
     before = coord_enc_mark_here(&e);
+    coord_enc_kv_uint(&e, "outbuf_stalls", s->outbuf_stalls);
+    coord_enc_kv_uint(&e, "outbuf_pauses", s->outbuf_pauses);
+    coord_enc_kv_uint(&e, "memory_trims", b->trims);
+    if (list_entry_overflows(c, &e, &before))
+        cut = true;
+    before = coord_enc_mark_here(&e);
     struct ledger_times lt = { 0, 0, 0, 0 };
     if (b->ledger)
         ledger_times(b->ledger, &lt);

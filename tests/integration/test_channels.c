@@ -96,7 +96,7 @@ static void test_fan_out_ordered_exactly_once(void)
 static void test_stalled_subscriber_cut_off(void)
 {
     enum { SUBS = 20, MSGS = 200 };
-    const char *args[] = { "--max-outbuf", "262144", NULL };
+    const char *args[] = { "--max-outbuf", "262144", "--max-frame", "65536", NULL };
     start_with(args);
     struct rcl *subs[SUBS], *pub = client_in(NULL);
     for (int i = 0; i < SUBS; i++) {

@@ -483,7 +483,8 @@ static void test_chaos(void)
 {
     const char *secs_env = getenv("COORD_CHAOS_SECONDS");
     int secs = secs_env ? atoi(secs_env) : 60;
-    const char *args[] = { "--max-outbuf", "4096", "--max-pending", "64", NULL };
+    const char *args[] = { "--max-outbuf", "8192", "--max-frame", "4096", "--max-pending", "64",
+                           NULL };
     sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     REQUIRE(sh != MAP_FAILED);
     memset(sh, 0, sizeof *sh);

@@ -415,11 +415,12 @@ static uint64_t ping_p99_us(struct rcl *fd, int n, uint64_t *rid)
     return p99;
 }
 
-/* A client that writes requests and never reads is cut off at the output
- * cap; another client's pings go on as before. */
+/* A client that writes requests and never reads is paused at the output
+ * mark and cut off once its output has made no progress for
+ * LIMIT_OUTBUF_STALL_MS (10 s); another client's pings go on as before. */
 static void test_slow_reader_cut_off(void)
 {
-    const char *args[] = { "--max-outbuf", "262144", NULL };
+    const char *args[] = { "--max-outbuf", "262144", "--max-frame", "65536", NULL };
     memset(&bp, 0, sizeof bp);
     REQUIRE(broker_start(&bp, args) == 0);
     struct rcl *good = rcl_connect(bp.sock);
@@ -448,15 +449,18 @@ static void test_slow_reader_cut_off(void)
     }
     uint64_t during = ping_p99_us(good, 500, &rid);
     /* the slow one is gone: its writer fails or finishes, its socket ends */
-    int st = wait_pid_timeout(writer, 20000);
+    int st = wait_pid_timeout(writer, 30000);
     CHECK(st != -1);
     bool cut = false;
-    for (int i = 0; i < 200 && !cut; i++) {
+    for (uint64_t t0 = now_ms(); !cut && now_ms() - t0 < 30000;) {
         rcl_request(good, "stats", ++rid);
         REQUIRE(recv1(good) == 0);
         cut = msg_uint(&m, "outbuf_disconnects") == 1;
+        if (!cut)
+            usleep(20000);          /* polling a counter: no event to await */
     }
     CHECK(cut);
+    CHECK_EQ_U(msg_uint(&m, "outbuf_stalls"), 1);
     CHECK_EQ_U(msg_uint(&m, "connections"), 1);
     uint64_t after = ping_p99_us(good, 500, &rid);
     fprintf(stderr, "ping p99: before %llu us, during %llu us, after %llu us\n",

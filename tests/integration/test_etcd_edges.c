@@ -1,0 +1,129 @@
+/* test_etcd_edges.c - the etcd ledger's edges on the broker's side: an
+ * endpoint that is an HTTP server but not etcd (it answers 404 pages) is
+ * UNAVAILABLE "not an etcd endpoint" and not reachable; SIGTERM with etcd
+ * frozen (SIGSTOP) and 100 live terms exits within LIMIT_EXIT_REVOKE_MS,
+ * the revokes made at once instead of 200 ms each in turn. */
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "etcd-proc.h"
+#include "harness.h"
+
+#define T 10000
+static coord_msg m;
+static struct broker_proc bp;
+static struct etcd_cluster ec;
+
+/* A loopback HTTP server answering every request with a 404 page: its
+ * port, the server's pid in *pid. */
+static int http404_start(pid_t *pid)
+{
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof a;
+    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) < 0 || listen(s, 16) < 0 ||
+        getsockname(s, (struct sockaddr *)&a, &len) < 0)
+        return -1;
+    *pid = fork();
+    if (*pid == 0) {
+        static const char page[] = "HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\n"
+                                   "Content-Length: 22\r\nConnection: close\r\n\r\n"
+                                   "<h1>404 Not Found</h1>";
+        for (;;) {
+            int c = accept(s, NULL, NULL);
+            if (c < 0)
+                continue;
+            char buf[4096];
+            (void)read(c, buf, sizeof buf);      /* headers and a small body */
+            (void)write(c, page, sizeof page - 1);
+            close(c);
+        }
+    }
+    close(s);
+    return ntohs(a.sin_port);
+}
+
+static void test_not_etcd_endpoint(void)
+{
+    pid_t srv;
+    int port = http404_start(&srv);
+    REQUIRE(port > 0);
+    char ep[64];
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", port);
+    const char *args[] = { "--ledger", "etcd", "--etcd-endpoints", ep, NULL };
+    start_or_exit(&bp, args);
+    struct rcl *c = connect_or_exit(&bp, NULL);
+    coord_enc *e = rcl_begin(c, "leader.campaign", 2);
+    coord_enc_kv_cstr(e, "workstream", "ws");
+    coord_enc_kv_uint(e, "lease_ms", 5000);
+    coord_enc_kv_bool(e, "if_available", true);
+    REQUIRE(rcl_send(c) == 0);
+    REQUIRE(rcl_reply(c, 2, T, &m) == 0);
+    CHECK(msg_code_is(&m, "UNAVAILABLE"));
+    coord_bytes msg = msg_bytes(&m, "message");
+    CHECK(msg.len && memmem(msg.ptr, msg.len, "not an etcd endpoint", 20));
+    REQUIRE(rcl_request(c, "stats", 3) == 0 && rcl_reply(c, 3, T, &m) == 0);
+    CHECK(!msg_bool(&m, "ledger_reachable"));
+    rcl_close(c);
+    stop_and_clean(&bp);
+    kill(srv, SIGKILL);
+    waitpid(srv, NULL, 0);
+}
+
+/* 100 live terms, etcd frozen, SIGTERM: the broker exits within the
+ * revoke budget (2 s) plus a margin, where each revoke once waited its
+ * 200 ms in turn (20 s). */
+static void test_shutdown_bounded_etcd_stopped(void)
+{
+    enum { TERMS = 100 };
+    etcd_required();
+    REQUIRE(etcd_start(&ec, 1) == 0);
+    const char *args[] = { "--ledger", "etcd", "--etcd-endpoints", ec.endpoints, NULL };
+    start_or_exit(&bp, args);
+    struct rcl *c = connect_or_exit(&bp, NULL);
+    for (int i = 0; i < TERMS; i++) {
+        char ws[16];
+        snprintf(ws, sizeof ws, "ws%d", i);
+        coord_enc *e = rcl_begin(c, "leader.campaign", 10 + (uint64_t)i);
+        coord_enc_kv_cstr(e, "workstream", ws);
+        coord_enc_kv_uint(e, "lease_ms", 60000);
+        REQUIRE(rcl_send(c) == 0);
+    }
+    int granted = 0;
+    for (int i = 0; i < TERMS; i++)
+        if (rcl_reply(c, 10 + (uint64_t)i, T, &m) == 0 && msg_bool(&m, "granted"))
+            granted++;
+    CHECK_EQ_U(granted, TERMS);
+    etcd_signal(&ec, 0, SIGSTOP);
+    uint64_t t0 = now_ms();
+    kill(bp.pid, SIGTERM);
+    int st = wait_pid_timeout(bp.pid, 60000);
+    uint64_t took = now_ms() - t0;
+    fprintf(stderr, "SIGTERM with %d terms and etcd stopped: exit after %llu ms\n", TERMS,
+            (unsigned long long)took);
+    CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    if (st != -1)
+        bp.pid = -1;
+    CHECK(took < 2000 + 2500);
+    rcl_close(c);
+    broker_cleanup(&bp);
+    etcd_signal(&ec, 0, SIGCONT);
+    etcd_stop(&ec);
+}
+
+int main(int argc, char **argv)
+{
+    coord_msg_init(&m);
+    static const struct test_case tests[] = {
+        { "not_etcd_endpoint", test_not_etcd_endpoint },
+        { "shutdown_bounded_etcd_stopped", test_shutdown_bounded_etcd_stopped },
+        { NULL, NULL },
+    };
+    int rc = run_tests(argc, argv, tests);
+    coord_msg_destroy(&m);
+    return rc;
+}
