@@ -41,11 +41,12 @@ COORDCTL = _bin("COORD_CTL", "../../build/tools/coordctl")
 class Broker:
     """One coordd in its own temporary directory."""
 
-    def __init__(self, data_dir: str) -> None:
+    def __init__(self, data_dir: str, args=()) -> None:
         # sun_path is 107 bytes: keep the socket under a short /tmp dir
         self.sock_dir = tempfile.mkdtemp(prefix="coordpy-", dir="/tmp")
         self.socket = os.path.join(self.sock_dir, "broker.sock")
         self.data_dir = data_dir
+        self.args = list(args)          # more coordd options (--max-conns 1 ...)
         self.proc = None
         self.start()
 
@@ -54,7 +55,7 @@ class Broker:
         self.log = open(os.path.join(self.data_dir, "coordd.log"), "ab")
         self.proc = subprocess.Popen(
             [COORDD, "--foreground", "--socket", self.socket, "--data-dir", self.data_dir,
-             "--ready-fd", str(w), "--log-level", "warn"],
+             "--ready-fd", str(w), "--log-level", "warn", *self.args],
             pass_fds=(w,), stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
         os.close(w)
         buf = b""

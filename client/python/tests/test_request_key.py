@@ -262,3 +262,58 @@ def test_api_edges():
             coord.request_key(**dict(base, **bad))
         assert ei.value.field == field, bad
     assert coord.request_key(**dict(base, auth_gen=(1 << 53) - 1))[1].count("|auth:9007199254740991|") == 1
+
+
+# ---- the edges every client decides alike (PROTOCOL.md, vectors) ----
+
+BASE = dict(method="GET", url="https://example.com/", user="u", auth_gen=1)
+TEXT_FIELDS = ("method", "url", "user", "tenant", "accept", "locale", "freshness", "api",
+               "content_type")
+
+
+@pytest.mark.parametrize("field", TEXT_FIELDS + ("header name", "header value"))
+def test_a_nul_inside_a_text_field_is_refused(field):
+    kw = dict(BASE)
+    if field == "header name":
+        kw["headers"] = [("X-\0A", "1")]
+    elif field == "header value":
+        kw["headers"] = [("X-A", "a\0b")]
+    else:
+        kw[field] = {"url": "https://example.com/a\0b", "freshness": "cache-ok\0"}.get(
+            field, "a\0b")
+    with pytest.raises(coord.RequestKeyError) as ei:
+        coord.request_key(**kw)
+    assert ei.value.field == ("header" if field.startswith("header") else field)
+
+
+def test_auth_gen_from_2_to_the_53_is_refused():
+    assert coord.request_key(**dict(BASE, auth_gen=(1 << 53) - 1))
+    for n in (1 << 53, (1 << 53) + 1, 1 << 63, (1 << 64) - 1):
+        with pytest.raises(coord.RequestKeyError) as ei:
+            coord.request_key(**dict(BASE, auth_gen=n))
+        assert ei.value.field == "auth_gen"
+
+
+def test_urls_past_the_c_clients_limit_are_refused():
+    # libcurl's CURL_MAX_INPUT_LENGTH, 8,000,000 bytes, the C client's limit
+    from coord.requestkey import MAX_URL_BYTES
+    assert MAX_URL_BYTES == 8_000_000
+    head = "https://example.com/"
+    at = head + "a" * (MAX_URL_BYTES - len(head))
+    assert len(at.encode()) == MAX_URL_BYTES
+    assert coord.request_key(**dict(BASE, url=at))[0].startswith("request-v1:")
+    for u in (at + "a", head + "é" * (MAX_URL_BYTES // 2)):     # bytes count, not chars
+        with pytest.raises(coord.RequestKeyError, match="longer than 8000000 bytes") as ei:
+            coord.request_key(**dict(BASE, url=u))
+        assert ei.value.field == "url"
+
+
+@pytest.mark.parametrize("body", [b"1\0", b"true\0", b'"s"\0', b"null\0", b"1.5\0",
+                                  b"{}\0", b"[]\0", b"1 \0"])
+def test_a_nul_after_a_top_level_json_value_is_refused(body):
+    with pytest.raises(coord.RequestKeyError) as ei:
+        coord.request_key(**dict(BASE, method="POST", body=body,
+                                 content_type="application/json"))
+    assert ei.value.field == "body"
+    # not JSON: the bytes are hashed as they are
+    assert coord.request_key(**dict(BASE, method="POST", body=body, content_type="text/plain"))

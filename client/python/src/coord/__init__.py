@@ -9,7 +9,7 @@ from .client import Client, Flight, Leadership, Lock, Subscription, connect
 from .errors import (Aborted, Backoff, BadFrame, BadRequest, ConnectError, ConnectionLost, CoordError,
                      Disabled, Draining, Fenced, FencedError, FlightFailed, HelloRequired,
                      InvalidOptions, LeadershipLost, Limit, LockLost, NameReserved, NotFound,
-                     Policy, ProtocolError, ProtocolPinned, ProtoVersion, ReadOnly,
+                     Policy, ProtocolError, ProtocolPinned, ProtoVersion, ReadOnly, Refused,
                      RequestKeyError, RetryAfter, ShuttingDown, Storage, Unavailable,
                      Timeout, TooLarge, UnknownLock, UnknownOp)
 from .handles import LeaderState, Result, State
@@ -34,7 +34,7 @@ __all__ = [
     "CoordError", "BadFrame", "HelloRequired", "ProtoVersion", "BadRequest", "UnknownOp",
     "InvalidOptions", "NameReserved", "TooLarge", "Limit", "Aborted", "Timeout", "Fenced",
     "FencedError", "NotFound", "UnknownLock", "Disabled", "Storage", "ShuttingDown",
-    "ConnectError", "ConnectionLost", "ProtocolError", "LockLost", "LeadershipLost",
+    "ConnectError", "Refused", "ConnectionLost", "ProtocolError", "LockLost", "LeadershipLost",
     "FlightFailed", "LockEntry", "LockState", "FlightEntry", "Record", "RecordEntry",
     "LeaderInfo", "Message", "Lifecycle", "default_socket_path",
     "request_key", "RequestKeyError", "Result", "RetryAfter", "Backoff", "Stale", "Updated",

@@ -1,27 +1,38 @@
 """aio.py - the asyncio client: the same shapes as the blocking one with
 ``async with`` / ``await`` / ``async for``.
 
-One reader task per connection feeds the sans-I/O ``Core`` and resolves
-the calls' futures; events go to their handles (``lost`` and ``aborted``
-are ``asyncio.Event``s here).  Leases renew in a task per lock or
-leadership.  Cancelling a task that waits (lock, join, campaign) sends the
-protocol's ``cancel``; if the grant raced it, the grant is handed back
-(released, resigned, failed as retryable) before the cancellation goes on.
+Each connection is an ``asyncio.Protocol`` (``_AConn``): the bytes a read
+brings are fed to the sans-I/O ``Core`` at once and its frames handled in
+wire order, replies resolving the calls' futures and events going to
+their handles (``lost`` and ``aborted`` are ``asyncio.Event``s here).
+Leases renew in a task per lock or leadership.  Cancelling a task that
+waits (lock, join, campaign) sends the protocol's ``cancel``; if the grant
+raced it, the grant is handed back (released, resigned, failed as
+retryable) before the cancellation goes on.  Every other request has a
+deadline (``request_timeout``).
+
+When a write fails (the broker closed: a full broker refuses at accept),
+asyncio stops reading and closes the socket; what the broker sent before
+closing (its refusal) is read from the socket first (``connection_lost``),
+so the error says why.
 """
 from __future__ import annotations
 
 import asyncio
 import errno
 import os
+import socket
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Tuple, Union
 
 from . import messages as m
-from .core import DEFAULT_MAX_FRAME, Core, Event, Reply
+from .core import (DEFAULT_MAX_FRAME, DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES,
+                   DEFAULT_REQUEST_TIMEOUT, Core, Event, EventQueue, Reply)
 from .client import _UNREACHABLE, _fail_fields
 from .errors import (Aborted, Backoff, ConnectError, ConnectionLost, CoordError,
-                     FlightFailed, LockLost, NotFound, ProtocolError, Timeout)
-from .handles import LeaderTerm, Result, State, owner_failure
+                     FlightFailed, LockLost, NotFound, ProtocolError, Refused, Timeout)
+from .handles import (LeaderTerm, Result, State, backstop, check_request_timeout,
+                      no_reply, owner_failure, wait_error)
 from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MAX_BACKOFF, MIN_HELLO_TIMEOUT,
                     MAX_SPAWNS, autostart, check_peer, check_socket_path, default_socket_path,
                     instance_id, program_name)
@@ -60,20 +71,104 @@ class _ACall:
             self.fut.exception()     # retrieved: no "never retrieved" warning
 
 
-class _AConn:
-    def __init__(self, client: "Client", reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
+class _AConn(asyncio.Protocol):
+    """One connection: the transport, the core, the frames handled as
+    they come (``data_received``), in wire order."""
+
+    def __init__(self, client: "Client") -> None:
         self.client = client
-        self.reader = reader
-        self.writer = writer
         self.loop = asyncio.get_running_loop()
         self.core: Core[_ACall] = Core()
+        self.transport: Optional[asyncio.Transport] = None
         self.alive = True
         self.error: Optional[BaseException] = None
         self.conn_id = 0
         self.epoch = 0
         self.broker = ""
-        self.task = self.loop.create_task(self._read())
+        self.done: "asyncio.Future[None]" = self.loop.create_future()
+        self._paused = False
+        self._drained: List["asyncio.Future[None]"] = []
+
+    # ---- asyncio.Protocol ----
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if not self.alive:
+            return
+        try:
+            items = self.core.receive(data)
+        except ProtocolError as e:
+            self._finish(e)
+            return
+        for call, item in items:
+            if call is None:
+                self.client._router.dispatch(item)  # type: ignore[arg-type]
+            else:
+                call._complete(item)  # type: ignore[arg-type]
+
+    def eof_received(self) -> Optional[bool]:
+        return False            # close
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        if exc is not None and self.alive and self.transport is not None:
+            self._read_rest()
+        err: Optional[BaseException] = None
+        if exc is not None and self.core.bye is None and self.error is None:
+            err = ConnectionLost(f"the connection to the broker failed: {exc}")
+        self._finish(err)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        waiters, self._drained = self._drained, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    # ----
+
+    def _read_rest(self) -> None:
+        """After a failed write asyncio reads no more and closes the socket
+        (it is still open here): read what the broker sent before it
+        closed (a refusal), without blocking."""
+        ts = self.transport.get_extra_info("socket") if self.transport else None
+        if ts is None:
+            return
+        try:
+            s = ts.dup()
+        except OSError:
+            return
+        try:
+            s.setblocking(False)
+            while self.alive:
+                data = s.recv(262144)
+                if not data:
+                    break
+                self.data_received(data)
+        except OSError:
+            pass
+        finally:
+            s.close()
+
+    def _finish(self, err: Optional[BaseException]) -> None:
+        if not self.alive:
+            return
+        self.alive = False
+        handles = self.core.close()
+        exc = err or self.core.close_error()
+        self.error = exc
+        if self.transport is not None:
+            self.transport.close()
+        for h in handles:
+            h._fail(exc)
+        self.resume_writing()
+        if not self.done.done():
+            self.done.set_result(None)
+        self.client._conn_lost(self, exc)
 
     def send(self, op: str, fields: Dict[str, Any],
              hook: Optional[Callable[[Reply], None]] = None) -> _ACall:
@@ -81,7 +176,8 @@ class _AConn:
             raise self.error or ConnectionLost("not connected")
         call = _ACall(self.loop, hook)
         call.rid, frame = self.core.request(op, fields, call)
-        self.writer.write(frame)
+        assert self.transport is not None
+        self.transport.write(frame)
         return call
 
     def fire(self, op: str, fields: Dict[str, Any]) -> Optional[_ACall]:
@@ -91,54 +187,39 @@ class _AConn:
         except CoordError:
             return None
 
-    async def call(self, op: str, fields: Dict[str, Any]) -> Reply:
-        c = self.send(op, fields)
-        await self.writer.drain()
-        return await c.fut
+    async def drain(self) -> None:
+        """Waits while the transport's buffer is over its high mark."""
+        if self._paused and self.alive:
+            w = self.loop.create_future()
+            self._drained.append(w)
+            await w
 
-    async def _read(self) -> None:
-        err: Optional[BaseException] = None
+    async def call(self, op: str, fields: Dict[str, Any]) -> Reply:
+        """A request that does not wait by design: its reply within the
+        client's ``request_timeout``, else ``Timeout``."""
+        c = self.send(op, fields)
+        t = self.client.request_timeout
+        if t is None:
+            await self.drain()
+            return await c.fut
         try:
-            while True:
-                data = await self.reader.read(262144)
-                if not data:
-                    break
-                pairs = self.core.receive(data)
-                for call, reply in pairs:
-                    call._complete(reply)
-                ev = self.core.next_event()
-                while ev is not None:
-                    self.client._router.dispatch(ev)
-                    ev = self.core.next_event()
-        except ProtocolError as e:
-            err = e
-        except (OSError, asyncio.IncompleteReadError) as e:
-            err = ConnectionLost(f"the connection to the broker failed: {e}")
-        except asyncio.CancelledError:
-            pass
-        finally:
-            self.alive = False
-            handles = self.core.close()
-            exc = err or self.core.close_error()
-            self.error = exc
-            try:
-                self.writer.close()
-            except Exception:
-                pass
-            for h in handles:
-                h._fail(exc)
-            self.client._conn_lost(self, exc)
+            return await asyncio.wait_for(self._drain_then(c), t)
+        except asyncio.TimeoutError:
+            raise no_reply(op, t) from None
+
+    async def _drain_then(self, c: _ACall) -> Reply:
+        await self.drain()
+        return await asyncio.shield(c.fut)
 
     async def shutdown(self) -> None:
-        if not self.task.done():
-            try:
-                self.writer.close()
-            except Exception:
-                pass
-            try:
-                await asyncio.wait_for(asyncio.shield(self.task), 5)
-            except (asyncio.TimeoutError, Exception):
-                self.task.cancel()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+        try:
+            await asyncio.wait_for(asyncio.shield(self.done), 5)
+        except (asyncio.TimeoutError, Exception):
+            if self.transport is not None:
+                self.transport.abort()
+            self._finish(None)
 
 
 def _notify_task(fn: Callable[[m.Updated], Any]) -> Callable[[Any], None]:
@@ -158,13 +239,26 @@ def _notify_task(fn: Callable[[m.Updated], Any]) -> Callable[[Any], None]:
 _NOTIFY_TASKS: "set[asyncio.Future[Any]]" = set()   # strong refs while they run
 
 
-async def _wait(conn: _AConn, call: _ACall, owner: Any, give_back: GiveBack) -> Reply:
-    """Waits for a long call; a cancellation sends ``cancel`` and hands
-    back a grant that raced it, then goes on."""
+async def _wait(conn: _AConn, call: _ACall, owner: Any, give_back: GiveBack,
+                op: str, limit: Optional[float]) -> Reply:
+    """Waits for a long call (limit: seconds, None for as long as it
+    takes); a cancellation sends ``cancel`` and hands back a grant that
+    raced it, then goes on.  Past the limit (the broker stopped
+    answering) it sends ``cancel``, leaves a late grant to be handed back
+    when it comes, and raises ``Timeout`` without waiting any more."""
     owner._waiting = (conn, call)
     try:
-        await conn.writer.drain()
-        return await asyncio.shield(call.fut)
+        await conn.drain()
+        if limit is None:
+            return await asyncio.shield(call.fut)
+        try:
+            return await asyncio.wait_for(asyncio.shield(call.fut), limit)
+        except asyncio.TimeoutError:
+            if call.fut.done():           # came at the last moment
+                return call.fut.result()
+            conn.fire("cancel", {"target": call.rid})
+            call.abandon = give_back
+            raise no_reply(op, limit) from None
     except asyncio.CancelledError:
         if not call.fut.done():
             conn.fire("cancel", {"target": call.rid})
@@ -245,9 +339,11 @@ class Lock:
         self.lost.clear()
         self.lost_reason = None
         call = conn.send("lock.acquire", fields, hook=lambda r: self._granted(conn, r, time.monotonic()))
-        reply = await _wait(conn, call, self, lambda r: self._give_back(conn, r))
+        reply = await _wait(conn, call, self, lambda r: self._give_back(conn, r), "lock.acquire",
+                            backstop(0 if try_once else self.timeout,
+                                     self._client.request_timeout))
         if not reply.ok:
-            raise reply.error()
+            raise wait_error(reply, f"lock {self.name!r} not granted", self.timeout)
         if not reply.get("granted"):
             return False
         if self.lease:
@@ -446,9 +542,10 @@ class _FlightAPI:
                                                  "retryable": True})
             return None
         call = conn.send("flight.join", fields, hook=hook)
-        r = await _wait(conn, call, self, give_back)
+        r = await _wait(conn, call, self, give_back, "flight.join",
+                        backstop(wait, c.request_timeout))
         if not r.ok:
-            raise r.error()
+            raise wait_error(r, f"flight {k!r}: no result", wait)
         return box[0]
 
     async def complete(self, f: Flight, result: m.Payload, keep: Optional[float] = None) -> int:
@@ -511,13 +608,16 @@ class Leadership(LeaderTerm):
         self._begin()
         call = conn.send("leader.campaign", fields, hook=lambda r: self._granted(conn, r, time.monotonic()))
         try:
-            r = await _wait(conn, call, self, lambda r: self._give_back(conn, r))
+            r = await _wait(conn, call, self, lambda r: self._give_back(conn, r),
+                            "leader.campaign",
+                            backstop(0 if fields.get("if_available") else self.timeout,
+                                     self._client.request_timeout))
         except BaseException:
             self._refused(None)
             raise
         if not r.ok:
             self._refused(r)
-            raise r.error()
+            raise wait_error(r, f"{self.workstream!r}: not elected", self.timeout)
         if not r.get("granted"):
             self._refused(r)
             return False
@@ -717,15 +817,33 @@ class Subscription:
         self._client = client
         self.channels = channels
         self.timeout = timeout
-        self._q: "asyncio.Queue[Any]" = asyncio.Queue()
+        self._q = EventQueue(client.max_queued, client.max_queued_bytes)
+        self._ready = asyncio.Event()
         self._open = False
         self._error: Optional[BaseException] = None
 
-    def _push(self, item: Any) -> None:
-        self._q.put_nowait(item)
+    @property
+    def dropped(self) -> int:
+        """Items dropped, oldest first, because the queue was full."""
+        return self._q.dropped
+
+    @property
+    def queued(self) -> int:
+        return len(self._q)
+
+    def _push(self, item: Any, size: int = 0) -> None:
+        self._q.push(item, size)
+        self._ready.set()
 
     def _closed(self, exc: BaseException, reconnect: bool) -> None:
-        self._q.put_nowait(_Closed(exc, reconnect))
+        self._q.push(_Closed(exc, reconnect))
+        self._ready.set()
+
+    async def _take(self) -> Any:
+        while not len(self._q):
+            self._ready.clear()
+            await self._ready.wait()
+        return self._q.pop()
 
     async def open(self) -> "Subscription":
         if not self._open:
@@ -745,10 +863,12 @@ class Subscription:
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             try:
-                if deadline is None:
-                    item = await self._q.get()
+                if len(self._q):
+                    item = self._q.pop()      # no wait: timeout=0 gets it too
+                elif deadline is None:
+                    item = await self._take()
                 else:
-                    item = await asyncio.wait_for(self._q.get(),
+                    item = await asyncio.wait_for(self._take(),
                                                   max(0.0, deadline - loop.time()))
             except asyncio.TimeoutError:
                 return None
@@ -782,8 +902,8 @@ class _HelloDropped(ConnectError):
     """The connection closed before hello was answered."""
 
 
-async def _open_socket(path: str, *, autostart_ok: bool, broker: Optional[str], idle_exit: int,
-                       timeout: float) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def _open_socket(conn: _AConn, path: str, *, autostart_ok: bool, broker: Optional[str],
+                       idle_exit: int, timeout: float) -> None:
     check_socket_path(path)
     loop = asyncio.get_running_loop()
     deadline = time.monotonic() + timeout
@@ -792,7 +912,7 @@ async def _open_socket(path: str, *, autostart_ok: bool, broker: Optional[str], 
     spawns = 0
     while True:
         try:
-            reader, writer = await asyncio.open_unix_connection(path, limit=1 << 22)
+            await loop.create_unix_connection(lambda: conn, path)
             break
         except OSError as e:
             err = e.errno
@@ -813,12 +933,12 @@ async def _open_socket(path: str, *, autostart_ok: bool, broker: Optional[str], 
                 raise ConnectError(f"no broker answered at {path} within {timeout:g} s")
             await asyncio.sleep(min(backoff, left))
             backoff = min(backoff * 2, MAX_BACKOFF)
+    assert conn.transport is not None
     try:
-        check_peer(writer.get_extra_info("socket"), path)
+        check_peer(conn.transport.get_extra_info("socket"), path)
     except BaseException:
-        writer.close()
+        conn.transport.abort()
         raise
-    return reader, writer
 
 
 class Client:
@@ -828,7 +948,14 @@ class Client:
     def __init__(self, socket: Optional[str] = None, *, scope: m.Name = "",
                  client: Optional[str] = None, autostart: bool = True,
                  broker: Optional[str] = None, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-                 idle_exit: int = DEFAULT_IDLE_EXIT, reconnect: bool = False) -> None:
+                 idle_exit: int = DEFAULT_IDLE_EXIT, reconnect: bool = False,
+                 request_timeout: Optional[float] = DEFAULT_REQUEST_TIMEOUT,
+                 max_queued: int = DEFAULT_MAX_QUEUED,
+                 max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES) -> None:
+        self.request_timeout = check_request_timeout(request_timeout)
+        EventQueue(max_queued, max_queued_bytes)       # ValueError early
+        self.max_queued = max_queued
+        self.max_queued_bytes = max_queued_bytes
         self.socket_path = socket or default_socket_path()
         self.scope = m.name(scope, "scope")
         self.client_name = client or program_name()
@@ -851,8 +978,9 @@ class Client:
 
     async def _open(self) -> _AConn:
         # A broker that dies with us in its backlog resets the connection
-        # before hello is answered (a restart racing a reconnect): try again
-        # within connect_timeout, as the first connect does.
+        # before hello is answered (a restart racing a reconnect), and one
+        # that shuts down refuses with SHUTTING_DOWN: try again within
+        # connect_timeout, as the first connect does.
         deadline = time.monotonic() + self.connect_timeout
         while True:
             try:
@@ -863,34 +991,48 @@ class Client:
                 await asyncio.sleep(0.01)
 
     async def _open_once(self) -> _AConn:
-        reader, writer = await _open_socket(self.socket_path, autostart_ok=self.autostart,
-                                            broker=self.broker_path, idle_exit=self.idle_exit,
-                                            timeout=self.connect_timeout)
-        conn = _AConn(self, reader, writer)
-        call = _ACall(conn.loop)
-        call.rid, frame = conn.core.hello(call, self.client_name, os.getpid(), instance_id(),
-                                          self.scope)
-        writer.write(frame)
+        conn = _AConn(self)
+        await _open_socket(conn, self.socket_path, autostart_ok=self.autostart,
+                           broker=self.broker_path, idle_exit=self.idle_exit,
+                           timeout=self.connect_timeout)
+        if not conn.alive:              # refused (and closed) at once
+            call = None
+        else:
+            call = _ACall(conn.loop)
+            call.rid, frame = conn.core.hello(call, self.client_name, os.getpid(),
+                                              instance_id(), self.scope)
+            assert conn.transport is not None
+            conn.transport.write(frame)     # a failed write: connection_lost reads why
+        hello_timeout = max(self.connect_timeout, MIN_HELLO_TIMEOUT)
         try:
-            r = await asyncio.wait_for(asyncio.shield(call.fut),
-                                       max(self.connect_timeout, MIN_HELLO_TIMEOUT))
+            if call is None:
+                raise conn.error or ConnectionLost("closed")
+            r = await asyncio.wait_for(asyncio.shield(call.fut), hello_timeout)
         except asyncio.TimeoutError:
             await conn.shutdown()
-            raise ConnectError("the broker did not answer hello in time") from None
+            raise ConnectError(f"the broker did not answer hello: timed out after "
+                               f"{hello_timeout:g} s") from None
         except CoordError as e:
             await conn.shutdown()
+            bye = conn.core.bye
+            if bye is not None and not bye.ok and bye.code != "SHUTTING_DOWN":
+                raise Refused(bye.code, bye.body.get("message")) from None
             if isinstance(e, ConnectionLost):
                 raise _HelloDropped(f"hello: {e}") from None
             raise ConnectError(f"hello: {e}") from None
         if not r.ok:
             await conn.shutdown()
-            raise ConnectError(f"hello refused: {r.code}: {r.message}")
+            raise Refused(r.code, r.body.get("message"))
         conn.conn_id = m.uint(r.body, "conn")
         conn.epoch = m.uint(r.body, "epoch")
         conn.broker = str(r.get("broker", ""))
         mf = m.uint(r.body, "max_frame")
         if mf:
-            conn.core.set_max_frame(mf)
+            try:
+                conn.core.set_max_frame(mf)
+            except ProtocolError:
+                await conn.shutdown()
+                raise
         return conn
 
     async def _ensure(self) -> _AConn:

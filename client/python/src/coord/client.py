@@ -10,7 +10,16 @@ a lease lost locally once its end passed without an acknowledged renewal.
 A call that waits (lock, flight join, campaign) and is interrupted
 (KeyboardInterrupt, or ``cancel()`` from another thread) sends the
 protocol's ``cancel``; if the grant raced the cancel, the grant is handed
-back (released, resigned, failed as retryable).
+back (released, resigned, failed as retryable).  Every other request has
+a deadline (``request_timeout``): a broker that stops answering makes the
+call raise ``Timeout``, never hang.
+
+The reader handles the frames of each read in wire order (replies and
+events alike), so a caller woken by a reply sees every event sent before
+it.  Locks: ``_connect_mu`` serializes connecting (it is held while a
+connection opens); ``_mu`` guards the client's state and is never held
+while waiting for the broker or joining a thread, so a reader thread that
+ends (needing ``_mu`` in ``_conn_lost``) is never waited for under it.
 """
 from __future__ import annotations
 
@@ -24,10 +33,12 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from . import messages as m
-from .core import DEFAULT_MAX_FRAME, Core, Event, Reply
+from .core import (DEFAULT_MAX_FRAME, DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES,
+                   DEFAULT_REQUEST_TIMEOUT, Core, Event, EventQueue, Reply)
 from .errors import (Backoff, ConnectError, ConnectionLost, CoordError, FlightFailed,
-                     LockLost, NotFound, ProtocolError, ShuttingDown, Timeout)
-from .handles import LeaderTerm, Result, State, owner_failure
+                     LockLost, NotFound, ProtocolError, Refused, ShuttingDown, Timeout)
+from .handles import (LeaderTerm, Result, State, backstop, check_request_timeout,
+                      no_reply, owner_failure, wait_error)
 from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MIN_HELLO_TIMEOUT,
                     default_socket_path, instance_id, open_socket, program_name)
 
@@ -85,8 +96,12 @@ class _Call:
         if reply is not None:
             fn(reply)
 
-    def wait(self) -> Reply:
-        self._ev.wait()
+    def wait(self, timeout: Optional[float] = None, op: str = "") -> Reply:
+        """The reply; ``Timeout`` when timeout (seconds) passed without one
+        (the request stays registered: a late reply completes nothing)."""
+        if not self._ev.wait(timeout):
+            assert timeout is not None
+            raise no_reply(op, timeout)
         if self.exc is not None:
             raise self.exc
         assert self.reply is not None
@@ -111,6 +126,7 @@ class _Conn:
         self.conn_id = 0
         self.epoch = 0
         self.broker = ""
+        self.lost_seen = False              # _conn_lost ran (guarded by client._mu)
         self.reader = threading.Thread(target=self._read, name="coord-reader", daemon=True)
 
     def send(self, op: str, fields: Dict[str, Any], hook: Optional[Callable[[Reply], None]] = None,
@@ -127,6 +143,12 @@ class _Conn:
                 pass      # the reader sees the close and fails the call
         return call
 
+    def call(self, op: str, fields: Dict[str, Any],
+             hook: Optional[Callable[[Reply], None]] = None) -> Reply:
+        """A request that does not wait by design: its reply within the
+        client's ``request_timeout``, else ``Timeout``."""
+        return self.send(op, fields, hook).wait(self.client.request_timeout, op)
+
     def _read(self) -> None:
         err: Optional[BaseException] = None
         try:
@@ -135,20 +157,21 @@ class _Conn:
                 if not data:
                     break
                 with self.core_mu:
-                    pairs = self.core.receive(data)
-                    events: List[Event] = []
-                    ev = self.core.next_event()
-                    while ev is not None:
-                        events.append(ev)
-                        ev = self.core.next_event()
-                for call, reply in pairs:
-                    call._complete(reply)
-                for ev in events:
-                    self.client._dispatch(ev)
+                    items = self.core.receive(data)
+                # in wire order: the caller a reply wakes has seen every
+                # event before it; an event after a reply finds what the
+                # reply's hook registered
+                for call, item in items:
+                    if call is None:
+                        self.client._dispatch(item)  # type: ignore[arg-type]
+                    else:
+                        call._complete(item)  # type: ignore[arg-type]
         except ProtocolError as e:
             err = e
         except OSError as e:
-            err = ConnectionLost(f"the connection to the broker failed: {e.strerror}")
+            # a refusal the broker wrote before closing was read first
+            if self.core.bye is None:
+                err = ConnectionLost(f"the connection to the broker failed: {e.strerror}")
         finally:
             with self.core_mu:
                 self.alive = False
@@ -219,12 +242,14 @@ class _Ticker:
             t.join(5)
 
 
-def _wait(conn: _Conn, call: _Call, owner: Any, give_back: Callable[[Reply], None]) -> Reply:
-    """Waits for a call that may wait long; on an interruption sends
+def _wait(conn: _Conn, call: _Call, owner: Any, give_back: Callable[[Reply], None],
+          op: str, limit: Optional[float]) -> Reply:
+    """Waits for a call that may wait long (limit: seconds, None for as
+    long as it takes); on an interruption, or the limit passed, sends
     cancel and arranges for a raced grant to be handed back."""
     owner._waiting = (conn, call)
     try:
-        return call.wait()
+        return call.wait(limit, op)
     except BaseException:
         if call.reply is None and call.exc is None:
             _send_cancel(conn, call.rid)
@@ -292,9 +317,10 @@ class Lock:
         self.lost.clear()
         self.lost_reason = None
         call = conn.send("lock.acquire", fields, hook=lambda r: self._granted(conn, r, time.monotonic()))
-        reply = _wait(conn, call, self, lambda r: self._give_back(conn, r))
+        reply = _wait(conn, call, self, lambda r: self._give_back(conn, r), "lock.acquire",
+                      backstop(0 if try_once else self.timeout, self._client.request_timeout))
         if not reply.ok:
-            raise reply.error()
+            raise wait_error(reply, f"lock {self.name!r} not granted", self.timeout)
         if not reply.get("granted"):
             return False
         if self.lease:
@@ -374,8 +400,8 @@ class Lock:
             self.lease = lease or None
         assert self._conn is not None
         now = time.monotonic()
-        r = self._conn.send("lock.renew", {"lock": self.id,
-                                          "lease_ms": m.ms(self.lease or 0, "lease")}).wait()
+        r = self._conn.call("lock.renew", {"lock": self.id,
+                                          "lease_ms": m.ms(self.lease or 0, "lease")})
         if not r.ok:
             if r.code == "UNKNOWN_LOCK":
                 self._lost("expired")
@@ -393,7 +419,7 @@ class Lock:
         lock_id = self.id
         self._forget()
         try:
-            r = conn.send("lock.release", {"lock": lock_id}).wait()
+            r = conn.call("lock.release", {"lock": lock_id})
         except ConnectionLost:
             return
         if not r.ok and r.code != "UNKNOWN_LOCK":
@@ -478,7 +504,7 @@ class Flight:
             raise RuntimeError("only the owner completes or fails a flight")
         self.done = True
         self._client._router.flights.pop(self.flight, None)
-        r = self._conn.send(op, dict(flight=self.flight, fence=self.fence, **fields)).wait()
+        r = self._conn.call(op, dict(flight=self.flight, fence=self.fence, **fields))
         if not r.ok:
             raise r.error()
         return m.uint(r.body, "delivered")
@@ -571,9 +597,10 @@ class _FlightAPI:
                 except CoordError:
                     pass
         call = conn.send("flight.join", fields, hook=hook)
-        r = _wait(conn, call, self, give_back)
+        r = _wait(conn, call, self, give_back, "flight.join",
+                  backstop(wait, c.request_timeout))
         if not r.ok:
-            raise r.error()
+            raise wait_error(r, f"flight {k!r}: no result", wait)
         return box[0]
 
     def complete(self, f: Flight, result: m.Payload, keep: Optional[float] = None) -> int:
@@ -649,13 +676,15 @@ class Leadership(LeaderTerm):
         self._begin()
         call = conn.send("leader.campaign", fields, hook=lambda r: self._granted(conn, r, time.monotonic()))
         try:
-            r = _wait(conn, call, self, lambda r: self._give_back(conn, r))
+            r = _wait(conn, call, self, lambda r: self._give_back(conn, r), "leader.campaign",
+                      backstop(0 if fields.get("if_available") else self.timeout,
+                               self._client.request_timeout))
         except BaseException:
             self._refused(None)
             raise
         if not r.ok:
             self._refused(r)
-            raise r.error()
+            raise wait_error(r, f"{self.workstream!r}: not elected", self.timeout)
         if not r.get("granted"):
             self._refused(r)
             return False
@@ -714,7 +743,7 @@ class Leadership(LeaderTerm):
               ) -> Any:
         f = self._fields(**fields)
         assert self._conn is not None
-        r = self._conn.send(op, f).wait()
+        r = self._conn.call(op, f)
         if not r.ok:
             if r.code == "FENCED":
                 self._lost("fenced")
@@ -766,7 +795,7 @@ class Leadership(LeaderTerm):
         self._forget()
         self._end(None)
         try:
-            r = conn.send("leader.resign", f).wait()
+            r = conn.call("leader.resign", f)
         except ConnectionLost:
             return
         if not r.ok and r.code != "FENCED":
@@ -865,22 +894,50 @@ class _Closed:
 class Subscription:
     """Messages of one or more channels.  ``for item in sub`` yields them
     (``Message`` for user channels, ``Lifecycle`` for the broker's); with
-    ``timeout`` the loop ends once no item came for that long."""
+    ``timeout`` the loop ends once no item came for that long.  Items wait
+    in a bounded queue (the client's ``max_queued`` items and
+    ``max_queued_bytes``): when it is full the oldest are dropped, and
+    ``dropped`` counts them."""
 
     def __init__(self, client: "Client", channels: List[Union[str, bytes]],
                  timeout: Optional[float] = None) -> None:
         self._client = client
         self.channels = channels
         self.timeout = timeout
-        self._q: "queue.Queue[Any]" = queue.Queue()
+        self._q = EventQueue(client.max_queued, client.max_queued_bytes)
+        self._cv = threading.Condition(threading.Lock())
         self._open = False
         self._error: Optional[BaseException] = None
 
-    def _push(self, item: Any) -> None:
-        self._q.put(item)
+    @property
+    def dropped(self) -> int:
+        """Items dropped, oldest first, because the queue was full."""
+        return self._q.dropped
+
+    @property
+    def queued(self) -> int:
+        """Items waiting to be read."""
+        with self._cv:
+            return len(self._q)
+
+    def _push(self, item: Any, size: int = 0) -> None:
+        with self._cv:
+            self._q.push(item, size)
+            self._cv.notify()
 
     def _closed(self, exc: BaseException, reconnect: bool) -> None:
-        self._q.put(_Closed(exc, reconnect))
+        with self._cv:
+            self._q.push(_Closed(exc, reconnect))
+            self._cv.notify()
+
+    def _take(self, deadline: Optional[float]) -> Any:
+        with self._cv:
+            while not len(self._q):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise queue.Empty
+                self._cv.wait(left)
+            return self._q.pop()
 
     def open(self) -> "Subscription":
         if not self._open:
@@ -899,9 +956,8 @@ class Subscription:
             raise self._error
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                item = self._q.get(timeout=left)
+                item = self._take(deadline)
             except queue.Empty:
                 return None
             if not isinstance(item, _Closed):
@@ -940,13 +996,24 @@ class Client:
     connection is lost, the next call connects again (held locks and
     leaderships stay lost; subscriptions are renewed); ``lazy``: connect
     at the first call, not here (so that ``once(fallback="run")`` works
-    when no broker can be reached at all)."""
+    when no broker can be reached at all); ``request_timeout``: seconds a
+    request that does not wait by design (ping, release, commit, info...)
+    waits for its reply before it raises ``Timeout`` (None: no deadline);
+    ``max_queued`` / ``max_queued_bytes``: what a subscription nobody
+    reads may hold before its oldest items are dropped (``dropped``)."""
 
     def __init__(self, socket: Optional[str] = None, *, scope: m.Name = "",
                  client: Optional[str] = None, autostart: bool = True,
                  broker: Optional[str] = None, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
                  idle_exit: int = DEFAULT_IDLE_EXIT, reconnect: bool = False,
-                 lazy: bool = False) -> None:
+                 lazy: bool = False,
+                 request_timeout: Optional[float] = DEFAULT_REQUEST_TIMEOUT,
+                 max_queued: int = DEFAULT_MAX_QUEUED,
+                 max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES) -> None:
+        self.request_timeout = check_request_timeout(request_timeout)
+        EventQueue(max_queued, max_queued_bytes)       # ValueError early
+        self.max_queued = max_queued
+        self.max_queued_bytes = max_queued_bytes
         self.socket_path = socket or default_socket_path()
         self.scope = m.name(scope, "scope")
         self.client_name = client or program_name()
@@ -957,7 +1024,8 @@ class Client:
         self.reconnect = reconnect
         self._router = m.Router()
         self._ticker = _Ticker()
-        self._mu = threading.RLock()
+        self._mu = threading.RLock()            # state; never held while waiting
+        self._connect_mu = threading.Lock()     # one connect at a time
         self._conn: Optional[_Conn] = None
         self._closed = False
         self.flight = _FlightAPI(self)
@@ -970,8 +1038,9 @@ class Client:
 
     def _open(self) -> _Conn:
         # A broker that dies with us in its backlog resets the connection
-        # before hello is answered (a restart racing a reconnect): try again
-        # within connect_timeout, as the first connect does.
+        # before hello is answered (a restart racing a reconnect), and one
+        # that shuts down refuses with SHUTTING_DOWN: try again within
+        # connect_timeout, as the first connect does.
         deadline = time.monotonic() + self.connect_timeout
         while True:
             try:
@@ -986,57 +1055,86 @@ class Client:
                            broker=self.broker_path, idle_exit=self.idle_exit,
                            timeout=self.connect_timeout)
         conn = _Conn(self, sock)
-        conn.reader.start()
-        with conn.core_mu:
-            conn.core.set_max_frame(DEFAULT_MAX_FRAME)
         call = _Call()
+        # hello is registered before the reader runs: a broker that refuses
+        # us at once (full: LIMIT) closes before we write, and its refusal
+        # must find the hello waiting, not a closed core
+        with conn.core_mu:
+            call.rid, frame = conn.core.hello(call, self.client_name, os.getpid(),
+                                              instance_id(), self.scope)
+        conn.reader.start()
         with conn.send_mu:
-            with conn.core_mu:
-                call.rid, frame = conn.core.hello(call, self.client_name, os.getpid(),
-                                                  instance_id(), self.scope)
-            sock.sendall(frame)
-        if not call._ev.wait(max(self.connect_timeout, MIN_HELLO_TIMEOUT)):
+            try:
+                sock.sendall(frame)
+            except OSError:
+                pass        # EPIPE: the reader reads the refusal, if one came
+        hello_timeout = max(self.connect_timeout, MIN_HELLO_TIMEOUT)
+        if not call._ev.wait(hello_timeout):
             conn.shutdown()
-            raise ConnectError("the broker did not answer hello in time")
+            raise ConnectError(f"the broker did not answer hello: timed out after "
+                               f"{hello_timeout:g} s")
         try:
             r = call.wait()
         except CoordError as e:
             conn.shutdown()
+            bye = conn.core.bye
+            if bye is not None and not bye.ok and bye.code != "SHUTTING_DOWN":
+                raise Refused(bye.code, bye.body.get("message")) from None
             if isinstance(e, ConnectionLost):
                 raise _HelloDropped(f"hello: {e}") from None
             raise ConnectError(f"hello: {e}") from None
         if not r.ok:
             conn.shutdown()
-            raise ConnectError(f"hello refused: {r.code}: {r.message}")
+            raise Refused(r.code, r.body.get("message"))
         conn.conn_id = m.uint(r.body, "conn")
         conn.epoch = m.uint(r.body, "epoch")
         conn.broker = str(r.get("broker", ""))
         mf = m.uint(r.body, "max_frame")
         if mf:
-            with conn.core_mu:
-                conn.core.set_max_frame(mf)
+            try:
+                with conn.core_mu:
+                    conn.core.set_max_frame(mf)
+            except ProtocolError:
+                conn.shutdown()
+                raise
         return conn
 
     def _ensure(self) -> _Conn:
-        with self._mu:
-            c = self._conn
-            if c is not None and c.alive:
-                return c
-            if self._closed:
+        c = self._conn
+        if c is not None and c.alive:
+            return c
+        with self._connect_mu:
+            with self._mu:
+                c = self._conn
+                if c is not None and c.alive:
+                    return c
+                if self._closed:
+                    raise ConnectionLost("the client is closed")
+                if c is not None and not self.reconnect:
+                    raise ConnectionLost(f"not connected: {c.error}")
+            c = self._open()            # no _mu: its reader may need it
+            with self._mu:
+                if self._closed:
+                    closed = True
+                else:
+                    closed = False
+                    self._conn = c
+                    channels = list(self._router.subs)
+                    if c.lost_seen:     # it ended before it was ours
+                        self._router.connection_lost(c.error or ConnectionLost("closed"),
+                                                     keep_subs=self.reconnect)
+            if closed:
+                c.shutdown()
                 raise ConnectionLost("the client is closed")
-            if c is not None and not self.reconnect:
-                raise ConnectionLost(f"not connected: {c.error}")
-            c = self._open()
-            self._conn = c
-            channels = list(self._router.subs)
         for ch in channels:
-            r = c.send("sub.subscribe", {"channel": ch}).wait()
+            r = c.call("sub.subscribe", {"channel": ch})
             if not r.ok:
                 raise r.error()
         return c
 
     def _conn_lost(self, conn: _Conn, exc: BaseException) -> None:
         with self._mu:
+            conn.lost_seen = True
             if conn is not self._conn:
                 return
             self._router.connection_lost(exc, keep_subs=self.reconnect and not self._closed)
@@ -1087,7 +1185,7 @@ class Client:
     def call(self, op: str, **fields: Any) -> Dict[str, Any]:
         """Any request (fields as on the wire, None left out); the reply's
         map, or the error for its code raised."""
-        r = self._ensure().send(op, fields).wait()
+        r = self._ensure().call(op, fields)
         if not r.ok:
             raise r.error()
         return r.body
@@ -1235,7 +1333,7 @@ class Client:
                 subs.append(sub)
             if first:
                 try:
-                    r = conn.send("sub.subscribe", {"channel": ch}).wait()
+                    r = conn.call("sub.subscribe", {"channel": ch})
                 except BaseException:
                     self._unsubscribe(sub)
                     raise
@@ -1259,7 +1357,7 @@ class Client:
             return
         for ch in last:
             try:
-                conn.send("sub.unsubscribe", {"channel": ch}).wait()
+                conn.call("sub.unsubscribe", {"channel": ch})
             except CoordError:
                 pass
 

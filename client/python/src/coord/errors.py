@@ -6,6 +6,11 @@ registered for ``code`` (an unknown code becomes plain ``CoordError`` with
 connection closed, a malformed frame from the broker) have their own classes,
 which are also builtin ``ConnectionError``s.  ``Timeout`` is also a builtin
 ``TimeoutError``, so ``except TimeoutError`` works as with other libraries.
+
+Text that comes from the broker (an error's code and message, a lost
+lock's reason) goes into messages through ``printable``: control bytes
+are escaped, so a hostile or broken peer cannot write terminal escapes or
+fake log lines through our exceptions.
 """
 from __future__ import annotations
 
@@ -28,6 +33,27 @@ class CoordError(Exception):
 
 
 _BY_CODE: Dict[str, Type[CoordError]] = {}
+
+
+def _escape(ch: str) -> str:
+    c = ord(ch)
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def printable(v: object) -> str:
+    """Text from the broker as it may go into a message: a str with its
+    C0 and C1 control characters, DEL, line/paragraph separators and lone
+    surrogates escaped (``\\x1b``); bytes (text that was not UTF-8)
+    decoded with ``\\xNN`` for the bytes that are not."""
+    if isinstance(v, (bytes, bytearray)):
+        v = bytes(v).decode("utf-8", "backslashreplace")
+    elif not isinstance(v, str):
+        v = "" if v is None else str(v)
+    if v.isprintable():
+        return v
+    return "".join(_escape(ch) if (ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0
+                                   or ch in "\u2028\u2029" or 0xD800 <= ord(ch) < 0xE000)
+                   else ch for ch in v)
 
 
 def _wire(code: str):
@@ -163,6 +189,18 @@ class ConnectError(CoordError, ConnectionError):
     code = "CONNECT"
 
 
+class Refused(ConnectError):
+    """The broker refused the connection, before or at hello, and closed
+    it: ``code`` is its wire code (``LIMIT`` for "too many connections",
+    ``TOO_LARGE`` for a client name over 256 bytes, ``PROTO_VERSION``...),
+    ``reason`` the error of that code (``isinstance(e.reason,
+    coord.Limit)``).  ``str(e)`` is ``"LIMIT: too many connections"``."""
+
+    def __init__(self, code: object, message: object) -> None:
+        self.reason = from_reply(code, message)
+        super().__init__(self.reason.message, self.reason.code)
+
+
 class ConnectionLost(CoordError, ConnectionError):
     """The connection closed while a request waited, or before a call."""
     code = "CLOSED"
@@ -231,10 +269,10 @@ class Backoff(FlightFailed):
 
 
 def from_reply(code: object, message: object, reason: object = None) -> CoordError:
-    """The exception for an error reply (``code`` as sent by the broker;
-    ``reason``, when the reply has one, in ``.reason``)."""
-    c = code if isinstance(code, str) else str(code)
-    m = message if isinstance(message, str) else ("" if message is None else str(message))
+    """The exception for an error reply (``code`` as sent by the broker,
+    its text escaped; ``reason``, when the reply has one, in ``.reason``)."""
+    c = printable(code)
+    m = printable(message)
     cls = _BY_CODE.get(c)
     e = CoordError(m, c) if cls is None else cls(m)
     if isinstance(reason, str):

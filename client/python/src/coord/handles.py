@@ -1,8 +1,9 @@
 """handles.py - what the blocking and the asyncio handles share: the
 leadership states and a term's bookkeeping (``LeaderTerm``: everything of
 a Leadership but the I/O), how an owner's exception becomes a flight
-failure, and the result of ``once`` (``Result``: bytes that say where they
-came from)."""
+failure, the result of ``once`` (``Result``: bytes that say where they
+came from), and the client's deadlines (``request_timeout``, the backstop
+of a wait) with their errors in the caller's terms."""
 from __future__ import annotations
 
 import enum
@@ -11,7 +12,40 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import messages as m
 from .core import Reply
-from .errors import Fenced, FlightFailed, LeadershipLost, RetryAfter
+from .errors import CoordError, Fenced, FlightFailed, LeadershipLost, RetryAfter, Timeout
+
+
+# ---- deadlines ----
+
+def check_request_timeout(t: Optional[float]) -> Optional[float]:
+    """The ``request_timeout`` option: seconds > 0, or None (no deadline)."""
+    if t is None:
+        return None
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < float("inf"):
+        raise ValueError("request_timeout must be a number of seconds > 0, or None")
+    return float(t)
+
+
+def backstop(timeout: Optional[float], request_timeout: Optional[float]) -> Optional[float]:
+    """How long the client waits for the answer to a request that waits
+    by design (lock, join, campaign): its own timeout (0: try once) plus
+    ``request_timeout``, so that a broker that stopped answering cannot
+    hold it past both; None (as long as it takes) when it waits forever."""
+    if timeout is None or request_timeout is None:
+        return None
+    return timeout + request_timeout
+
+
+def no_reply(op: str, seconds: float) -> Timeout:
+    return Timeout(f"{op}: no reply from the broker: timed out after {seconds:g} s")
+
+
+def wait_error(r: Reply, what: str, seconds: Optional[float]) -> CoordError:
+    """The error of a wait's refusal: a TIMEOUT in the caller's terms
+    (``lock 'a' not granted: timed out after 0.5 s``), else the broker's."""
+    if r.code == "TIMEOUT" and seconds:
+        return Timeout(f"{what}: timed out after {seconds:g} s")
+    return r.error()
 
 
 class LeaderState(str, enum.Enum):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from .core import NIL, Event
+from .errors import printable
 
 Name = Union[str, bytes, bytearray, memoryview]
 Payload = Union[bytes, bytearray, memoryview, str]
@@ -297,8 +298,10 @@ class FlightError:
 
 
 def _error(x: Any) -> FlightError:
+    """An owner's error as the broker relays it (another client's text:
+    escaped, it goes into FlightFailed's message)."""
     x = x if isinstance(x, dict) else {}
-    return FlightError(str(x.get("code", "")), str(x.get("message", "")))
+    return FlightError(printable(x.get("code", "")), printable(x.get("message", "")))
 
 
 @dataclass
@@ -714,8 +717,10 @@ class Router:
     ``_lost(reason)`` (locks; leaderships also get the incident, and
     ``_drain(reason)`` / ``_mode(mode)``), ``_abort(reason)`` (flights),
     ``_updated(u)`` / ``_watch_lost(exc)`` (flights served stale with
-    notify) and ``_push(item)`` / ``_closed(exc)`` (subscriptions).  Registration
-    happens where the reply is read, before any later event is handled."""
+    notify) and ``_push(item, size)`` / ``_closed(exc)`` (subscriptions).
+    Registration happens where the reply is read, before any later event
+    is handled (the clients handle frames in wire order).  Reasons from
+    the broker are escaped (``printable``): they go into messages."""
 
     def __init__(self) -> None:
         self.locks: Dict[int, Any] = {}
@@ -743,26 +748,26 @@ class Router:
         elif ev.name == "lock.lost":
             h = self.locks.pop(uint(b, "lock"), None)
             if h is not None:
-                h._lost(str(b.get("reason", "lost")))
+                h._lost(printable(b.get("reason", "lost")))
         elif ev.name == "flight.abort":
             h = self.flights.get(uint(b, "flight"))
             if h is not None:
-                h._abort(str(b.get("reason", "aborted")))
+                h._abort(printable(b.get("reason", "aborted")))
         elif ev.name == "leader.lost":
             h = self.leaders.pop((name_key(b.get("workstream")), uint(b, "generation")), None)
             if h is not None:
-                h._lost(str(b.get("reason", "lost")), _opt_str(b.get("incident")))
+                h._lost(printable(b.get("reason", "lost")), _opt_str(b.get("incident")))
         elif ev.name in ("leader.drain", "leader.mode"):
             h = self.leaders.get((name_key(b.get("workstream")), uint(b, "generation")))
             if h is not None:
                 if ev.name == "leader.drain":
-                    h._drain(str(b.get("reason", "requested")))
+                    h._drain(printable(b.get("reason", "requested")))
                 else:
                     h._mode(str(b.get("mode", "")))
         elif ev.name in ("message", "lifecycle"):
             item = channel_item(ev)
             for s in list(self.subs.get(name_key(b.get("channel")), ())):
-                s._push(item)
+                s._push(item, ev.size)
 
     def connection_lost(self, exc: BaseException, keep_subs: bool) -> None:
         """Every lock and leadership is gone with the connection; a flight

@@ -46,6 +46,9 @@ REFUSED_HEADERS = ("authorization", "proxy-authorization", "cookie")
 # C client, so here too (Python's own limit is the recursion limit)
 JSON_MAX_DEPTH = 2048
 MAX_AUTH_GEN = (1 << 53) - 1    # exact in every language (the vectors' range)
+# libcurl's CURL_MAX_INPUT_LENGTH: the C client (request-url.c, curl_url_set)
+# refuses a longer URL, so every client does
+MAX_URL_BYTES = 8_000_000
 MAX_PORT = 65535
 
 _HEX = "0123456789ABCDEF"
@@ -237,6 +240,8 @@ def _norm_host(raw: bytes) -> bytes:
 
 
 def _url(url: bytes) -> bytes:
+    if len(url) > MAX_URL_BYTES:
+        raise _err("url", f"not a valid URL (longer than {MAX_URL_BYTES} bytes)")
     i = 0
     if not url[:1].isalpha():
         raise _err("url", "must be absolute: http://host/... or https://host/...")

@@ -1,0 +1,115 @@
+"""A failed connect says why, at once, blocking and asyncio: a refused
+hello (TOO_LARGE), a full broker (LIMIT, whose refusal may come after our
+first write failed), a silent server (the client's own hello timeout, not
+twice it), a broker that drops us before answering hello (retried within
+connect_timeout, as documented).
+"""
+import asyncio
+import time
+
+import pytest
+
+import coord
+from conftest import Broker, wait_until
+from fakebroker import FakeBroker
+
+
+def elapsed(fn):
+    t = time.monotonic()
+    try:
+        fn()
+    except BaseException as e:
+        return time.monotonic() - t, e
+    return time.monotonic() - t, None
+
+
+def test_a_refused_hello_fails_at_once(broker):
+    # the blocking client used to take 5.00 s: it joined its reader thread
+    # while holding the lock the reader needed to finish
+    long_name = "x" * 300
+    dt, e = elapsed(lambda: broker.client(client=long_name))
+    assert isinstance(e, coord.Refused) and isinstance(e, coord.ConnectError), e
+    assert e.code == "TOO_LARGE" and isinstance(e.reason, coord.TooLarge)
+    assert str(e).startswith("TOO_LARGE: client (256)")
+    assert dt < 1.0, f"{dt:.2f} s"
+    dt, e = elapsed(lambda: asyncio.run(broker.aclient(client=long_name).connect()))
+    assert isinstance(e, coord.Refused) and e.code == "TOO_LARGE" and dt < 1.0
+
+
+def test_a_full_broker_says_limit(tmp_path):
+    b = Broker(str(tmp_path), ["--max-conns", "1"])
+    try:
+        with b.client() as first:
+            first.ping()
+            for _ in range(5):      # the refusal races our hello's write
+                dt, e = elapsed(lambda: b.client())
+                assert isinstance(e, coord.Refused), repr(e)
+                assert str(e) == "LIMIT: too many connections" and isinstance(e.reason,
+                                                                             coord.Limit)
+                assert dt < 1.0
+                dt, e = elapsed(lambda: asyncio.run(b.aclient().connect()))
+                assert isinstance(e, coord.Refused), repr(e)
+                assert str(e) == "LIMIT: too many connections" and dt < 1.0
+            first.ping()
+        # once the first is gone, the slot is free again
+        with b.client() as again:
+            again.ping()
+    finally:
+        b.stop()
+
+
+def never_answers(peer):
+    peer.request()
+    peer.request()          # until the client closes
+
+
+def test_a_silent_server_times_out_once():
+    # the client's own hello timeout (5 s, the broker's handshake time);
+    # the blocking client used to wait twice that
+    with FakeBroker(never_answers) as fb:
+        dt, e = elapsed(lambda: coord.Client(fb.socket, autostart=False))
+        assert isinstance(e, coord.ConnectError)
+        assert "did not answer hello: timed out after 5 s" in str(e)
+        assert 4.5 < dt < 6.5, f"{dt:.2f} s"
+
+
+def drops_the_first():
+    """The first connection reads the hello and closes (a broker dying
+    with us in its backlog); later ones are answered."""
+    count = [0]
+
+    def h(peer):
+        count[0] += 1
+        if count[0] == 1:
+            peer.request()
+            peer.close()
+            return
+        peer.hello()
+        peer.serve()
+    return h
+
+
+def test_a_dropped_hello_is_retried_within_connect_timeout():
+    with FakeBroker(drops_the_first()) as fb:
+        dt, e = elapsed(lambda: coord.Client(fb.socket, autostart=False).close())
+        assert e is None, repr(e)
+        assert dt < 1.0 and fb.accepted == 2
+    with FakeBroker(drops_the_first()) as fb:
+        async def main():
+            c = await coord.aio.connect(fb.socket, autostart=False)
+            await c.ping()
+            await c.close()
+        dt, e = elapsed(lambda: asyncio.run(main()))
+        assert e is None and dt < 1.0 and fb.accepted == 2
+
+
+def test_reconnect_after_a_restart(broker):
+    # a restart: the next call connects again, without a 5 s stall
+    with broker.client(reconnect=True) as c:
+        c.ping()
+        broker.kill()
+        wait_until(lambda: not c.connected, what="the client saw the close")
+        broker.start()
+        dt, e = elapsed(c.ping)
+        assert e is None, repr(e)
+        assert dt < 1.5, f"{dt:.2f} s"
