@@ -208,7 +208,7 @@ int main(int argc, char **argv)
             log_min_level = log_parse_level(optarg);
             bad = log_min_level < 0;
             break;
-        case O_FRAME: bad = parse_num(optarg, 1024, 64u << 20, &v); opt.max_frame = (uint32_t)v; break;
+        case O_FRAME: bad = parse_num(optarg, 1024, COORD_MAX_FRAME_CAP, &v); opt.max_frame = (uint32_t)v; break;
         case O_CONNS: bad = parse_num(optarg, 1, 1000000, &v); opt.max_conns = (unsigned)v; break;
         case O_PENDING: bad = parse_num(optarg, 1, 1000000, &v); opt.max_pending = (unsigned)v; break;
         case O_OUTBUF: bad = parse_num(optarg, 4096, 1ull << 34, &v); opt.max_outbuf = (size_t)v; break;

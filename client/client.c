@@ -6,7 +6,20 @@
  * they delivered, one at a time, from process_inbound.  No user callback
  * ever runs while the frame reader is in the middle of a buffer, so a
  * callback may call coord_call, coord_send or coord_close on its own
- * handle (coord_close there is deferred until the outermost call returns). */
+ * handle (coord_close there is deferred until the outermost call returns).
+ *
+ * Wire order: frames are dispatched in the order they were read.  A
+ * blocking call stops dispatching at its own reply; what was read after
+ * it stays on c->inbound for the next dispatch, so that its caller has
+ * the reply (a lock id, a term) before any event that refers to it.
+ * Events queued for coord_next_event are handed to an event callback set
+ * later, before anything newer (deliver_queued).
+ *
+ * Bounds: a frame is at most the max_frame hello announced (refused above
+ * COORD_MAX_FRAME_CAP); the event queue is bounded (COORD_EVENT_QUEUE_MAX,
+ * COORD_EVENT_QUEUE_BYTES: past it the connection fails with
+ * COORD_EOVERFLOW); a blocking call that does not wait by design has a
+ * deadline (request_timeout_ms). */
 #include <errno.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -60,14 +73,16 @@ void coord__set_error(coord_t *c, const char *fmt, ...)
     va_end(ap);
 }
 
-/* The message of an error reply, or the code's own text. */
+/* The message of an error reply, or the code's own text.  The broker's
+ * text is quoted with coord__escape_text: no control byte of it reaches a
+ * terminal or a log line through coord_error_message. */
 static void error_from_reply(coord_t *c, const struct coord_reply *r)
 {
     const char *msg;
     size_t n;
     coord_map m = coord_reply_map(r);
     if (coord_map_str(m, "message", &msg, &n) && n > 0)
-        coord__set_error(c, "%.*s", (int)(n < COORD_ERRMSG_MAX ? n : COORD_ERRMSG_MAX), msg);
+        coord__escape_text(c->errmsg, sizeof c->errmsg, msg, n);
     else
         coord__set_error(c, "%s", coord_code_text(r->status));
     if (coord_map_str(m, "reason", &msg, &n) && n < sizeof c->errreason && !memchr(msg, 0, n)) {
@@ -91,9 +106,29 @@ coord_t *coord__alloc(int fd)
     c->fd = fd;
     c->next_rid = 1;
     c->max_frame = COORD_MAX_FRAME_DEFAULT;
+    c->request_timeout_ms = COORD_REQUEST_TIMEOUT_MS;
     coord_frame_reader_init(&c->reader, COORD_CLIENT_MAX_INBOUND);
     coord_buf_init(&c->wbuf);
     return c;
+}
+
+void coord__apply_options(coord_t *c, const coord_options *o)
+{
+    c->request_timeout_ms = o->request_timeout_ms ? o->request_timeout_ms
+                                                  : COORD_REQUEST_TIMEOUT_MS;
+}
+
+int coord__set_max_frame(coord_t *c, uint64_t v)
+{
+    if (v == 0 || v > COORD_MAX_FRAME_CAP) {
+        coord__set_error(c, "the broker announced max_frame %llu, outside the "
+                         "protocol's 1..%u: refused", (unsigned long long)v,
+                         (unsigned)COORD_MAX_FRAME_CAP);
+        return COORD_EPROTOCOL;
+    }
+    c->max_frame = (uint32_t)v;
+    c->reader.max_frame = c->max_frame;
+    return 0;
 }
 
 static void rqueue_push(struct coord_rqueue *q, struct coord_reply *r)
@@ -105,6 +140,7 @@ static void rqueue_push(struct coord_rqueue *q, struct coord_reply *r)
         q->head = r;
     q->tail = r;
     q->count++;
+    q->bytes += r->len;
 }
 
 static struct coord_reply *rqueue_pop(struct coord_rqueue *q)
@@ -115,6 +151,7 @@ static struct coord_reply *rqueue_pop(struct coord_rqueue *q)
         if (!q->head)
             q->tail = NULL;
         q->count--;
+        q->bytes -= r->len;
         r->next = NULL;
     }
     return r;
@@ -305,8 +342,8 @@ static int on_frame(void *ud, const uint8_t *body, size_t len)
             msg = coord_code_text(r->status);
             n = strlen(msg);
         }
-        coord__set_error(c, "%s: %.*s", name ? name : "UNKNOWN",
-                         (int)(n < COORD_ERRMSG_MAX ? n : COORD_ERRMSG_MAX), msg);
+        int k = snprintf(c->errmsg, sizeof c->errmsg, "%s: ", name ? name : "UNKNOWN");
+        coord__escape_text(c->errmsg + k, sizeof c->errmsg - (size_t)k, msg, n);
         c->got_bye = true;
         c->bye_code = r->status;
     }
@@ -370,15 +407,47 @@ static int pump_once(coord_t *c, bool block)
     return -1;
 }
 
+/* Fails the connection because the event queue is full: nothing more is
+ * read (what is on c->inbound is dropped), pending requests fail with
+ * COORD_EOVERFLOW, the events already queued stay for coord_next_event. */
+static void events_overflow(coord_t *c)
+{
+    coord__set_error(c, "more than %u events (or %u bytes of them) queued unread: "
+                     "connection closed (set an event callback or call "
+                     "coord_next_event)", COORD_EVENT_QUEUE_MAX,
+                     COORD_EVENT_QUEUE_BYTES);
+    mark_rx_done(c, COORD_EOVERFLOW);
+    shutdown(c->fd, SHUT_RDWR);
+    rqueue_clear(&c->inbound);
+}
+
+/* Hands the events queued while no callback was set to the callback now
+ * set, oldest first: they are older than anything on c->inbound. */
+static void deliver_queued(coord_t *c)
+{
+    struct coord_reply *r;
+    while (!c->closing && c->event_cb && (r = rqueue_pop(&c->events))) {
+        c->event_cb(c, r, c->event_ud);
+        coord_reply_free(r);
+    }
+}
+
 static void deliver(coord_t *c, struct coord_reply *r)
 {
     if (r->is_event) {
-        if (c->event_cb) {
+        if (c->event_cb && !c->events.head) {
             c->event_cb(c, r, c->event_ud);
             coord_reply_free(r);
-        } else {
-            rqueue_push(&c->events, r);
+            return;
         }
+        if (c->events.count >= COORD_EVENT_QUEUE_MAX ||
+            c->events.bytes + r->len > COORD_EVENT_QUEUE_BYTES) {
+            coord_reply_free(r);
+            events_overflow(c);
+            return;
+        }
+        rqueue_push(&c->events, r);
+        deliver_queued(c);
         return;
     }
     struct coord_pending p;
@@ -401,14 +470,16 @@ static void deliver(coord_t *c, struct coord_reply *r)
     coord_reply_free(r);
 }
 
-/* Delivers everything decoded so far; once input has ended, fails what is
- * still pending. */
-static void process_inbound(coord_t *c)
+/* Delivers what was decoded so far, in wire order, up to and including
+ * the reply that answers stop (NULL: everything); once input has ended and
+ * all of it is delivered, fails what is still pending. */
+static void process_inbound(coord_t *c, const struct coord_sync *stop)
 {
     struct coord_reply *r;
-    while (!c->closing && (r = rqueue_pop(&c->inbound)))
+    deliver_queued(c);
+    while (!c->closing && !(stop && stop->done) && (r = rqueue_pop(&c->inbound)))
         deliver(c, r);
-    if (!c->closing && c->rx_done && c->pending.count)
+    if (!c->closing && c->rx_done && !c->inbound.head && c->pending.count)
         fail_pending(c, c->dead_code);
 }
 
@@ -521,6 +592,10 @@ COORD_API coord_req_t *coord_req_new(const char *op)
     coord_buf_init(&r->buf);
     coord_enc_begin(&r->enc, &r->buf);
     coord_enc_kv_cstr(&r->enc, "op", op);
+    snprintf(r->op, sizeof r->op, "%s", op);
+    r->waits = !strcmp(op, coord_op_name(COORD_OP_LOCK_ACQUIRE)) ||
+               !strcmp(op, coord_op_name(COORD_OP_FLIGHT_JOIN)) ||
+               !strcmp(op, coord_op_name(COORD_OP_LEADER_CAMPAIGN));
     if (r->enc.failed) {
         coord_req_free(r);
         return NULL;
@@ -572,7 +647,7 @@ COORD_API void coord_req_str(coord_req_t *r, const char *key, const void *s, siz
     }
     if (!req_key(r, key))
         return;
-    coord_enc_str(&r->enc, s ? s : "", n);
+    coord_enc_name(&r->enc, s ? s : "", n);
     req_done(r);
 }
 
@@ -581,7 +656,7 @@ COORD_API void coord_req_cstr(coord_req_t *r, const char *key, const char *s)
     if (!req_key(r, key))
         return;
     if (s)
-        coord_enc_cstr(&r->enc, s);
+        coord_enc_name(&r->enc, s, strlen(s));
     else
         coord_enc_nil(&r->enc);                  /* nil: the field is absent */
     req_done(r);
@@ -626,8 +701,8 @@ COORD_API void coord_req_strmap2(coord_req_t *r, const char *key,
     if (!req_key(r, key))
         return;
     coord_enc_map_begin(&r->enc);
-    coord_enc_kv_cstr(&r->enc, k1, s1 ? s1 : "");
-    coord_enc_kv_cstr(&r->enc, k2, s2 ? s2 : "");
+    coord_enc_kv_name(&r->enc, k1, s1 ? s1 : "", s1 ? strlen(s1) : 0);
+    coord_enc_kv_name(&r->enc, k2, s2 ? s2 : "", s2 ? strlen(s2) : 0);
     coord_enc_map_end(&r->enc);
     req_done(r);
 }
@@ -652,7 +727,7 @@ int coord__call_timeout(coord_t *c, const coord_req_t *req,
 
     int64_t deadline = timeout_ms < 0 ? -1 : coord__now_ms() + timeout_ms;
     for (;;) {
-        process_inbound(c);          /* may answer s, or fail it at the end */
+        process_inbound(c, &s);      /* may answer s, or fail it at the end */
         if (s.done || c->closing)
             break;
         if (deadline < 0) {
@@ -663,7 +738,7 @@ int coord__call_timeout(coord_t *c, const coord_req_t *req,
         if (wait == 0 || !wait_readable(c, wait)) {
             struct coord_pending gone;
             ptable_take(&c->pending, p.rid, &gone);
-            coord__set_error(c, "no reply within %d ms", timeout_ms);
+            coord__set_error(c, "no reply to %s within %d ms", req->op, timeout_ms);
             return leave(c, COORD_ETIMEOUT);
         }
         pump_once(c, false);
@@ -688,7 +763,11 @@ int coord__call_timeout(coord_t *c, const coord_req_t *req,
 
 COORD_API int coord_call(coord_t *c, const coord_req_t *req, coord_reply_t **reply)
 {
-    return coord__call_timeout(c, req, reply, -1);
+    int timeout = -1;
+    if (c && req && !req->waits)
+        timeout = c->request_timeout_ms > INT32_MAX ? INT32_MAX
+                                                    : (int)c->request_timeout_ms;
+    return coord__call_timeout(c, req, reply, timeout);
 }
 
 int coord__call_free(coord_t *c, coord_req_t *r, coord_reply_t **reply)
@@ -780,10 +859,10 @@ COORD_API int coord_dispatch(coord_t *c)
     if (c->closing)
         return COORD_ECLOSED;
     enter(c);
-    process_inbound(c);
-    while (!c->closing && pump_once(c, false) > 0)
-        process_inbound(c);
-    process_inbound(c);
+    process_inbound(c, NULL);
+    while (!c->closing && !c->rx_done && pump_once(c, false) > 0)
+        process_inbound(c, NULL);
+    process_inbound(c, NULL);
     return leave(c, conn_status(c));
 }
 
@@ -793,7 +872,7 @@ COORD_API int coord_wait(coord_t *c, int timeout_ms)
         return COORD_EINVAL;
     if (c->closing)
         return COORD_ECLOSED;
-    if (!c->inbound.head && !c->rx_done)
+    if (!c->inbound.head && !c->rx_done && !(c->event_cb && c->events.head))
         wait_readable(c, timeout_ms);
     return coord_dispatch(c);
 }
@@ -818,7 +897,7 @@ COORD_API int coord_next_event(coord_t *c, int timeout_ms, coord_reply_t **event
     int64_t deadline = timeout_ms < 0 ? -1 : coord__now_ms() + timeout_ms;
     int rc;
     for (;;) {
-        process_inbound(c);
+        process_inbound(c, NULL);
         if (c->closing) {
             rc = COORD_ECLOSED;
             break;

@@ -469,10 +469,11 @@ static int hello(coord_t *c, const coord_options *o, unsigned timeout_ms)
         c->conn_id = v;
     if (coord_map_uint(m, "epoch", &v))
         c->epoch = v;
-    if (coord_map_uint(m, "max_frame", &v) && v > 0)
-        c->max_frame = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
-    if (c->max_frame > c->reader.max_frame)
-        c->reader.max_frame = c->max_frame;
+    if (coord_map_uint(m, "max_frame", &v) && coord__set_max_frame(c, v) < 0) {
+        cerr("%s: %s", coord_op_name(COORD_OP_HELLO), coord_error_message(c));
+        coord_reply_free(rep);
+        return COORD_EPROTOCOL;
+    }
     if (coord_map_str(m, "broker", &s, &n)) {
         if (n >= sizeof c->broker)
             n = sizeof c->broker - 1;
@@ -520,6 +521,7 @@ COORD_API int coord_connect(coord_t **out, const coord_options *opts)
         cerr("out of memory");
         return COORD_ENOMEM;
     }
+    coord__apply_options(c, &o);
     unsigned hello_ms = o.connect_timeout_ms ? o.connect_timeout_ms
                                              : DEFAULT_CONNECT_TIMEOUT_MS;
     if (hello_ms < MIN_HELLO_TIMEOUT_MS)

@@ -50,7 +50,15 @@ typedef struct coord_options {
                                  "coordd" from PATH */
     unsigned idle_exit_s;     /* --idle-exit for an autostarted broker; 0: 60 */
     unsigned connect_timeout_ms; /* how long autostart retries; 0: 2000 */
+    unsigned request_timeout_ms; /* deadline of every blocking call that does
+                                    not wait by design; 0: the default
+                                    COORD_REQUEST_TIMEOUT_MS (see coord_call) */
 } coord_options;
+
+/* The default deadline of a blocking call (30 s): far longer than any
+ * answer a live broker needs (a remote ledger gives up sooner), short
+ * enough that a frozen or silent broker never hangs a program. */
+#define COORD_REQUEST_TIMEOUT_MS 30000u
 
 /* ---- connection ---- */
 
@@ -61,7 +69,9 @@ COORD_API void coord_options_init(coord_options *o);
 /* Connects (autostarting the broker unless told not to) and says hello.
  * opts may be NULL.  On success *out owns the connection: free it with
  * coord_close.  On failure *out is NULL; COORD_ECONNECT when no broker
- * could be reached, or the code the broker refused hello with. */
+ * could be reached, or the code the broker refused hello with;
+ * COORD_EPROTOCOL when hello's reply announces a max_frame above the
+ * protocol's cap of 64 MiB (no frame larger than that is ever buffered). */
 COORD_API int coord_connect(coord_t **out, const coord_options *opts);
 
 /* Closes the connection and frees c, every queued event and every pending
@@ -97,7 +107,10 @@ COORD_API const char *coord_broker_version(const coord_t *c);
  * coord_req_free.  Returns NULL when out of memory. */
 COORD_API coord_req_t *coord_req_new(const char *op);
 COORD_API void coord_req_free(coord_req_t *r);
-/* Add fields.  Strings are copied.  Memory errors are remembered and make
+/* Add fields.  Strings are copied, and sent as a MessagePack str when
+ * their bytes are valid UTF-8, else as a bin (the broker reads either; a
+ * strict decoder never sees a str that is not UTF-8).  Memory errors are
+ * remembered and make
  * the call fail with COORD_ENOMEM; a NULL key, or the keys "rid" and "op"
  * (the library writes those), make it fail with COORD_EINVAL.
  * coord_req_cstr with s == NULL sends nil, which the broker reads as an
@@ -117,8 +130,25 @@ COORD_API void coord_req_strmap2(coord_req_t *r, const char *key,
 /* Sends req and waits for its reply.  On ok:true returns 0 and, when reply
  * is not NULL, *reply (the caller frees it with coord_reply_free).  On
  * ok:false returns the broker's code (coord_error_message has its text) and
- * *reply is NULL.  Replies to other requests and events that arrive while
- * waiting are dispatched to their callbacks or queued (see events). */
+ * *reply is NULL.
+ *
+ * Deadline: every op but the three that wait by design (lock.acquire,
+ * flight.join, leader.campaign: they have their own timeout_ms / wait_ms)
+ * gets the connection's request_timeout_ms (coord_options; default
+ * COORD_REQUEST_TIMEOUT_MS).  When it passes the call returns
+ * COORD_ETIMEOUT; the connection stays open, the request may still take
+ * effect at the broker, and its late reply is dropped.  Requests sent with
+ * coord_send have no deadline (an event loop keeps its own timers).
+ *
+ * Wire order: replies and events are handled in the order the broker sent
+ * them.  Replies to other requests and events that arrived before this
+ * call's reply are dispatched to their callbacks or queued (see events)
+ * while it waits; what was read after its reply (a lock.lost right behind
+ * the grant, say) stays queued, in order, and is dispatched by the next
+ * call on c that dispatches (coord_dispatch, coord_wait, coord_next_event,
+ * another blocking call).  Those bytes have been read already: a program
+ * that polls coord_fd calls coord_dispatch after a blocking call before
+ * it polls again. */
 COORD_API int coord_call(coord_t *c, const coord_req_t *req, coord_reply_t **reply);
 
 /* Shorthands. */
@@ -162,7 +192,23 @@ COORD_API int coord_wait(coord_t *c, int timeout_ms);
 /* ---- events ({ev: ...} frames: lock.lost, message, ...) ---- */
 
 /* With a callback set, events are delivered to it (event borrowed for the
- * call).  Without one they are queued for coord_next_event. */
+ * call).  Without one they are queued for coord_next_event.  Events queued
+ * before a callback is set go to it first, oldest first, at the next
+ * dispatch (coord_dispatch, coord_wait, a blocking call): a lock.lost read
+ * along with the grant of coord_lock_acquire reaches a callback set after
+ * it returns.
+ *
+ * The queue is bounded: when more than COORD_EVENT_QUEUE_MAX events or
+ * COORD_EVENT_QUEUE_BYTES bytes of them wait unread (no callback, and no
+ * coord_next_event while a blocking call or coord_dispatch reads a flood
+ * of messages), the connection fails with COORD_EOVERFLOW: nothing more is
+ * read, every pending request and every later call returns
+ * COORD_EOVERFLOW, and the events already queued can still be taken.  The
+ * connection is failed rather than events dropped: a dropped lock.lost or
+ * leader.lost would leave a holder believing it still holds; a closed
+ * connection releases every lock of c, which the holder learns. */
+#define COORD_EVENT_QUEUE_MAX 8192u
+#define COORD_EVENT_QUEUE_BYTES (16u << 20)
 typedef void (*coord_event_cb)(coord_t *c, const coord_reply_t *event, void *ud);
 COORD_API void coord_set_event_cb(coord_t *c, coord_event_cb cb, void *ud);
 
@@ -319,9 +365,18 @@ COORD_API bool coord_map_map_at(coord_map m, size_t i, coord_map *out);
  * memory. */
 COORD_API char *coord_map_value_json(coord_map m, size_t i);
 
-/* m as one line of JSON (bins as base64 strings, non-UTF-8 bytes escaped
- * as \u00XX).  The caller frees the string with free().  NULL: no memory. */
+/* m as one line of JSON, in UTF-8: a str that is valid UTF-8 is a JSON
+ * string (escaped only where JSON requires: quote, backslash, controls);
+ * a bin, and a str that is not UTF-8, is the object {"base64": "<standard
+ * base64, padded>"} of its bytes; a map key that is not UTF-8 has each such
+ * byte as \u00XX.  The caller frees the string with free().  NULL: no
+ * memory. */
 COORD_API char *coord_map_json(coord_map m);
+
+/* Bytes p[0..n) as one JSON value by the rule of coord_map_json: a string
+ * when they are valid UTF-8, else {"base64": "..."}.  The caller frees it
+ * with free(); NULL: no memory (or p NULL with n > 0). */
+COORD_API char *coord_json_text(const void *p, size_t n);
 
 /* ---- single-flight and completion records (see the protocol's
  * "Single-flight" and "Completion records"; client/flights.c) ----

@@ -14,10 +14,15 @@
 #include "msg.h"
 #include "paths.h"
 
-/* Frames the library accepts from the broker.  Requests are bounded by the
- * broker's max_frame; replies (lock.query of a busy broker) may be larger,
- * so the reader allows more, but not without limit. */
-#define COORD_CLIENT_MAX_INBOUND (64u << 20)
+/* Frames the library accepts from the broker before hello's reply: the
+ * protocol's cap.  After hello, the max_frame the broker announced (which
+ * is refused above the cap): no frame the broker sends is larger. */
+#define COORD_CLIENT_MAX_INBOUND COORD_MAX_FRAME_CAP
+
+/* The msgpack-c zone of one decoded reply starts this small (it grows by
+ * itself for bigger frames): a queued event then costs its frame plus
+ * about a kilobyte, not the 4 KiB chunk of the broker's reused zone. */
+#define COORD_CLIENT_ZONE_CHUNK 512
 
 #define COORD_ERRMSG_MAX 256
 
@@ -28,6 +33,10 @@ struct coord_req {
     coord_buf buf;
     coord_enc enc;     /* open map at depth 1; enc.count[0] = keys so far */
     int err;           /* first error while building (NOMEM, INVAL) */
+    char op[40];       /* the op's name (cut), for error messages */
+    bool waits;        /* an op that waits by design (lock.acquire,
+                          flight.join, leader.campaign): no default
+                          deadline */
 };
 
 /* A decoded reply or event.  Owns a copy of the frame bytes (msgpack-c's
@@ -69,6 +78,7 @@ struct coord_ptable {
 struct coord_rqueue {
     struct coord_reply *head, *tail;
     size_t count;
+    size_t bytes;                 /* frame bytes of the queued replies */
 };
 
 struct coord {
@@ -95,6 +105,8 @@ struct coord {
 
     coord_buf wbuf;               /* frame being written */
 
+    unsigned request_timeout_ms;  /* default deadline of coord_call (never 0) */
+
     uint64_t conn_id, epoch;
     uint32_t max_frame;
     char broker[64];
@@ -111,6 +123,11 @@ static inline bool coord__bytes_ok(const void *p, size_t n)
 
 /* ---- client.c ---- */
 coord_t *coord__alloc(int fd);
+/* The options of o that the handle keeps (request_timeout_ms). */
+void coord__apply_options(coord_t *c, const coord_options *o);
+/* Takes hello's max_frame v: 0, or COORD_EPROTOCOL (message set) when it is
+ * 0 or above COORD_MAX_FRAME_CAP.  The reader then allows frames up to it. */
+int coord__set_max_frame(coord_t *c, uint64_t v);
 void coord__free(coord_t *c);
 void coord__set_error(coord_t *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -147,6 +164,11 @@ struct coord_reply *coord__reply_new(const uint8_t *body, size_t len,
 bool coord__event_is(const coord_reply_t *ev, enum coord_event which);
 /* The str (or bin) field key of m in *p, *n; "" when absent. */
 void coord__map_bytes(coord_map m, const char *key, const char **p, size_t *n);
+/* Text from the broker (an error's message) made safe to show: into
+ * out[0..size) NUL-ended, printable ASCII and valid UTF-8 (but C1
+ * controls) as they are, every other byte (controls, DEL, bytes that are
+ * not UTF-8) as \xHH; cut at a character boundary when out is full.  */
+void coord__escape_text(char *out, size_t size, const char *p, size_t n);
 /* A malloc'd copy of p[0..n) plus a NUL byte; NULL when out of memory. */
 void *coord__dup_bytes(const void *p, size_t n);
 

@@ -20,7 +20,7 @@ struct coord_reply *coord__reply_new(const uint8_t *body, size_t len,
     memset(r, 0, sizeof *r);
     memcpy(r->bytes, body, len);
     r->len = len;
-    if (coord_msg_init(&r->msg) < 0) {
+    if (!msgpack_zone_init(&r->msg.zone, COORD_CLIENT_ZONE_CHUNK)) {
         free(r);
         *frame_status = COORD_FRAME_NOMEM;
         return NULL;
@@ -341,6 +341,37 @@ static size_t utf8_seq(const unsigned char *p, size_t n)
     return len;
 }
 
+void coord__escape_text(char *out, size_t size, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)s;
+    size_t o = 0;
+    if (size == 0)
+        return;
+    for (size_t i = 0; i < n;) {
+        size_t l = p[i] >= 0x20 && p[i] < 0x7f ? 1
+                   : p[i] >= 0x80 ? utf8_seq(p + i, n - i) : 0;
+        if (l == 2 && p[i] == 0xc2 && p[i + 1] < 0xa0)
+            l = 0;                                  /* C1 controls */
+        if (l) {
+            if (o + l >= size)
+                break;
+            memcpy(out + o, p + i, l);
+            o += l;
+            i += l;
+            continue;
+        }
+        if (o + 4 >= size)
+            break;
+        out[o++] = '\\';
+        out[o++] = 'x';
+        out[o++] = hex[p[i] >> 4];
+        out[o++] = hex[p[i] & 15];
+        i++;
+    }
+    out[o] = '\0';
+}
+
 static void json_string(jbuf *j, const char *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
@@ -390,11 +421,12 @@ static void json_string(jbuf *j, const char *s, size_t n)
     jputc(j, '"');
 }
 
+/* Bytes as {"base64":"..."}: a bin, or a str that is not UTF-8. */
 static void json_base64(jbuf *j, const unsigned char *p, size_t n)
 {
     static const char tab[] =
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    jputc(j, '"');
+    jputs(j, "{\"base64\":\"");
     size_t i = 0;
     for (; i + 3 <= n; i += 3) {
         uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8 | p[i + 2];
@@ -411,7 +443,17 @@ static void json_base64(jbuf *j, const unsigned char *p, size_t n)
         char q[4] = { tab[v >> 18], tab[(v >> 12) & 63], tab[(v >> 6) & 63], '=' };
         jput(j, q, 4);
     }
-    jputc(j, '"');
+    jputs(j, "\"}");
+}
+
+/* Text as JSON: a string when it is valid UTF-8 (passed through, escaped
+ * only where JSON requires), else {"base64": ...}. */
+static void json_text(jbuf *j, const char *p, size_t n)
+{
+    if (coord_utf8_valid((const uint8_t *)p, n))
+        json_string(j, p, n);
+    else
+        json_base64(j, (const unsigned char *)p, n);
 }
 
 /* Frames are validated to COORD_MAX_DEPTH; the bound only guards misuse. */
@@ -451,7 +493,7 @@ static void json_value(jbuf *j, const msgpack_object *o, int depth)
         break;
     }
     case MSGPACK_OBJECT_STR:
-        json_string(j, o->via.str.ptr, o->via.str.size);
+        json_text(j, o->via.str.ptr, o->via.str.size);
         break;
     case MSGPACK_OBJECT_BIN:
         json_base64(j, (const unsigned char *)o->via.bin.ptr, o->via.bin.size);
@@ -509,6 +551,16 @@ COORD_API char *coord_map_json(coord_map m)
         o.via.map = *map;
         json_value(&j, &o, 0);
     }
+    return json_finish(&j);
+}
+
+COORD_API char *coord_json_text(const void *p, size_t n)
+{
+    if (!p && n)
+        return NULL;
+    jbuf j = { .failed = false };
+    coord_buf_init(&j.b);
+    json_text(&j, p ? p : "", n);
     return json_finish(&j);
 }
 

@@ -295,6 +295,14 @@ static int put_value(struct rk_buf *b, json_t *v, char *err)
 int rk_jcs(const void *body, size_t len, struct rk_buf *out, char *err)
 {
     json_error_t je;
+    /* a raw NUL is never JSON; jansson would end a top-level scalar
+     * there ("1\0" read as 1) */
+    const char *nul = body ? memchr(body, 0, len) : NULL;
+    if (nul) {
+        snprintf(err, RK_ERR_MAX, "body: JSON refused at byte %zu: a NUL byte",
+                 (size_t)(nul - (const char *)body));
+        return COORD_EINVAL;
+    }
     json_t *root = json_loadb(body ? body : "", len,
                               JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL |
                               JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);

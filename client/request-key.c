@@ -312,6 +312,9 @@ static int canonical(const coord_request *r, struct rk_buf *b, char *err)
         strcmp(r->freshness, "network-only") != 0)
         return fail(err, "freshness: must be cache-ok, revalidate or network-only, "
                     "not %.64s", r->freshness);
+    if (r->auth_gen > RK_AUTH_GEN_MAX)
+        return fail(err, "auth_gen: %llu is above 2^53-1",
+                    (unsigned long long)r->auth_gen);
     if (r->has_body && !r->body && r->body_len)
         return fail(err, "body: NULL with body_len %zu", r->body_len);
 

@@ -30,6 +30,15 @@ void rk_puts(struct rk_buf *b, const char *s);
 const char *rk_cstr(struct rk_buf *b);
 void rk_free(struct rk_buf *b);
 
+/* The longest URL that has a key, in bytes (libcurl's own limit of its
+ * URL API, CURL_MAX_INPUT_LENGTH); longer ones are refused by every
+ * client. */
+#define RK_URL_MAX 8000000u
+
+/* The largest auth_gen: 2^53-1, the largest integer every client's
+ * numbers hold exactly. */
+#define RK_AUTH_GEN_MAX 9007199254740991ull
+
 /* Appends the normalized form of the absolute http(s) URL url (see
  * request-key.c's design comment and the protocol's "Canonical request
  * keys"): scheme://host[:port]/path[?query], fragment dropped. */

@@ -357,6 +357,11 @@ int rk_url(const char *url, struct rk_buf *out, char *err)
     /* scheme "://" authority, checked on the text itself: curl also takes
      * "http:/host" and "http:host" */
     size_t i = 0;
+    size_t len = strlen(url);
+    if (len > RK_URL_MAX) {
+        snprintf(err, RK_ERR_MAX, "url: longer than %u bytes (%zu)", RK_URL_MAX, len);
+        return COORD_EINVAL;
+    }
     if (!is_alpha((unsigned char)url[0])) {
         snprintf(err, RK_ERR_MAX, "url: must be absolute: http://host/... or "
                  "https://host/...");

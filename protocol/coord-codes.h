@@ -42,7 +42,8 @@
     X(INVAL,          -54, NULL,              "invalid argument")              \
     X(SYS,            -55, NULL,              "system call failed (see errno)") \
     X(AGAIN,          -56, NULL,              "no reply yet")                  \
-    X(UNKNOWN,        -57, NULL,              "unknown error code from broker")
+    X(UNKNOWN,        -57, NULL,              "unknown error code from broker") \
+    X(OVERFLOW,       -58, NULL,              "too many events queued unread")
 
 enum coord_error {
     COORD_OK = 0,

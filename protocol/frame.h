@@ -12,6 +12,11 @@
 
 #define COORD_FRAME_HEADER 4u
 #define COORD_MAX_FRAME_DEFAULT (1u << 20)
+/* The largest max_frame protocol v1 allows (64 MiB): a broker refuses
+ * --max-frame above it, a client refuses a hello that announces more, so
+ * neither side ever buffers a frame larger than this.  Big enough for a
+ * lock.query of a busy broker and the records of flight.complete. */
+#define COORD_MAX_FRAME_CAP (64u << 20)
 /* The deepest nesting protocol v1 uses: reply map -> array -> entry map. */
 #define COORD_MAX_DEPTH 3
 

@@ -23,7 +23,34 @@ struct rv_vector {
     const char *key;
     const char *error_field;    /* error vectors: "url", "body", "header"... */
     const char *body_canonical; /* JSON bodies: the RFC 8785 text, or NULL */
+    const char *nul_field;      /* a text member holding a NUL ("user",
+                                   "header"...): a C string cannot carry it,
+                                   so the C client refuses it by its form;
+                                   the vector must be an error about it */
 };
+
+/* The input field of a text member that holds a NUL byte, or NULL. */
+__attribute__((unused))
+static const char *rv_nul_field(json_t *in)
+{
+    static const char *const text[] = { "method", "url", "content_type", "user",
+                                        "tenant", "accept", "locale", "freshness",
+                                        "api", "body", NULL };
+    for (int i = 0; text[i]; i++) {
+        json_t *s = json_object_get(in, text[i]);
+        if (json_is_string(s) && strlen(json_string_value(s)) != json_string_length(s))
+            return strcmp(text[i], "content_type") ? text[i] : "header";
+    }
+    json_t *h = json_object_get(in, "headers");
+    for (size_t i = 0; i < json_array_size(h); i++)
+        for (size_t j = 0; j < 2; j++) {
+            json_t *s = json_array_get(json_array_get(h, i), j);
+            if (json_is_string(s) &&
+                strlen(json_string_value(s)) != json_string_length(s))
+                return "header";
+        }
+    return NULL;
+}
 
 /* The document's vectors array (borrowed from *root), or NULL after
  * printing why. */
@@ -31,7 +58,7 @@ __attribute__((unused))
 static json_t *rv_load(const char *path, json_t **root)
 {
     json_error_t je;
-    *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    *root = json_load_file(path, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
     if (!*root) {
         fprintf(stderr, "%s:%d: %s\n", path, je.line, je.text);
         return NULL;
@@ -160,6 +187,7 @@ static bool rv_get(json_t *t, struct rv_vector *out)
     out->key = rv_str(t, "key");
     out->error_field = rv_str(t, "error_field");
     out->body_canonical = rv_str(t, "body_canonical");
+    out->nul_field = rv_nul_field(in);
     if (!!out->canonical + !!out->error_field != 1 || !!out->canonical != !!out->key) {
         fprintf(stderr, "%s: needs canonical and key, or error_field and error\n",
                 out->name);

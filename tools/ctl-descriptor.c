@@ -261,19 +261,13 @@ static int read_desc_file(const char *path, struct desc_input *in)
 
 /* ---- output ---- */
 
+/* s as JSON by libcoord's rule (coordctl(1)): UTF-8 as it is, other
+ * bytes as {"base64": ...}. */
 static void json_string(const char *s)
 {
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20 || c >= 0x7f)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
+    char *j = coord_json_text(s, strlen(s));
+    fputs(j ? j : "null", stdout);
+    free(j);
 }
 
 static void json_field(const char *key, const char *v, bool comma)

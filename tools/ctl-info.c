@@ -25,19 +25,9 @@ int cmd_status(struct ctl *ctl, int argc, char **argv)
     rc = ctl_try_connect(ctl, true);
     if (rc == COORD_ECONNECT) {
         if (ctl->json) {
-            /* the socket path as a JSON string, via the library's escaping
-             * is overkill here: paths from the flags are printed as given */
-            printf("{\"running\":false,\"socket\":\"");
-            for (const char *p = ctl->socket; *p; p++) {
-                unsigned char ch = (unsigned char)*p;
-                if (ch == '"' || ch == '\\')
-                    printf("\\%c", ch);
-                else if (ch < 0x20 || ch == 0x7f)
-                    printf("\\u%04x", ch);
-                else
-                    putchar(ch);
-            }
-            printf("\"}\n");
+            char *j = coord_json_text(ctl->socket, strlen(ctl->socket));
+            printf("{\"running\":false,\"socket\":%s}\n", j ? j : "null");
+            free(j);
         } else {
             printf("coord broker not running (socket %s)\n", ctl->socket);
         }

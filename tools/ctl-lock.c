@@ -49,6 +49,8 @@ static const struct ctl_hold_ops lock_ops = {
     .what = "lock",
     .lost = "lost",
     .on_event = on_event,
+    /* a lock.lost read along with the grant waits in the event queue */
+    .dispatch_first = true,
     .renew_req = renew_req,
     /* a lost lease normally comes as lock.lost first */
     .renew_refused = COORD_EUNKNOWN_LOCK,

@@ -871,7 +871,7 @@ static void test_watch_json(void)
     CHECK(EXPECT(&w, OUT, "\"channel\":\"-leaders\"", "\"what\":\"resigned\""));
     /* "hi \"you\"" in base64 */
     CHECK(EXPECT(&w, OUT, "\"ev\":\"message\"", "\"channel\":\"room\"",
-                 "\"data\":\"aGkgInlvdSI=\""));
+                 "\"data\":{\"base64\":\"aGkgInlvdSI=\"}"));
     kill(w.pid, SIGINT);
     CHECK_EQ_U(run_finish(&w, T), 0);
     /* every line is one JSON object with the channel (and what, but for
@@ -943,7 +943,7 @@ static void test_publish_subscribe(void)
     run_free(&p);
     l = run_line(&s, OUT, T);
     CHECK(l && json_object_line(l) && strstr(l, "\"channel\":\"news\"") &&
-          strstr(l, "\"data\":\"ag==\""));
+          strstr(l, "\"data\":{\"base64\":\"ag==\"}"));
     kill(s.pid, SIGTERM);
     CHECK_EQ_U(run_finish(&s, T), 0);
     run_free(&s);

@@ -43,6 +43,13 @@ static void run_vectors(const char *path)
             rv_clear(&v);
             continue;
         }
+        if (v.nul_field) {
+            /* no C string holds it: refused by the API's form */
+            errors++;
+            CHECK(v.error_field && !strcmp(v.error_field, v.nul_field));
+            rv_clear(&v);
+            continue;
+        }
         char key[COORD_REQUEST_KEY_SIZE];
         char *canon = NULL;
         int rc = coord_request_key(&v.req, key, &canon);
@@ -93,6 +100,50 @@ static void run_vectors(const char *path)
     }
     printf("vectors: %zu keys, %zu errors\n", ok, errors);
     CHECK(ok >= 20 && errors >= 10);
+
+    /* long_vectors: the URL is url_fill.prefix, then url_fill.byte up to
+     * url_fill.length bytes (the canonical string is not stored: the key) */
+    json_t *lv = json_object_get(root, "long_vectors");
+    CHECK(json_array_size(lv) >= 2);
+    for (size_t i = 0; i < json_array_size(lv); i++) {
+        json_t *t = json_array_get(lv, i);
+        json_t *in = json_object_get(t, "input"), *fill = json_object_get(t, "url_fill");
+        const char *name = rv_str(t, "name"), *prefix = rv_str(fill, "prefix");
+        const char *byte = rv_str(fill, "byte"), *want = rv_str(t, "key");
+        const char *field = rv_str(t, "error_field");
+        json_int_t len = json_integer_value(json_object_get(fill, "length"));
+        CHECK(name && prefix && byte && strlen(byte) == 1 && len > (json_int_t)strlen(prefix));
+        CHECK(!!want + !!field == 1);
+        if (!name || !prefix || !byte || len <= (json_int_t)strlen(prefix))
+            continue;
+        char *url = malloc((size_t)len + 1);
+        CHECK(url != NULL);
+        if (!url)
+            continue;
+        size_t pn = strlen(prefix);
+        memcpy(url, prefix, pn);
+        memset(url + pn, byte[0], (size_t)len - pn);
+        url[len] = '\0';
+        coord_request r = { .method = rv_str(in, "method"), .url = url,
+                            .user = rv_str(in, "user"),
+                            .auth_gen = (uint64_t)json_integer_value(
+                                json_object_get(in, "auth_gen")) };
+        char key[COORD_REQUEST_KEY_SIZE];
+        int rc = coord_request_key(&r, key, NULL);
+        if (want) {
+            if (rc != 0 || strcmp(key, want) != 0) {
+                failures++;
+                fprintf(stderr, "%s: %d %s (%s), expected %s\n", name, rc, key,
+                        coord_request_key_error(), want);
+            }
+        } else if (rc != COORD_EINVAL ||
+                   strncmp(coord_request_key_error(), field, strlen(field)) != 0) {
+            failures++;
+            fprintf(stderr, "%s: expected a refusal about %s, got %d (%s)\n", name,
+                    field, rc, coord_request_key_error());
+        }
+        free(url);
+    }
     json_decref(root);
 }
 
