@@ -81,6 +81,7 @@ static void error_from_reply(coord_t *c, const struct coord_reply *r)
     const char *msg;
     size_t n;
     coord_map m = coord_reply_map(r);
+    c->errreason[0] = '\0';
     if (coord_map_str(m, "message", &msg, &n) && n > 0)
         coord__escape_text(c->errmsg, sizeof c->errmsg, msg, n);
     else

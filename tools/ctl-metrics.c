@@ -69,7 +69,8 @@ static const char *const counters[] = {
     "messages_delivered", "ledger_batches", "ledger_jobs", "data_limit_hits",
     "leader_terms", "terms_over_max_hold", "terms_fenced_max_hold", "claims",
     "claims_reconciled", "abandons", "ledger_commit_us", "ledger_flush_us",
-    "ledger_flushes", "ledger_linger_us",
+    "ledger_flushes", "ledger_linger_us", "flights_purged", "terms_max_hold",
+    "terms_reached_max_hold", "outbuf_pauses", "outbuf_stalls", "memory_trims",
     NULL,
 };
 
