@@ -13,6 +13,7 @@
 #include "redact.h"
 #include "deadline.h"
 #include "ledger.h"
+#include "leaders.h"
 #include "listener.h"
 #include "paths.h"
 #include "tables.h"
@@ -62,6 +63,13 @@ static void on_signal(uv_signal_t *s, int signum)
 {
     log_event(LOG_INFO, "broker.signal", "signal=%d", signum);
     broker_shutdown(s->data);
+}
+
+static void on_hup(uv_signal_t *s, int signum)
+{
+    (void)signum;
+    log_event(LOG_INFO, "broker.reload", "signal=SIGHUP");
+    leaders_config_load(s->data);
 }
 
 static void close_any(uv_handle_t *h, void *arg)
@@ -155,7 +163,14 @@ int broker_run(struct broker_options *opt)
         log_event(LOG_ERROR, "broker.start_failed", "error=\"%s\"", err);
         return 1;
     }
-    if (tables_init(b, err, sizeof err) < 0 || listener_start(b, err, sizeof err) < 0) {
+    if (tables_init(b, err, sizeof err) < 0) {
+        log_event(LOG_ERROR, "broker.start_failed", "error=\"%s\"", err);
+        return 1;
+    }
+    /* before the listener: what the files define is queued ahead of any
+     * client's request on those workstreams */
+    leaders_config_load(b);
+    if (listener_start(b, err, sizeof err) < 0) {
         log_event(LOG_ERROR, "broker.start_failed", "error=\"%s\"", err);
         return 1;
     }
@@ -175,6 +190,9 @@ int broker_run(struct broker_options *opt)
     uv_signal_init(b->loop, &b->sig_int);
     b->sig_int.data = b;
     uv_signal_start(&b->sig_int, on_signal, SIGINT);
+    uv_signal_init(b->loop, &b->sig_hup);
+    b->sig_hup.data = b;
+    uv_signal_start(&b->sig_hup, on_hup, SIGHUP);
     broker_conn_count_changed(b);
 
     log_event(LOG_INFO, "broker.start",
