@@ -131,9 +131,12 @@ static void test_ratchet_raises_floor(void)
                                     "true", NULL }) == 0);
     run_free(&r);
     broker_kill(&bp, SIGTERM);
-    start();                         /* the file says app@3 again */
+    /* the file says app@3 again: applied (its mode too), the pin stays 5 */
+    write_file("rw.v1", "schema: crossTabLeader.v1\nprotocol: app@3\nmode: read-only\n");
+    start();
     CHECK(ctl(&r, (const char *[]){ "leader", "info", "rw", NULL }) == 0);
     CHECK(run_has_row(&r, "pinned protocol", "app@5"));
+    CHECK(run_has_row(&r, "mode", "read-only"));
     run_free(&r);
     campaign_refused("rw", "app@4", "PINNED");
     stop_and_clean(&bp);
