@@ -16,6 +16,9 @@ static const struct ctl_command commands[] = {
     { "stats",  "", "the broker's counters, then the latency table (lock_wait,\n"
                     "lock_hold, flight_run, follower_wait, leader_transition: count,\n"
                     "p50, p99, max since the broker started)", cmd_stats },
+    { "reload", "", "the broker reads its workstream descriptor files again\n"
+                    "(CONFIG_DIR/workstreams/WORKSTREAM.v1, as SIGHUP does): what\n"
+                    "loaded, and each refused file with FILE:LINE (exit 1)", cmd_reload },
     { "ping",   "[-c COUNT]", "round trip time to the broker", cmd_ping },
     { "locks",  "", "held and pending locks (like navigator.locks.query())",
                     cmd_locks },

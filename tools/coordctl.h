@@ -253,6 +253,7 @@ int ctl_hold_run(struct ctl_hold *h, const char *const *env, char **cmd);
 /* ---- commands (ctl-info.c) ---- */
 int cmd_status(struct ctl *ctl, int argc, char **argv);
 int cmd_stats(struct ctl *ctl, int argc, char **argv);
+int cmd_reload(struct ctl *ctl, int argc, char **argv);
 int cmd_ping(struct ctl *ctl, int argc, char **argv);
 
 /* ---- commands (ctl-lock.c) ---- */

@@ -186,6 +186,20 @@ static void test_reload(void)
     CHECK(run_has_row(&r, "mode", "active"));
     CHECK(run_has_row(&r, "max hold", "16.0 s"));
     run_free(&r);
+    /* coordctl reload: the loaded names, the refused file by FILE:LINE, exit 1 */
+    write_file("rl.v1", "schema: crossTabLeader.v1\nmode: shadow\n");
+    CHECK(ctl(&r, (const char *[]){ "reload", NULL }) == 1);
+    CHECK(run_has(&r, OUT, "\"rl\""));
+    CHECK(run_has(&r, OUT, "bad.v1:2: unknown key 'bogus'"));
+    run_free(&r);
+    CHECK(ctl(&r, (const char *[]){ "leader", "info", "rl", NULL }) == 0);
+    CHECK(run_has_row(&r, "mode", "shadow"));
+    run_free(&r);
+    /* coordctl's own parser: decimal durations only */
+    CHECK(ctl(&r, (const char *[]){ "leader", "define", "x", "--max-hold", "0x10s",
+                                    NULL }) != 0);
+    CHECK(run_has(&r, ERR, "0x10s"));
+    run_free(&r);
     rcl_close(c);
     stop_and_clean(&bp);
 }
