@@ -7,12 +7,9 @@
  *
  * A define changes only the fields it names; an empty value (--protocol=)
  * sends nil, which puts the field back to its default.  FILE is the
- * design note's descriptor format, a YAML subset: `key: value` lines,
- * `#` comments and blank lines, values plain or quoted ('...' or "...",
- * with \" and \\ inside double quotes); an empty value, `~` or `null` is
- * nil.  Keys: schema (required, crossTabLeader.v1), workstream, protocol,
- * maxHold (a duration), steal, fallback, canonicalFence, mode; any other
- * key is an error naming it and its line, as is a key given twice. */
+ * design note's descriptor format, parsed by protocol/desc-file.c (the
+ * broker's config dir reads the same files); origin and disabled belong
+ * to the config dir and are refused here. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
