@@ -161,7 +161,9 @@ static void test_reload(void)
     bool seen = false;
     for (int i = 0; i < 200 && !seen; i++) {
         CHECK(ctl(&r, (const char *[]){ "leader", "info", "other", NULL }) == 0);
-        seen = r.text[0].p && strstr(r.text[0].p, "disabled") != NULL;
+        /* the row "disabled  yes" (the state row says it too) */
+        const char *row = r.text[0].p ? strstr(r.text[0].p, "\ndisabled ") : NULL;
+        seen = row && strncmp(row + strcspn(row + 1, "\n") - 2, "yes", 3) == 0;
         run_free(&r);
         if (!seen)
             usleep(10000);
