@@ -15,6 +15,7 @@
 #include "redact.h"
 #include "deadline.h"
 #include "ledger.h"
+#include "leaders.h"
 #include "listener.h"
 #include "paths.h"
 #include "tables.h"
@@ -94,6 +95,13 @@ static void on_signal(uv_signal_t *s, int signum)
 {
     log_event(LOG_INFO, "broker.signal", "signal=%d", signum);
     broker_shutdown(s->data);
+}
+
+static void on_hup(uv_signal_t *s, int signum)
+{
+    (void)signum;
+    log_event(LOG_INFO, "broker.reload", "signal=SIGHUP");
+    leaders_config_load(s->data);
 }
 
 static void close_any(uv_handle_t *h, void *arg)
@@ -204,7 +212,12 @@ int broker_run(struct broker_options *opt)
 #endif
         ids_start(b->ledger, err, sizeof err) < 0)
         return start_failed(b, err);
-    if (tables_init(b, err, sizeof err) < 0 || listener_start(b, err, sizeof err) < 0)
+    if (tables_init(b, err, sizeof err) < 0)
+        return start_failed(b, err);
+    /* before the listener: what the files define is queued ahead of any
+     * client's request on those workstreams */
+    leaders_config_load(b);
+    if (listener_start(b, err, sizeof err) < 0)
         return start_failed(b, err);
     b->started_ms = uv_now(b->loop);
 
@@ -226,6 +239,9 @@ int broker_run(struct broker_options *opt)
     uv_signal_init(b->loop, &b->sig_int);
     b->sig_int.data = b;
     uv_signal_start(&b->sig_int, on_signal, SIGINT);
+    uv_signal_init(b->loop, &b->sig_hup);
+    b->sig_hup.data = b;
+    uv_signal_start(&b->sig_hup, on_hup, SIGHUP);
     broker_conn_count_changed(b);
 
     log_event(LOG_INFO, "broker.start",

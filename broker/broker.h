@@ -24,6 +24,7 @@ struct log_rate { uint64_t next_ms; uint64_t suppressed; };
 struct broker_options {
     char socket_path[128];
     char data_dir[4096];
+    char config_dir[4096];         /* workstreams/WORKSTREAM.v1 descriptors */
     bool foreground;
     unsigned idle_exit_s;          /* 0: never */
     int ready_fd;                  /* -1: none */
@@ -153,7 +154,7 @@ struct broker {
     struct log_rate fd_limit_log;
     int lock_fd;                  /* flock'ed file beside the socket */
     int data_lock_fd;             /* flock'ed DATA_DIR/coordd.lock */
-    uv_signal_t sig_term, sig_int;
+    uv_signal_t sig_term, sig_int, sig_hup;
     uv_prepare_t flush_prepare;
     uv_check_t flush_check;
     uv_timer_t idle_timer;
@@ -237,16 +238,18 @@ static inline void conn_job_start(struct conn_job *j, struct conn *c, uint64_t r
 {
     j->conn = c;
     j->rid = rid;
-    c->refs++;
+    if (c)                        /* NULL: the broker's own (config) */
+        c->refs++;
 }
 /* The connection to answer, or NULL when it went meanwhile. */
 static inline struct conn *conn_job_conn(const struct conn_job *j)
 {
-    return conn_alive(j->conn) ? j->conn : NULL;
+    return j->conn && conn_alive(j->conn) ? j->conn : NULL;
 }
 static inline void conn_job_end(struct conn_job *j)
 {
-    conn_unref(j->conn);
+    if (j->conn)
+        conn_unref(j->conn);
 }
 
 /* pending.c */

@@ -46,6 +46,8 @@ struct lreq {
     void (*run)(struct lreq *q, struct workstream *ws);
     uint64_t generation, lease_ms, timeout_ms, limit;
     bool if_available, steal, have_timeout, disable, has_key;
+    bool internal;                 /* the broker's own (config), no conn */
+    int8_t cfg_disabled;           /* config: -1 absent, 0, 1 */
     struct ws_protocol protocol;   /* campaign */
     struct ws_patch patch;         /* define */
     const uint8_t *op_id, *key, *value, *text;   /* text: incident or reason */
@@ -81,6 +83,14 @@ struct ll_call *ll_call_new(struct conn *c, uint64_t rid, struct workstream *ws,
                             enum ll_op op, const uint8_t *skey, size_t sklen,
                             const struct lreq *q, void (*done)(struct ll_req *));
 void ll_call_end(struct ll_call *call);
+
+/* A descriptor file's define (leader-config.c): applied to the scoped
+ * workstream key now or once it is loaded, in memory at once (so no
+ * campaign queued behind it sees the old descriptor), then stored.  The
+ * stored ratchet may only raise the file's protocol floor.  disabled: -1
+ * absent, else the kill switch as the file sets it. */
+void leaders_apply_config(const uint8_t *key, size_t klen, const struct ws_patch *p,
+                          int disabled);
 
 /* Counters of stats (leaders.c owns them). */
 struct leader_counters {

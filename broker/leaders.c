@@ -637,7 +637,10 @@ static void load_done(struct ll_req *req)
         if (c && status)
             conn_reply_error(c, q->job.rid, status, why ? why
                              : status == COORD_ESTORAGE ? "cannot read the ledger" : NULL);
-        else if (c)
+        else if (q->internal && status)
+            log_event(LOG_ERROR, "leader.config_failed", "error=\"%s\"",
+                      why ? why : "cannot read the ledger");
+        else if (c || q->internal)
             q->run(q, ws);
         conn_job_end(&q->job);
         free(q);
@@ -664,12 +667,22 @@ size_t leaders_ws_key(struct conn *c, uint64_t rid, coord_bytes name, uint8_t *k
     return skey_write(key, c->scope, c->scope_len, name.ptr, name.len);
 }
 
+static void with_key(struct conn *c, uint64_t rid, const uint8_t *key, size_t klen,
+                     struct lreq *q);
+
 void leaders_with_workstream(struct conn *c, uint64_t rid, coord_bytes name, struct lreq *q)
 {
     uint8_t key[SKEY_HEADER + LIMIT_WORKSTREAM];
     size_t klen = leaders_ws_key(c, rid, name, key);
     if (!klen)
         return;
+    with_key(c, rid, key, klen, q);
+}
+
+/* c NULL: the broker's own request (q->internal). */
+static void with_key(struct conn *c, uint64_t rid, const uint8_t *key, size_t klen,
+                     struct lreq *q)
+{
     struct hentry *h = hashmap_get(&W.streams, key, klen);
     struct workstream *ws = h ? (struct workstream *)h : NULL;
     if (ws && ws->loaded) {
@@ -710,7 +723,10 @@ void leaders_with_workstream(struct conn *c, uint64_t rid, coord_bytes name, str
     }
     if (!ws || !w) {
         free(w);
-        conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+        if (c)
+            conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+        else
+            log_event(LOG_ERROR, "leader.config_failed", "error=\"out of memory\"");
         return;
     }
     *w = *q;
@@ -962,7 +978,8 @@ struct ll_call *ll_call_new(struct conn *c, uint64_t rid, struct workstream *ws,
                              q ? q->op_len : 0, q ? q->key : NULL, q ? q->key_len : 0,
                              q ? q->value : NULL, q ? q->value_len : 0) < 0) {
         free(call);
-        conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+        if (c)
+            conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
         return NULL;
     }
     call->req.ud = call;
@@ -1078,4 +1095,85 @@ void op_leader_enable(struct conn *c, uint64_t rid, coord_fields *f)
 {
     struct lreq q = { .run = run_switch, .disable = false };
     workstream_op(c, rid, f, &q, false);
+}
+
+/* ---- descriptor files (leader-config.c reads them) ---- */
+
+static void config_define_done(struct ll_req *req)
+{
+    struct ll_call *call = req->ud;
+    if (req->status == 0)
+        call->ws->desc = req->desc;
+    else
+        log_event(LOG_ERROR, "leader.config_failed", "error=\"%s\"",
+                  req->why ? req->why : coord_code_name(req->status));
+    ll_call_end(call);
+}
+
+static void config_switch_done(struct ll_req *req)
+{
+    struct ll_call *call = req->ud;
+    struct workstream *ws = call->ws;
+    if (req->status == 0) {
+        ws->generation = req->out_generation;
+        emit(req->disable ? "disabled" : "enabled", ws, req->out_generation, REASON_NONE);
+    } else {
+        log_event(LOG_ERROR, "leader.config_failed", "error=\"%s\"",
+                  req->why ? req->why : coord_code_name(req->status));
+    }
+    ll_call_end(call);
+}
+
+static bool same_protocol_name(const struct ws_protocol *a, const struct ws_protocol *b)
+{
+    return a->name_len == b->name_len && memcmp(a->name, b->name, a->name_len) == 0;
+}
+
+static void run_config(struct lreq *q, struct workstream *ws)
+{
+    struct ws_patch p = q->patch;
+    if (p.set & WS_F_PROTOCOL) {
+        uint32_t pin = ws_desc_pin(&ws->desc);
+        if (pin && same_protocol_name(&p.v.protocol, &ws->desc.protocol)) {
+            /* the ratchet only raises the file's floor */
+            if (p.v.protocol.version <= pin)
+                p.set &= ~WS_F_PROTOCOL;
+        } else if (pin) {
+            p.force = true;          /* the file renames the protocol */
+        }
+    }
+    struct ws_desc old = ws->desc;
+    if (ws_desc_define(&ws->desc, &p, wall_ms()) == 0) {
+        events_leader_ex("defined", ws->skey, ws->h.keylen, ws->generation, REASON_NONE,
+                         NULL, 0, ws->desc.mode);
+        leaders_defined(ws, &old);
+        struct ll_call *call = ll_call_new(NULL, 0, ws, LL_DEFINE, ws->skey, ws->h.keylen,
+                                           NULL, config_define_done);
+        if (call) {
+            call->req.patch = p;
+            call->req.now_ms = wall_ms();
+            leaders_submit(&call->req);
+        }
+    }
+    if (q->cfg_disabled >= 0 && (bool)q->cfg_disabled != ws->disabled) {
+        bool disable = q->cfg_disabled;
+        struct ll_call *call = ll_call_new(NULL, 0, ws, LL_SET_DISABLED, ws->skey,
+                                           ws->h.keylen, NULL, config_switch_done);
+        if (!call)
+            return;
+        ws->disabled = disable;
+        if (disable && ws->live_generation)
+            leader_end(ws, REASON_DISABLED, true, false);
+        call->req.disable = disable;
+        call->req.generation = BROKEN(WIPE_GENERATION) ? 0 : ids_next();
+        leaders_submit(&call->req);
+    }
+}
+
+void leaders_apply_config(const uint8_t *key, size_t klen, const struct ws_patch *p,
+                          int disabled)
+{
+    struct lreq q = { .run = run_config, .internal = true, .cfg_disabled = (int8_t)disabled };
+    q.patch = *p;
+    with_key(NULL, 0, key, klen, &q);
 }

@@ -9,6 +9,9 @@
 int leaders_init(struct broker *b, char *err, size_t errsize);
 /* Shutdown: answers what waits on the leader ledger, then closes it. */
 void leaders_stop(void);
+/* Reads the descriptor files of the config dir (leader-config.c): at
+ * start, on SIGHUP, and on broker.reload. */
+void leaders_config_load(struct broker *b);
 /* The connection closed: whatever it led is lost (reason disconnected). */
 void leaders_conn_closed(struct conn *c);
 void leaders_stats(coord_enc *e);

@@ -21,6 +21,8 @@ static void usage(FILE *f)
 "                          DATA-DIR/coordd.log when stderr is /dev/null)\n"
 "  --socket PATH           socket (default $COORD_SOCKET, $XDG_RUNTIME_DIR/coord/broker.sock,\n"
 "                          /tmp/coord-$UID/broker.sock)\n"
+"  --config-dir DIR        descriptor files DIR/workstreams/WORKSTREAM.v1 (default\n"
+"                          $COORD_CONFIG_DIR, $XDG_CONFIG_HOME/coord, ~/.config/coord)\n"
 "  --data-dir DIR          LMDB ledger (default $COORD_DATA_DIR, $XDG_STATE_HOME/coord,\n"
 "                          ~/.local/state/coord)\n"
 "  --idle-exit SECONDS     exit when no client has been connected that long\n"
@@ -168,10 +170,10 @@ int main(int argc, char **argv)
     strcpy(opt.leader_ledger, "local");
     strcpy(opt.etcd_prefix, "/coord/");
     opt.max_data_size = LEDGER_DEFAULT_DATA_SIZE;
-    const char *socket_arg = NULL, *data_arg = NULL;
+    const char *socket_arg = NULL, *data_arg = NULL, *config_arg = NULL;
 
     enum { O_FG = 1, O_SOCK, O_DATA, O_IDLE, O_READY, O_LOG, O_FRAME, O_CONNS,
-           O_PENDING, O_OUTBUF, O_HANDSHAKE, O_DATASIZE, O_LEDGER, O_LOGNAMES, O_VERSION, O_HELP, O_ETCD_EP, O_ETCD_PREFIX };
+           O_PENDING, O_OUTBUF, O_HANDSHAKE, O_DATASIZE, O_LEDGER, O_LOGNAMES, O_VERSION, O_HELP, O_ETCD_EP, O_ETCD_PREFIX, O_CONFIG };
     static const struct option longopts[] = {
         { "foreground", no_argument, NULL, O_FG },
         { "socket", required_argument, NULL, O_SOCK },
@@ -191,6 +193,7 @@ int main(int argc, char **argv)
         { "help", no_argument, NULL, O_HELP },
         { "etcd-endpoints", required_argument, NULL, O_ETCD_EP },
         { "etcd-prefix", required_argument, NULL, O_ETCD_PREFIX },
+        { "config-dir", required_argument, NULL, O_CONFIG },
         { NULL, 0, NULL, 0 },
     };
     int ch;
@@ -202,6 +205,7 @@ int main(int argc, char **argv)
         case O_FG: opt.foreground = true; break;
         case O_SOCK: socket_arg = optarg; break;
         case O_DATA: data_arg = optarg; break;
+        case O_CONFIG: config_arg = optarg; break;
         case O_IDLE: bad = parse_num(optarg, 0, 86400 * 365, &v); opt.idle_exit_s = (unsigned)v; break;
         case O_READY: bad = parse_num(optarg, 0, 65535, &v); opt.ready_fd = (int)v; break;
         case O_LOG:
@@ -290,6 +294,16 @@ int main(int argc, char **argv)
         strcpy(opt.data_dir, data_arg);
     } else if (coord_default_data_dir(opt.data_dir, sizeof opt.data_dir) < 0) {
         refuse(&opt, "the default data dir path is too long");
+        return 2;
+    }
+    if (config_arg) {
+        if (strlen(config_arg) >= sizeof opt.config_dir) {
+            fprintf(stderr, "coordd: config dir path too long\n");
+            return 2;
+        }
+        strcpy(opt.config_dir, config_arg);
+    } else if (coord_default_config_dir(opt.config_dir, sizeof opt.config_dir) < 0) {
+        fprintf(stderr, "coordd: default config dir path too long\n");
         return 2;
     }
     return start(&opt);

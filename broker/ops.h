@@ -60,6 +60,7 @@ bool list_entry_overflows(const struct conn *c, coord_enc *e, const coord_enc_ma
     X(LEADER_DISABLE, op_leader_disable) \
     X(LEADER_ENABLE, op_leader_enable) \
     X(LEADER_DEFINE, op_leader_define) \
+    X(BROKER_RELOAD, op_broker_reload) \
     X(LEADER_DESCRIBE, op_leader_describe) \
     X(LEADER_DRAIN, op_leader_drain) \
     X(LEADER_HISTORY, op_leader_history) \
@@ -86,6 +87,7 @@ void op_record_get(struct conn *c, uint64_t rid, coord_fields *f);
 void op_record_list(struct conn *c, uint64_t rid, coord_fields *f);
 void op_record_purge(struct conn *c, uint64_t rid, coord_fields *f);
 void op_leader_define(struct conn *c, uint64_t rid, coord_fields *f);
+void op_broker_reload(struct conn *c, uint64_t rid, coord_fields *f);
 void op_leader_describe(struct conn *c, uint64_t rid, coord_fields *f);
 void op_leader_drain(struct conn *c, uint64_t rid, coord_fields *f);
 void op_leader_history(struct conn *c, uint64_t rid, coord_fields *f);

@@ -50,7 +50,8 @@
     X(LEADER_CHECK,     "leader.check")             \
     X(SUB_SUBSCRIBE,    "sub.subscribe")            \
     X(SUB_UNSUBSCRIBE,  "sub.unsubscribe")          \
-    X(SUB_PUBLISH,      "sub.publish")
+    X(SUB_PUBLISH,      "sub.publish")      \
+    X(BROKER_RELOAD,    "broker.reload")
 
 /* X(enum suffix, wire name): the `ev` of the frames without a rid. */
 #define COORD_EVENTS(X)                             \

@@ -45,6 +45,21 @@ int coord_default_data_dir(char *out, size_t size)
     return fits(snprintf(out, size, "%s/.local/state/coord", home), size);
 }
 
+int coord_default_config_dir(char *out, size_t size)
+{
+    const char *v;
+    if ((v = env_nonempty("COORD_CONFIG_DIR")))
+        return fits(snprintf(out, size, "%s", v), size);
+    if ((v = env_nonempty("XDG_CONFIG_HOME")))
+        return fits(snprintf(out, size, "%s/coord", v), size);
+    const char *home = env_nonempty("HOME");
+    if (!home) {
+        struct passwd *pw = getpwuid(getuid());
+        home = pw ? pw->pw_dir : "/";
+    }
+    return fits(snprintf(out, size, "%s/.config/coord", home), size);
+}
+
 int coord_dirname(const char *path, char *out, size_t size)
 {
     const char *slash = strrchr(path, '/');

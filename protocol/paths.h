@@ -20,6 +20,9 @@
 int coord_default_socket_path(char *out, size_t size);
 /* $COORD_DATA_DIR, else $XDG_STATE_HOME/coord, else ~/.local/state/coord. */
 int coord_default_data_dir(char *out, size_t size);
+/* $COORD_CONFIG_DIR, else $XDG_CONFIG_HOME/coord, else ~/.config/coord:
+ * the broker's configuration (workstreams/WORKSTREAM.v1 descriptors). */
+int coord_default_config_dir(char *out, size_t size);
 
 /* Create dir (and missing parents, mode 0700) if absent, then check that it
  * is a directory owned by the current uid and not group/world writable.

@@ -28,6 +28,9 @@ static const struct ctl_command commands[] = {
                     "rate and latency, refreshed every -d seconds (default 1); -n\n"
                     "COUNT frames, then exit (without a terminal: plain frames)",
                     cmd_top },
+    { "reload", "", "the broker reads its workstream descriptor files again\n"
+                    "(CONFIG_DIR/workstreams/WORKSTREAM.v1, as SIGHUP does): what\n"
+                    "loaded, and each refused file with FILE:LINE (exit 1)", cmd_reload },
     { "ping",   "[-c COUNT]", "round trip time to the broker", cmd_ping },
     { "doctor", "", "check what keeps coord from working (home, socket and data\n"
                 "dirs, the broker and a second one on the data dir, the log, the\n"

@@ -257,6 +257,7 @@ int cmd_top(struct ctl *ctl, int argc, char **argv);
 int cmd_doctor(struct ctl *ctl, int argc, char **argv);
 /* ctl-metrics.c: stats --openmetrics [--listen HOST:PORT] */
 int ctl_stats_openmetrics(struct ctl *ctl, int argc, char **argv);
+int cmd_reload(struct ctl *ctl, int argc, char **argv);
 int cmd_ping(struct ctl *ctl, int argc, char **argv);
 
 /* ---- commands (ctl-lock.c) ---- */

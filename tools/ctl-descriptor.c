@@ -7,12 +7,9 @@
  *
  * A define changes only the fields it names; an empty value (--protocol=)
  * sends nil, which puts the field back to its default.  FILE is the
- * design note's descriptor format, a YAML subset: `key: value` lines,
- * `#` comments and blank lines, values plain or quoted ('...' or "...",
- * with \" and \\ inside double quotes); an empty value, `~` or `null` is
- * nil.  Keys: schema (required, crossTabLeader.v1), workstream, protocol,
- * maxHold (a duration), steal, fallback, canonicalFence, mode; any other
- * key is an error naming it and its line, as is a key given twice. */
+ * design note's descriptor format, parsed by protocol/desc-file.c (the
+ * broker's config dir reads the same files); origin and disabled belong
+ * to the config dir and are refused here. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -21,242 +18,70 @@
 #include <time.h>
 #include "coordctl.h"
 
-/* A descriptor file is small: a longer one is a mistake (the wrong file). */
-#define DESC_FILE_MAX (64 * 1024)
-#define DESC_SCHEMA "crossTabLeader.v1"
+#include "desc-file.h"
 
 bool ctl_parse_duration(const char *s, uint64_t *ms)
 {
-    static const struct { const char *unit; double ms; } units[] = {
-        { "ms", 1 }, { "s", 1000 }, { "m", 60000 }, { "h", 3600000 }, { "", 1000 },
-    };
-    if (!s || !((*s >= '0' && *s <= '9') || *s == '.'))
-        return false;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || !(v >= 0))
-        return false;
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-        if (strcmp(end, units[i].unit) != 0)
-            continue;
-        double r = v * units[i].ms;
-        if (r > 1099511627776.0)
-            return false;
-        *ms = (uint64_t)(r + 0.5);
-        if (*ms == 0 && v > 0)
-            *ms = 1;
-        return true;
-    }
-    return false;
+    return coord_parse_duration(s, ms);
 }
 
-/* ---- the file ---- */
+/* ---- the file (desc-file.c parses it) ---- */
 
 struct desc_input {
     coord_leader_define_opts o;
-    const char *workstream;     /* from the file (into buf) or argv */
-    char *buf;                  /* the file's text, values cut in place */
+    const char *workstream;     /* from the file or argv */
+    struct coord_desc_file df;
 };
 
-static const struct {
-    const char *key;
-    unsigned bit;               /* 0: schema, workstream */
-} file_keys[] = {
-    { "schema", 0 },
-    { "workstream", 0 },
-    { "protocol", COORD_DESC_PROTOCOL },
-    { "maxHold", COORD_DESC_MAX_HOLD },
-    { "steal", COORD_DESC_STEAL },
-    { "fallback", COORD_DESC_FALLBACK },
-    { "canonicalFence", COORD_DESC_CANONICAL_FENCE },
-    { "mode", COORD_DESC_MODE },
-};
-#define N_FILE_KEYS (sizeof file_keys / sizeof file_keys[0])
-
-static bool is_space(char c)
+static void file_err(void *ud, int line, const char *msg)
 {
-    return c == ' ' || c == '\t';
-}
-
-/* The value after "key:" in place (quotes removed, comment cut): the
- * string, or NULL for nil; *err set on a malformed value. */
-static char *file_value(char *v, const char **err)
-{
-    while (is_space(*v))
-        v++;
-    if (*v == '"' || *v == '\'') {
-        char q = *v++, *out = v, *p = v;
-        for (;; p++) {
-            if (!*p) {
-                *err = "unterminated quote";
-                return NULL;
-            }
-            if (q == '\'' && *p == '\'' && p[1] == '\'') {
-                *out++ = '\'';
-                p++;
-            } else if (*p == q) {
-                break;
-            } else if (q == '"' && *p == '\\') {
-                if (p[1] != '"' && p[1] != '\\') {
-                    *err = "only \\\" and \\\\ may be escaped";
-                    return NULL;
-                }
-                *out++ = *++p;
-            } else {
-                *out++ = *p;
-            }
-        }
-        char *rest = p + 1;
-        while (is_space(*rest))
-            rest++;
-        if (*rest && *rest != '#') {
-            *err = "text after the closing quote";
-            return NULL;
-        }
-        *out = '\0';
-        return v;
-    }
-    /* plain: up to a comment (a # after a space), trailing spaces cut */
-    char *end = v;
-    for (char *p = v; *p; p++) {
-        if (*p == '#' && (p == v || is_space(p[-1])))
-            break;
-        end = p + 1;
-    }
-    while (end > v && is_space(end[-1]))
-        end--;
-    *end = '\0';
-    if (!*v || !strcmp(v, "~") || !strcmp(v, "null"))
-        return NULL;
-    return v;
+    const char *path = ud;
+    if (line)
+        fprintf(stderr, "coordctl: leader define: %s:%d: %s\n", path, line, msg);
+    else
+        fprintf(stderr, "coordctl: leader define: %s: %s\n", path, msg);
 }
 
 /* Parses FILE into *in.  0, or an exit status after printing the error
  * ("coordctl: leader define: FILE:LINE: ..."). */
 static int read_desc_file(const char *path, struct desc_input *in)
 {
-    FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "coordctl: leader define: %s: %s\n", path, strerror(errno));
+    struct coord_desc_file *d = &in->df;
+    if (coord_desc_file_read(path, d, file_err, (void *)path))
+        return CTL_EXIT_USAGE;
+    static const struct { int key; unsigned bit; } map[] = {
+        { COORD_DK_PROTOCOL, COORD_DESC_PROTOCOL },
+        { COORD_DK_MAX_HOLD, COORD_DESC_MAX_HOLD },
+        { COORD_DK_STEAL, COORD_DESC_STEAL },
+        { COORD_DK_FALLBACK, COORD_DESC_FALLBACK },
+        { COORD_DK_CANONICAL_FENCE, COORD_DESC_CANONICAL_FENCE },
+        { COORD_DK_MODE, COORD_DESC_MODE },
+    };
+    if (d->given[COORD_DK_ORIGIN] || d->given[COORD_DK_DISABLED]) {
+        fprintf(stderr, "coordctl: leader define: %s: origin and disabled belong to the "
+                "broker's config dir (workstreams/WORKSTREAM.v1), not to a define\n", path);
         return CTL_EXIT_USAGE;
     }
-    in->buf = malloc(DESC_FILE_MAX + 1);
-    size_t n = in->buf ? fread(in->buf, 1, DESC_FILE_MAX + 1, f) : 0;
-    bool read_err = ferror(f);
-    if (f != stdin)
-        fclose(f);
-    if (!in->buf) {
-        fprintf(stderr, "coordctl: leader define: out of memory\n");
-        return CTL_EXIT_FAIL;
+    in->workstream = d->val[COORD_DK_WORKSTREAM];
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+        if (!d->given[map[i].key])
+            continue;
+        const char *v = d->val[map[i].key];
+        if (!v) {
+            in->o.reset |= map[i].bit;
+            continue;
+        }
+        in->o.set |= map[i].bit;
+        switch (map[i].bit) {
+        case COORD_DESC_PROTOCOL: in->o.protocol = v; break;
+        case COORD_DESC_MAX_HOLD: in->o.max_hold_ms = d->max_hold_ms; break;
+        case COORD_DESC_STEAL: in->o.steal = v; break;
+        case COORD_DESC_FALLBACK: in->o.fallback = v; break;
+        case COORD_DESC_CANONICAL_FENCE: in->o.canonical_fence = v; break;
+        case COORD_DESC_MODE: in->o.mode = v; break;
+        }
     }
-    if (read_err || n > DESC_FILE_MAX) {
-        fprintf(stderr, "coordctl: leader define: %s: %s\n", path,
-                read_err ? "read error" : "larger than 64 KiB");
-        return CTL_EXIT_USAGE;
-    }
-    in->buf[n] = '\0';
-    if (memchr(in->buf, '\0', n)) {
-        fprintf(stderr, "coordctl: leader define: %s: not a text file (NUL byte)\n", path);
-        return CTL_EXIT_USAGE;
-    }
-
-    int errors = 0;
-    bool seen[N_FILE_KEYS] = { false };
-    int lineno = 0;
-    for (char *line = in->buf, *next; line; line = next) {
-        lineno++;
-        next = strchr(line, '\n');
-        if (next)
-            *next++ = '\0';
-        size_t len = strlen(line);
-        if (len && line[len - 1] == '\r')
-            line[--len] = '\0';
-        char *p = line;
-        while (is_space(*p))
-            p++;
-        if (!*p || *p == '#')
-            continue;
-#define FILE_ERR(...) do { \
-            fprintf(stderr, "coordctl: leader define: %s:%d: ", path, lineno); \
-            fprintf(stderr, __VA_ARGS__); \
-            fputc('\n', stderr); \
-            errors++; \
-        } while (0)
-        if (p != line) {
-            FILE_ERR("indented line (nested values are not part of %s)", DESC_SCHEMA);
-            continue;
-        }
-        char *colon = strchr(p, ':');
-        if (!colon) {
-            FILE_ERR("expected \"key: value\"");
-            continue;
-        }
-        char *kend = colon;
-        while (kend > p && is_space(kend[-1]))
-            kend--;
-        *kend = '\0';
-        char *ke = ctl_escape(p, strlen(p));
-        size_t k = 0;
-        while (k < N_FILE_KEYS && strcmp(file_keys[k].key, p) != 0)
-            k++;
-        if (k == N_FILE_KEYS) {
-            FILE_ERR("unknown key '%s'", ke ? ke : "?");
-            free(ke);
-            continue;
-        }
-        if (seen[k]) {
-            FILE_ERR("key '%s' given twice", ke ? ke : "?");
-            free(ke);
-            continue;
-        }
-        free(ke);
-        seen[k] = true;
-        const char *verr = NULL;
-        char *v = file_value(colon + 1, &verr);
-        if (verr) {
-            FILE_ERR("%s: %s", file_keys[k].key, verr);
-            continue;
-        }
-        unsigned bit = file_keys[k].bit;
-        if (k == 0) {
-            if (!v || strcmp(v, DESC_SCHEMA) != 0) {
-                char *e = v ? ctl_escape(v, strlen(v)) : NULL;
-                FILE_ERR("schema must be %s, not %s", DESC_SCHEMA,
-                         v ? (e ? e : "?") : "empty");
-                free(e);
-            }
-        } else if (k == 1) {
-            if (!v)
-                FILE_ERR("workstream: empty");
-            in->workstream = v;
-        } else if (!v) {
-            in->o.reset |= bit;
-        } else if (bit == COORD_DESC_MAX_HOLD) {
-            if (!ctl_parse_duration(v, &in->o.max_hold_ms)) {
-                char *e = ctl_escape(v, strlen(v));
-                FILE_ERR("maxHold: not a duration (like 30s, 500ms, 2m): %s", e ? e : "?");
-                free(e);
-            }
-            in->o.set |= bit;
-        } else {
-            in->o.set |= bit;
-            switch (bit) {
-            case COORD_DESC_PROTOCOL: in->o.protocol = v; break;
-            case COORD_DESC_STEAL: in->o.steal = v; break;
-            case COORD_DESC_FALLBACK: in->o.fallback = v; break;
-            case COORD_DESC_CANONICAL_FENCE: in->o.canonical_fence = v; break;
-            case COORD_DESC_MODE: in->o.mode = v; break;
-            }
-        }
-#undef FILE_ERR
-    }
-    if (!seen[0]) {
-        fprintf(stderr, "coordctl: leader define: %s: no schema (schema: %s)\n", path,
-                DESC_SCHEMA);
-        errors++;
-    }
-    return errors ? CTL_EXIT_USAGE : 0;
+    return 0;
 }
 
 /* ---- output ---- */
@@ -416,15 +241,15 @@ int ctl_leader_define(struct ctl *ctl, int argc, char **argv)
             return ctl_usage(ctl, "-f takes the fields from FILE (only --force beside it)");
         rc = read_desc_file(file, &in);
         if (rc) {
-            free(in.buf);
+            coord_desc_file_free(&in.df);
             return rc;
         }
         if (ws && in.workstream && strcmp(ws, in.workstream) != 0) {
-            free(in.buf);
+            coord_desc_file_free(&in.df);
             return ctl_usage(ctl, "WORKSTREAM %s is not the file's workstream", ws);
         }
         if (!ws && !in.workstream) {
-            free(in.buf);
+            coord_desc_file_free(&in.df);
             fprintf(stderr, "coordctl: leader define: %s: no workstream (and none given)\n",
                     file);
             return CTL_EXIT_USAGE;
@@ -439,7 +264,7 @@ int ctl_leader_define(struct ctl *ctl, int argc, char **argv)
     }
     rc = ctl_connect(ctl);
     if (rc) {
-        free(in.buf);
+        coord_desc_file_free(&in.df);
         return rc;
     }
     coord_leader_descriptor d;
@@ -448,7 +273,7 @@ int ctl_leader_define(struct ctl *ctl, int argc, char **argv)
         rc = ctl_fail_call(ctl, "leader define", cr);
     else
         rc = print_descriptor(ctl, ws, &d);
-    free(in.buf);
+    coord_desc_file_free(&in.df);
     return rc;
 }
 

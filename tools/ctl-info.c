@@ -223,3 +223,32 @@ int cmd_ping(struct ctl *ctl, int argc, char **argv)
                sum / (double)count, max);
     return CTL_EXIT_OK;
 }
+
+/* coordctl reload: broker.reload, the workstream descriptor files read
+ * again.  Exit 1 when a file was refused (each named with FILE:LINE). */
+int cmd_reload(struct ctl *ctl, int argc, char **argv)
+{
+    int rc = no_args(ctl, argc, argv);
+    if (rc || (rc = ctl_connect(ctl)))
+        return rc;
+    coord_reply_t *reply = NULL;
+    if ((rc = ctl_simple_call(ctl, "broker.reload", &reply)))
+        return rc;
+    coord_map m = coord_reply_map(reply);
+    size_t errors = coord_map_array_len(m, "errors");
+    if (ctl->json) {
+        rc = ctl_print_json(m);
+    } else {
+        for (size_t i = 0; i < coord_map_size(m); i++) {
+            const char *k;
+            size_t kl;
+            coord_map_entry(m, i, &k, &kl);
+            char *v = coord_map_value_json(m, i);
+            printf("%-8.*s %s\n", (int)kl, k, v ? v : "?");
+            free(v);
+        }
+        rc = CTL_EXIT_OK;
+    }
+    coord_reply_free(reply);
+    return rc == CTL_EXIT_OK && errors ? CTL_EXIT_FAIL : rc;
+}
