@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include "breaks.h"
 #include "broker.h"
+#include "budget.h"
 #include "coord-limits.h"
 #include "errors.h"
 #include "ids.h"
@@ -180,6 +181,7 @@ int broker_run(struct broker_options *opt)
     int rc;
 
     b->opt = *opt;
+    held_budget.max = opt->max_held;
     b->lock_fd = -1;
     /* main.c made sure a max_frame reply fits above LIMIT_OUTBUF_MIN_MARK */
     b->out_pause = b->opt.max_outbuf - b->opt.max_frame - COORD_FRAME_HEADER;

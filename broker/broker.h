@@ -38,6 +38,7 @@ struct broker_options {
     size_t max_outbuf;             /* bytes queued to one client */
     unsigned handshake_ms;
     uint64_t max_data_size;        /* LMDB map cap, bytes */
+    uint64_t max_held;             /* the held-state budget (budget.h), entries */
     char leader_ledger[32];        /* --ledger: "local" (LMDB) or "etcd" */
     char etcd_endpoints[1024];     /* --etcd-endpoints URL[,URL] */
     char etcd_prefix[128];         /* --etcd-prefix (default "/coord/") */

@@ -7,6 +7,7 @@
  * its connection, so a publisher never waits for anyone. */
 #include <stdlib.h>
 #include <string.h>
+#include "budget.h"
 #include "coord-ops.h"
 #include "channels.h"
 #include "errors.h"
@@ -117,6 +118,7 @@ static void sub_remove(struct sub *s)
     list_del(&s->conn_link);
     hashmap_del(&C.subs, &s->h);
     s->conn->nsubs--;
+    budget_give();
     ch->nsubs--;
     if (ch->system >= 0)
         C.system_subs[ch->system]--;
@@ -184,7 +186,8 @@ void op_sub_subscribe(struct conn *c, uint64_t rid, coord_fields *f)
         return;
     }
     if (!find_sub(c, ch)) {
-        struct sub *s = c->nsubs < LIMIT_CONN_SUBS ? calloc(1, sizeof *s) : NULL;
+        bool full = budget_full();
+        struct sub *s = c->nsubs < LIMIT_CONN_SUBS && !full ? calloc(1, sizeof *s) : NULL;
         if (s) {
             s->key.ch = ch;
             s->key.conn = c;
@@ -198,6 +201,8 @@ void op_sub_subscribe(struct conn *c, uint64_t rid, coord_fields *f)
                 channel_free(ch);
             if (limit)
                 reply_conn_limit(c, rid, "subscriptions", LIMIT_CONN_SUBS);
+            else if (full)
+                budget_refuse(c, rid);
             else
                 conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
             return;
@@ -205,6 +210,7 @@ void op_sub_subscribe(struct conn *c, uint64_t rid, coord_fields *f)
         s->ch = ch;
         s->conn = c;
         c->nsubs++;
+        budget_take();
         list_append(&ch->subs, &s->ch_link);
         list_append(&c->subs, &s->conn_link);
         ch->nsubs++;

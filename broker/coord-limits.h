@@ -53,6 +53,14 @@
 #define LIMIT_CONN_FLIGHTS 65536u
 #define LIMIT_CONN_SUBS 65536u
 
+/* The broker-wide budget of held state (budget.h) by default, in entries:
+ * locks held, requests waiting, flights owned or watched, subscriptions.
+ * An entry costs a few hundred bytes with its name, so the default bounds
+ * them near 0.5 GiB for all clients together; a machine's users hold
+ * thousands, not millions.  Lower: a flood of clients is refused sooner;
+ * higher: more memory before anyone is refused.  --max-held sets it. */
+#define LIMIT_HELD_DEFAULT 1048576u
+
 /* Durations in requests (milliseconds).  Waits, leases and owner TTLs are
  * at most a day; keep_ms (how long a record lives) and max_age_ms (the age
  * of a record a join accepts) at most a year.  Larger values are refused

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "budget.h"
 #include "coord-ops.h"
 #include "deadline.h"
 #include "errors.h"
@@ -150,6 +151,7 @@ static void owner_unlink(struct flight *f)
         return;
     list_del(&f->owner_link);
     f->owner->conn->nflights_owned--;
+    budget_give();
 }
 
 static void watcher_free(struct watcher *w)
@@ -157,6 +159,7 @@ static void watcher_free(struct watcher *w)
     list_del(&w->flink);
     list_del(&w->clink);
     w->conn->nwatches--;
+    budget_give();
     free(w);
 }
 
@@ -221,6 +224,7 @@ static void make_owner(struct flight *f, struct member *m)
     f->owner_since_us = now_us();
     list_append(&m->conn->flights, &f->owner_link);
     m->conn->nflights_owned++;
+    budget_take();
     deadline_set(&f->deadline, broker_now_ms(F.b) + m->owner_ttl_ms, on_owner_deadline);
 }
 
@@ -657,7 +661,7 @@ static void reply_backoff(struct conn *c, uint64_t rid, const struct backoff_vie
 
 static bool add_watcher(struct conn *c, struct flight *f)
 {
-    if (c->nwatches >= LIMIT_CONN_WATCHES)
+    if (c->nwatches >= LIMIT_CONN_WATCHES || budget_full())
         return false;
     struct watcher *w = calloc(1, sizeof *w);
     if (!w)
@@ -666,6 +670,7 @@ static bool add_watcher(struct conn *c, struct flight *f)
     list_append(&f->watchers, &w->flink);
     list_append(&c->watches, &w->clink);
     c->nwatches++;
+    budget_take();
     return true;
 }
 
@@ -700,6 +705,11 @@ static void start_flight(struct conn *c, uint64_t rid, uint8_t *skey, size_t skl
     if (c->nflights_owned >= LIMIT_CONN_FLIGHTS) {
         free(skey);
         reply_conn_limit(c, rid, "flights owned", LIMIT_CONN_FLIGHTS);
+        return;
+    }
+    if (budget_full()) {
+        free(skey);
+        budget_refuse(c, rid);
         return;
     }
     struct member *m = member_new(c, a);

@@ -11,6 +11,7 @@
  * them, grants them and tells their owner, and never frees one. */
 #include <stdlib.h>
 #include <string.h>
+#include "budget.h"
 #include "coord-limits.h"
 #include "errors.h"
 #include "events.h"
@@ -159,6 +160,7 @@ static void grant(struct lock_req *r)
     deadline_cancel(&r->timer);
     r->granted = true;
     r->conn->nlocks_held++;
+    budget_take();
     r->token = ids_next();     /* increasing for every name, across restarts */
     uint64_t us = now_us();
     latency_add(LAT_LOCK_WAIT, waited ? us - r->since_us : 0);
@@ -201,6 +203,7 @@ static void unlink_req(struct lock_req *r)
     if (r->granted) {
         latency_add(LAT_LOCK_HOLD, now_us() - r->since_us);
         r->conn->nlocks_held--;
+        budget_give();
         q->nheld--;
         if (q->nheld == 0)
             q->held_exclusive = false;
@@ -261,6 +264,8 @@ enum lock_outcome locks_request(struct lock_req *r, struct conn *c,
 {
     if (c->nlocks_held >= LIMIT_CONN_LOCKS)
         return LOCK_CONN_LIMIT;
+    if (budget_full())
+        return LOCK_BUDGET;
     struct lock_queue *q = queue_get(c, a->name, a->name_len, true);
     if (!q)
         return LOCK_NO_MEMORY;
@@ -303,6 +308,10 @@ void locks_reply_refused(struct conn *c, uint64_t rid, enum lock_outcome o)
 {
     if (o == LOCK_CONN_LIMIT) {
         reply_conn_limit(c, rid, "locks held", LIMIT_CONN_LOCKS);
+        return;
+    }
+    if (o == LOCK_BUDGET) {
+        budget_refuse(c, rid);
         return;
     }
     if (o != LOCK_NOT_AVAILABLE) {

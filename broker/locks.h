@@ -70,6 +70,7 @@ enum lock_outcome {
     LOCK_NOT_AVAILABLE,            /* if_available and not grantable now */
     LOCK_NO_MEMORY,
     LOCK_CONN_LIMIT,               /* LIMIT_CONN_LOCKS held by c */
+    LOCK_BUDGET,                   /* the broker-wide budget is full (budget.h) */
 };
 
 void locks_init(struct broker *b);

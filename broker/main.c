@@ -36,6 +36,8 @@ static void usage(FILE *f)
 "                          (default 16777216, or twice --max-frame if more;\n"
 "                          at least --max-frame + 1028)\n"
 "  --handshake-timeout MS  time allowed for hello (default 5000)\n"
+"  --max-held N            locks, waiting requests, flights and subscriptions\n"
+"                          held for all clients together (default 1048576)\n"
 "  --max-data-size BYTES   cap of the LMDB ledger (default 4294967296, at least\n"
 "                          1048576); past it writes fail with STORAGE\n"
 "  --ledger NAME           where leadership's generations and commits live:\n"
@@ -170,10 +172,11 @@ int main(int argc, char **argv)
     strcpy(opt.leader_ledger, "local");
     strcpy(opt.etcd_prefix, "/coord/");
     opt.max_data_size = LEDGER_DEFAULT_DATA_SIZE;
+    opt.max_held = LIMIT_HELD_DEFAULT;
     const char *socket_arg = NULL, *data_arg = NULL, *config_arg = NULL;
 
     enum { O_FG = 1, O_SOCK, O_DATA, O_IDLE, O_READY, O_LOG, O_FRAME, O_CONNS,
-           O_PENDING, O_OUTBUF, O_HANDSHAKE, O_DATASIZE, O_LEDGER, O_LOGNAMES, O_VERSION, O_HELP, O_ETCD_EP, O_ETCD_PREFIX, O_CONFIG };
+           O_PENDING, O_OUTBUF, O_HANDSHAKE, O_DATASIZE, O_LEDGER, O_LOGNAMES, O_VERSION, O_HELP, O_ETCD_EP, O_ETCD_PREFIX, O_CONFIG, O_MAXHELD };
     static const struct option longopts[] = {
         { "foreground", no_argument, NULL, O_FG },
         { "socket", required_argument, NULL, O_SOCK },
@@ -194,6 +197,7 @@ int main(int argc, char **argv)
         { "etcd-endpoints", required_argument, NULL, O_ETCD_EP },
         { "etcd-prefix", required_argument, NULL, O_ETCD_PREFIX },
         { "config-dir", required_argument, NULL, O_CONFIG },
+        { "max-held", required_argument, NULL, O_MAXHELD },
         { NULL, 0, NULL, 0 },
     };
     int ch;
@@ -217,6 +221,7 @@ int main(int argc, char **argv)
         case O_PENDING: bad = parse_num(optarg, 1, 1000000, &v); opt.max_pending = (unsigned)v; break;
         case O_OUTBUF: bad = parse_num(optarg, 4096, 1ull << 34, &v); opt.max_outbuf = (size_t)v; break;
         case O_HANDSHAKE: bad = parse_num(optarg, 1, 3600000, &v); opt.handshake_ms = (unsigned)v; break;
+        case O_MAXHELD: bad = parse_num(optarg, 16, 1ull << 32, &v); opt.max_held = v; break;
         case O_DATASIZE:
             bad = parse_num(optarg, LEDGER_MIN_DATA_SIZE, LEDGER_MAX_DATA_SIZE, &v);
             opt.max_data_size = v;
@@ -246,8 +251,11 @@ int main(int argc, char **argv)
         default: fprintf(stderr, "coordd: try coordd --help\n"); return 2;
         }
         if (bad) {
-            fprintf(stderr, "coordd: bad value for --%s: %s\n",
-                    longopts[ch - 1].name, optarg);
+            const char *name = "?";          /* the option's name by its value */
+            for (const struct option *o = longopts; o->name; o++)
+                if (o->val == ch)
+                    name = o->name;
+            fprintf(stderr, "coordd: bad value for --%s: %s\n", name, optarg);
             return 2;
         }
     }

@@ -4,6 +4,7 @@
  * the same with one request waiting or max_pending. */
 #include <string.h>
 #include "broker.h"
+#include "budget.h"
 #include "errors.h"
 
 /* The index key of (c, rid), padding zeroed: the table hashes its bytes. */
@@ -16,6 +17,10 @@ static void pending_key_set(struct pending_key *k, const struct conn *c, uint64_
 
 int pending_check(struct conn *c, uint64_t rid)
 {
+    if (budget_full()) {
+        budget_refuse(c, rid);
+        return -1;
+    }
     if (c->npending >= c->b->opt.max_pending) {
         c->b->stats.pending_limit_hits++;
         conn_reply_error(c, rid, COORD_ELIMIT,
@@ -47,6 +52,7 @@ int pending_start(struct conn *c, struct pending *p, uint64_t rid, int op)
     }
     list_append(&c->pending, &p->link);
     c->npending++;
+    budget_take();
     return 0;
 }
 
@@ -57,6 +63,7 @@ void pending_finish(struct pending *p)
     list_del(&p->link);
     hashmap_del(&p->conn->b->pending, &p->by_rid);
     p->conn->npending--;
+    budget_give();
 }
 
 struct pending *pending_find(struct conn *c, uint64_t rid)
@@ -82,6 +89,7 @@ void pending_abort_all(struct conn *c, int code)
         if (c->pending.next == &p->link) {
             list_del(&p->link);
             c->npending--;
+            budget_give();
         }
     }
 }

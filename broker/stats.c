@@ -1,6 +1,7 @@
 /* stats.c - the `stats` op: counters of the broker and of each table. */
 #include <unistd.h>
 #include "broker.h"
+#include "budget.h"
 #include "ids.h"
 #include "channels.h"
 #include "coord-version.h"
@@ -87,6 +88,12 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_uint(&e, "ledger_flush_us", lt.flush_us);
     coord_enc_kv_uint(&e, "ledger_flushes", lt.flushes);
     coord_enc_kv_uint(&e, "ledger_linger_us", lt.linger_us);
+    if (list_entry_overflows(c, &e, &before))
+        cut = true;
+    before = coord_enc_mark_here(&e);
+    coord_enc_kv_uint(&e, "held_entries", held_budget.used);
+    coord_enc_kv_uint(&e, "held_max", held_budget.max);
+    coord_enc_kv_uint(&e, "held_budget_refusals", held_budget.refused);
     if (list_entry_overflows(c, &e, &before))
         cut = true;
     before = coord_enc_mark_here(&e);

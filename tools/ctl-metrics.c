@@ -54,7 +54,7 @@ static const char *const gauges[] = {
     "pid", "uptime_ms", "epoch", "connections", "locks_held", "locks_pending",
     "lock_names", "flights", "followers_per_100_owners",
     "flights_disabled_prefixes", "workstreams", "ledger_reachable", "channels",
-    "records", "ledger_map_size", "timers",
+    "records", "ledger_map_size", "timers", "held_entries", "held_max",
     NULL,
 };
 static const char *const counters[] = {
@@ -71,6 +71,7 @@ static const char *const counters[] = {
     "claims_reconciled", "abandons", "ledger_commit_us", "ledger_flush_us",
     "ledger_flushes", "ledger_linger_us", "flights_purged", "terms_max_hold",
     "terms_reached_max_hold", "outbuf_pauses", "outbuf_stalls", "memory_trims",
+    "held_budget_refusals",
     NULL,
 };
 

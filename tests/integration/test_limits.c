@@ -102,6 +102,38 @@ static void test_per_connection_caps(void)
     stop_and_clean(&bp);
 }
 
+/* The broker-wide budget (--max-held): what all connections hold together
+ * is bounded; past it LIMIT names the flag, nothing held is taken away,
+ * and what a closed connection held is free for the others. */
+static void test_held_budget(void)
+{
+    const char *args[] = { "--max-held", "64", NULL };
+    start_or_exit(&bp, args);
+    struct rcl *a = connect_or_exit(&bp, NULL), *b = connect_or_exit(&bp, NULL);
+    uint64_t at;
+    CHECK_EQ_U(pipeline(a, 40, &locks_op, "LIMIT", &at), 0);
+    CHECK_EQ_U(rcl_stat(b, "held_entries"), 40);
+    CHECK_EQ_U(pipeline(b, 30, &subs_op, "LIMIT", &at), 6);      /* 24 fit */
+    CHECK_EQ_U(at, 25);
+    coord_bytes why = msg_bytes(&m, "message");
+    CHECK(memmem(why.ptr, why.len, "--max-held", 10) != NULL);
+    CHECK_EQ_U(rcl_stat(b, "held_entries"), 64);
+    CHECK_EQ_U(rcl_stat(b, "held_budget_refusals"), 6);
+    /* a flight to own, a lock to hold: refused too, with the same words */
+    CHECK_EQ_U(pipeline(b, 1, &flights_op, "LIMIT", &at), 1);
+    CHECK_EQ_U(pipeline(b, 1, &locks_op, "LIMIT", &at), 1);
+    CHECK_EQ_U(rcl_stat(b, "locks_held"), 40);                   /* a's, untouched */
+    rcl_close(a);
+    bool freed = false;
+    for (uint64_t t0 = now_ms(); !freed && now_ms() - t0 < T;)
+        freed = rcl_stat(b, "held_entries") == 24;
+    CHECK(freed);
+    CHECK_EQ_U(pipeline(b, 40, &locks_op, "LIMIT", &at), 0);
+    CHECK_EQ_U(rcl_stat(b, "held_entries"), 64);
+    rcl_close(b);
+    stop_and_clean(&bp);
+}
+
 /* leader.info on many workstreams leaves none of them in memory. */
 static void test_idle_workstreams_forgotten(void)
 {
@@ -616,6 +648,7 @@ int main(int argc, char **argv)
         { "memory_returned_after_burst", test_memory_returned_after_burst },
         { "fallback_not_utf8_returned_as_bin", test_fallback_not_utf8_returned_as_bin },
         { "per_connection_caps", test_per_connection_caps },
+        { "held_budget", test_held_budget },
         { "idle_workstreams_forgotten", test_idle_workstreams_forgotten },
         { "durations_at_max", test_durations_at_max },
         { "names_not_utf8", test_names_not_utf8 },
