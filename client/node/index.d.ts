@@ -206,6 +206,8 @@ export interface Records {
   purge(prefix?: string): Promise<number>;
 }
 
+/** The broker's leadership lease (ms) when a campaign names none; renewed every lease/3. */
+export declare const DEFAULT_LEASE_MS: 1500;
 export declare const LeaderState: {
   readonly FOLLOWER: 'FOLLOWER';
   readonly REQUESTING: 'REQUESTING';
