@@ -12,7 +12,8 @@
  *   wipe-generation  generations not floored by the id allocator
  *   max-hold-kept    a term past its max hold is drained, never fenced
  *   claim-applied    a claim of an applied op answers claimed (fresh)
- *   disabled-ignored campaigns pass a disabled workstream */
+ *   disabled-ignored campaigns pass a disabled workstream
+ *   long-lease       the default leadership lease is 30 s again */
 #ifndef COORD_BREAKS_H
 #define COORD_BREAKS_H
 
@@ -24,7 +25,8 @@
     X(WIPE_GENERATION, "wipe-generation") \
     X(MAX_HOLD_KEPT, "max-hold-kept") \
     X(CLAIM_APPLIED, "claim-applied") \
-    X(DISABLED_IGNORED, "disabled-ignored")
+    X(DISABLED_IGNORED, "disabled-ignored") \
+    X(LONG_LEASE, "long-lease")
 
 enum {
 #define BREAK_ENUM(id, name) BREAK_BIT_##id,
