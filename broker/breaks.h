@@ -13,7 +13,8 @@
  *   max-hold-kept    a term past its max hold is drained, never fenced
  *   claim-applied    a claim of an applied op answers claimed (fresh)
  *   disabled-ignored campaigns pass a disabled workstream
- *   long-lease       the default leadership lease is 30 s again */
+ *   long-lease       the default leadership lease is 30 s again
+ *   etcd-fail-open   a commit etcd does not answer is answered applied */
 #ifndef COORD_BREAKS_H
 #define COORD_BREAKS_H
 
@@ -26,7 +27,8 @@
     X(MAX_HOLD_KEPT, "max-hold-kept") \
     X(CLAIM_APPLIED, "claim-applied") \
     X(DISABLED_IGNORED, "disabled-ignored") \
-    X(LONG_LEASE, "long-lease")
+    X(LONG_LEASE, "long-lease") \
+    X(ETCD_FAIL_OPEN, "etcd-fail-open")
 
 enum {
 #define BREAK_ENUM(id, name) BREAK_BIT_##id,

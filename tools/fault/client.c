@@ -17,8 +17,26 @@
 
 bool conn_err(int rc)
 {
+    /* --etcd: UNAVAILABLE (etcd out of reach, a write's outcome unknown)
+     * is handled as a lost connection: the call's outcome is unknown, the
+     * client drops its connection (ending its terms) and starts again */
+    if (CFG->etcd && rc == COORD_EUNAVAILABLE)
+        return true;
     return rc == COORD_ECLOSED || rc == COORD_EPROTOCOL || rc == COORD_ECONNECT ||
            rc == COORD_ESHUTTING_DOWN || rc == COORD_ESYS;
+}
+
+/* A write or grant acknowledged although sent and answered inside one etcd
+ * outage (o1 read before sending, o2 after the answer): nothing could
+ * have decided it but the broker's own memory. */
+void check_fail_open(struct cl *k, uint64_t o1, const char *what, const char *ws,
+                     uint64_t gen)
+{
+    if (!(o1 & 1) || atomic_load(&S->etcd_outage) != o1)
+        return;
+    CNT(outage_calls);
+    VIOL(fail_open, "%s: %s of %s generation %" PRIu64 " acknowledged while etcd was "
+         "stopped or dead (sent and answered inside one outage)", k->name, what, ws, gen);
 }
 
 void block(struct cl *k, int what, uint64_t ms)
@@ -59,6 +77,8 @@ void drop_conn(struct cl *k)
  * reconnects), anything else not expected is a violation */
 void call_failed(struct cl *k, const char *what, int rc)
 {
+    if (rc == COORD_EUNAVAILABLE && CFG->etcd)
+        CNT(etcd_unavailable);
     if (conn_err(rc)) {
         CNT(conn_lost);
         drop_conn(k);
@@ -379,11 +399,15 @@ static int do_commit(struct cl *k, unsigned ws, uint64_t gen, uint64_t *mine, un
     atomic_thread_fence(memory_order_seq_cst);
     coord_commit_result res;
     CNT(commits_sent);
+    uint64_t out1 = atomic_load(&S->etcd_outage);
     block(k, 3, CLIENT_DEADLINE_MS);
     int rc = coord_leader_commit(k->c, ws_name(ws), strlen(ws_name(ws)), gen, opid,
                                  key_name(key), val, (size_t)vlen, &res);
     unblock(k);
     uint64_t seq_r = seq_next();
+    if (rc == 0 && (res.applied || res.duplicate))
+        check_fail_open(k, out1, res.applied ? "commit" : "commit (duplicate)",
+                        ws_name(ws), gen);
     if (rc == 0 && res.applied) {
         atomic_store(&cr->seq_r, seq_r);
         atomic_store(&cr->outcome, OUT_APPLIED);
@@ -584,12 +608,15 @@ static void leader_round(struct cl *k, unsigned ws, bool steal)
     /* an injected steal: the transition from the leader it takes over */
     if (steal && m0)
         trans_begin(ws, m0, TK_STEAL, trans_waiters(ws, k->slot));
+    uint64_t out1 = atomic_load(&S->etcd_outage);
     block(k, 6, CLIENT_DEADLINE_MS);
     coord_leader_term term;
     int rc = coord_leader_campaign_term(k->c, ws_name(ws), strlen(ws_name(ws)), &lo, &term);
     unblock(k);
     bool granted = rc == 0 && term.state == COORD_LEADER_LEADER;
     uint64_t gen = granted ? term.generation : 0;
+    if (granted)
+        check_fail_open(k, out1, "grant", ws_name(ws), gen);
     if (rc == COORD_ETIMEOUT) {
         CNT(campaign_timeout);
     } else if (rc == COORD_EABORTED) {

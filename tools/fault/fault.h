@@ -252,7 +252,7 @@ struct obinfo {
     X(steal_leader_inj, "injected leader steals")                              \
     X(broker_kills, "broker SIGKILL + restart")                                \
     X(respawns, "client respawns")                                             \
-    X(transitions_dropped, "kill->grant samples dropped (broker restart)")      \
+    X(transitions_dropped, "transitions not timed (broker restart, etcd outage)") \
     X(wipes, "broker SIGKILL + data dir wiped + restart")                      \
     X(ob_campaigns, "outbox campaigns sent")                                   \
     X(ob_grants, "outbox grants")                                              \
@@ -288,7 +288,11 @@ struct obinfo {
     X(ob_lost_max_hold, "leader.lost max_hold")                                \
     X(kill_claimed, "SIGKILL leader between claim and effect")                 \
     X(kill_effected, "SIGKILL leader between effect and commit")               \
-    X(stop_claimed, "SIGSTOP leader between claim and commit")
+    X(stop_claimed, "SIGSTOP leader between claim and commit")                \
+    X(etcd_stops, "etcd outages: SIGSTOP etcd, SIGCONT later")                 \
+    X(etcd_kills, "etcd outages: SIGKILL etcd, restart later")                 \
+    X(etcd_unavailable, "calls answered UNAVAILABLE (etcd out of reach)")      \
+    X(outage_calls, "commits/campaigns sent and answered inside one outage")
 
 /* violations: X(name, text) */
 #define FAULT_VIOLATIONS(X)                                                    \
@@ -319,6 +323,7 @@ struct obinfo {
     X(disabled_grant, "non-incident campaign granted on a disabled workstream") \
     X(policy_steal, "steal granted against the steal policy")                 \
     X(max_hold, "terms past max hold without being fenced (>= 0.1%)")         \
+    X(fail_open, "critical write/grant acknowledged while its ledger was down") \
     X(unexpected, "unexpected error code")
 
 struct counters {
@@ -355,6 +360,11 @@ struct shared {
     struct fkinfo fkeys[MAX_FKEYS];
     struct obinfo ob[NOB];
     _Atomic uint64_t next_lop;
+    /* --etcd: odd while an injected etcd outage is on (raised once etcd is
+     * stopped or dead, raised again before it runs again): a call sent
+     * and answered under one odd value was handled while etcd could not
+     * answer anything */
+    _Atomic uint64_t etcd_outage;
     _Atomic uint32_t wipes;         /* data dir wipes so far */
     _Atomic uint64_t wipe_seq;      /* sequence taken at the last wipe */
 };
@@ -457,6 +467,9 @@ void broker_log_tail(unsigned i);
 const char *broker_socket(unsigned i);  /* i modulo nbrokers */
 const char *broker_data_dir(unsigned i);
 int etcd_begin(void);               /* --etcd: start it; 0 or -1 */
+void etcd_outage_begin(bool kill);  /* SIGSTOP (or SIGKILL) etcd */
+int etcd_outage_end(void);          /* SIGCONT (or restart) it; 0 or -1 */
+bool etcd_outage_on(void);
 void etcd_end(void);
 
 /* provider.c: the external system the outbox leaders act on.  A process

@@ -56,7 +56,9 @@ static void usage(FILE *f)
 "                       fenced (default 20)\n"
 "  --no-outbox          no outbox leaders (leadership part 2) and none of their faults\n"
 "  --etcd N             N brokers (\"machines\": own sockets and data dirs; clients spread\n"
-"                       over them) sharing one etcd leader ledger (etcd-server needed)\n"
+"                       over them) sharing one etcd leader ledger (etcd-server needed);\n"
+"                       etcd itself is stopped (SIGSTOP) or killed and restarted every\n"
+"                       2..6 s for 0.2..1.5 s: nothing may be acknowledged meanwhile\n"
 "  --expect-violation NAME\n"
 "                       pass (exit 0) only if violation NAME is seen; the run ends as\n"
 "                       soon as it is (for the broken brokers of coordd-broken)\n"
@@ -504,7 +506,8 @@ static void inject(void)
         }
         break;
     case F_MODE:
-        ob_switch_mode(1);
+        if (!etcd_outage_on())      /* the driver's calls need the ledger */
+            ob_switch_mode(1);
         break;
     case F_ROLLOUT: {
         unsigned ws = (unsigned)rng_below(&R, NOB);
@@ -522,8 +525,8 @@ static void inject(void)
     }
     case F_INCIDENT: {
         int a = free_aux();
-        if (a >= 0 && !atomic_load(&S->ob[0].disabled) && !incident_running() &&
-            ob_disable(0, true) == 0) {
+        if (a >= 0 && !etcd_outage_on() && !atomic_load(&S->ob[0].disabled) &&
+            !incident_running() && ob_disable(0, true) == 0) {
             CNT(incidents);
             spawn((unsigned)a, ROLE_INCIDENT, (uint32_t)atomic_load(&S->c.incidents));
         }
@@ -543,7 +546,7 @@ static void inject(void)
 static void enable_abandoned(void)
 {
     struct obinfo *w = &S->ob[0];
-    if (cfg.outbox && atomic_load(&w->disabled) && !incident_running() &&
+    if (cfg.outbox && !etcd_outage_on() && atomic_load(&w->disabled) && !incident_running() &&
         now_ns() - atomic_load(&w->disabled_ns) > 3000000000ull)
         ob_disable(0, false);
 }
@@ -856,7 +859,8 @@ int main(int argc, char **argv)
             return 3;
 
     uint64_t t0 = now_ns(), next_fault = t0 + 200000000ull, next_report = t0 + 10000000000ull;
-    uint64_t next_tcheck = t0;
+    uint64_t next_tcheck = t0, outage_end = 0;
+    uint64_t next_outage = t0 + rng_range(&R, 2000, 6000) * 1000000ull;
     uint64_t next_bkill = t0 + rng_range(&R, cfg.broker_kill_min_ms, cfg.broker_kill_max_ms) *
                           1000000ull;
     int rc_run = 0;
@@ -876,6 +880,19 @@ int main(int argc, char **argv)
         if (now >= next_fault) {
             inject();
             next_fault = now + rng_range(&R, 1, 2ull * cfg.fault_ms) * 1000000ull;
+        }
+        /* --etcd: etcd outages (SIGSTOP, or SIGKILL and a restart) */
+        if (cfg.etcd && !etcd_outage_on() && now >= next_outage) {
+            etcd_outage_begin(rng_pct(&R, 50));
+            outage_end = now_ns() + rng_range(&R, 200, 1500) * 1000000ull;
+        }
+        if (etcd_outage_on() && (now >= outage_end || (cfg.broker_kill && now >= next_bkill))) {
+            if (etcd_outage_end() < 0) {
+                rc_run = 3;
+                break;
+            }
+            now = now_ns();
+            next_outage = now + rng_range(&R, 2000, 6000) * 1000000ull;
         }
         if (cfg.broker_kill && now >= next_bkill) {
             if (restart_broker((unsigned)rng_below(&R, cfg.nbrokers), true) < 0) {
@@ -921,6 +938,8 @@ int main(int argc, char **argv)
         sleep_ms(2);
     }
     uint64_t t_load = now_ns() - t0;
+    if (etcd_outage_end() < 0)
+        rc_run = 3;
 
     /* stop the load: every client is killed (nothing of theirs can be in
      * doubt any more), then the broker's state is checked, and once more

@@ -82,10 +82,24 @@ static uint64_t lop_of(coord_map m, const char *key)
 
 static int call(struct cl *k, coord_req_t *q, coord_reply_t **r, int what)
 {
+    uint64_t out1 = atomic_load(&S->etcd_outage);
     block(k, what, CLIENT_DEADLINE_MS);
     int rc = coord_call(k->c, q, r);
     unblock(k);
     coord_req_free(q);
+    /* claims, commits, abandons and grants are decided by the ledger: none
+     * can be acknowledged while etcd answers nothing (a refusal, an error
+     * reply, is not an acknowledgement) */
+    if (rc == 0 && *r &&
+        (what == BW_OBCOMMIT || what == BW_CLAIM || what == BW_CAMPAIGN)) {
+        bool granted = true;
+        if (what == BW_CAMPAIGN)
+            coord_map_bool(coord_reply_map(*r), "granted", &granted);
+        if (granted)
+            check_fail_open(k, out1, what == BW_OBCOMMIT ? "outbox commit/abandon"
+                                   : what == BW_CLAIM ? "claim" : "outbox grant",
+                            "an outbox workstream", 0);
+    }
     return rc;
 }
 

@@ -180,6 +180,10 @@ const char *fkey_name(unsigned i)
 void trans_begin(unsigned ws, uint64_t gen, int kind, uint32_t waiters)
 {
     struct wsinfo *w = &S->ws[ws];
+    /* while etcd is down nobody can be elected (fail closed): such
+     * transitions are not the lease's, they are not timed */
+    if (atomic_load(&S->etcd_outage) & 1)
+        return;
     /* only a leader nobody has replaced yet: the next grant is then its
      * successor's */
     if (atomic_load(&w->max_granted) > gen)
