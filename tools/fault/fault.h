@@ -189,6 +189,7 @@ struct obinfo {
     _Atomic uint64_t ring[OB_RING];             /* committed ones */
     _Atomic uint32_t ring_pos;
     _Atomic uint64_t terms, drained, overheld;
+    _Atomic uint64_t bg_overheld;   /* terms accepted past max hold + a lease */
     _Atomic uint64_t provider_max_gen;          /* the provider's fence (provider.c) */
 };
 
@@ -289,6 +290,7 @@ struct obinfo {
     X(kill_claimed, "SIGKILL leader between claim and effect")                 \
     X(kill_effected, "SIGKILL leader between effect and commit")               \
     X(stop_claimed, "SIGSTOP leader between claim and commit")                \
+    X(ob_bg_over_nodrain, "terms past max hold + a lease without a drain (nobody waited)") \
     X(etcd_stops, "etcd outages: SIGSTOP etcd, SIGCONT later")                 \
     X(etcd_kills, "etcd outages: SIGKILL etcd, restart later")                 \
     X(etcd_unavailable, "calls answered UNAVAILABLE (etcd out of reach)")      \
@@ -323,6 +325,7 @@ struct obinfo {
     X(disabled_grant, "non-incident campaign granted on a disabled workstream") \
     X(policy_steal, "steal granted against the steal policy")                 \
     X(max_hold, "terms past max hold without being fenced (>= 0.1%)")         \
+    X(background_hold, "background holders past max hold + one lease (>= 0.1%)") \
     X(fail_open, "critical write/grant acknowledged while its ledger was down") \
     X(unexpected, "unexpected error code")
 

@@ -1010,6 +1010,12 @@ int main(int argc, char **argv)
     if (over && over * 1000 >= held)
         VIOL(max_hold, "%" PRIu64 " of %" PRIu64 " terms on %s were past their max hold "
              "without being fenced", over, held, ob_name(0));
+    uint64_t bg = atomic_load(&S->ob[0].bg_overheld);
+    if (bg && bg * 1000 >= held)
+        VIOL(background_hold, "%" PRIu64 " of %" PRIu64 " terms on %s (%.3f%%) were still "
+             "accepted past max hold + one lease (note 000: < 0.1%%); %" PRIu64 " of them "
+             "had no drain (nobody waited)", bg, held, ob_name(0),
+             100.0 * (double)bg / (double)held, atomic_load(&S->c.ob_bg_over_nodrain));
 
     /* summary */
     printf("\ncoord-fault summary (seed %" PRIu64 ", %.1f s of load, %.0f rounds/s)\n",
@@ -1047,6 +1053,9 @@ int main(int argc, char **argv)
                "incident takeovers", atomic_load(&S->c.incident_grants));
         printf("  %-20s %10" PRIu64 "    %-24s %7.3f%%\n", "max-hold terms", held,
                "past max hold, unfenced", held ? 100.0 * (double)over / (double)held : 0.0);
+        printf("  %-20s %10" PRIu64 "    %-24s %7.3f%%\n", "  past hold+lease",
+               atomic_load(&S->ob[0].bg_overheld), "background over SLO",
+               held ? 100.0 * (double)atomic_load(&S->ob[0].bg_overheld) / (double)held : 0.0);
     }
     printf("  %-20s %10" PRIu64 "\n", "violations", total_violations());
     printf("details:\n");

@@ -57,6 +57,8 @@ struct term {
     bool ignore_drain;
     uint64_t drain_ns;              /* leader.drain max_hold read then (0: none) */
     bool overheld;
+    uint64_t grant_ns;              /* the grant's reply read then */
+    bool bg_over;                   /* counted in bg_overheld */
 };
 
 enum { GO_ON, STOP };
@@ -143,6 +145,16 @@ static void take_events(struct cl *k, struct term *t)
 /* an accepted write or renew sent at send_ns: past the max-hold fence? */
 static void check_hold(struct cl *k, struct term *t, uint64_t send_ns, const char *what)
 {
+    /* note 000's background holders: a term of the max-hold workstream
+     * whose write or renew is accepted past max hold + one lease after its
+     * grant exceeded the SLO, whether anyone waited (a drain came) or not */
+    if (t->ws == 0 && !t->bg_over && t->grant_ns &&
+        send_ns > t->grant_ns + (OB_MAX_HOLD_MS + t->lease_ms) * 1000000ull + SLACK_NS) {
+        t->bg_over = true;
+        atomic_fetch_add(&S->ob[0].bg_overheld, 1);
+        if (!t->drain_ns)
+            CNT(ob_bg_over_nodrain);
+    }
     if (!t->drain_ns || t->overheld || send_ns <= t->drain_ns + t->lease_ms * 1000000ull + SLACK_NS)
         return;
     t->overheld = true;
@@ -610,7 +622,7 @@ static void term_run(struct cl *k, unsigned ws, uint32_t version, const char *in
     atomic_fetch_add(&w->terms, 1);
     if (ws == 0)
         CNT(ob_terms_hold);
-    t.last_renew_ns = now_ns();
+    t.last_renew_ns = t.grant_ns = now_ns();
     set_state(k, ST_LEADING, (int)ws, t.gen);
     work(k, &t, incident ? 4 : (unsigned)rng_range(&k->r, 1, 6));
     set_state(k, ST_IDLE, 0, 0);
