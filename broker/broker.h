@@ -190,6 +190,10 @@ void conn_enc_finish(struct conn *c, coord_enc *e);
 int conn_send_bytes(struct conn *c, const void *p, size_t n);
 void conn_reply_ok(struct conn *c, uint64_t rid);
 void conn_reply_error(struct conn *c, uint64_t rid, int code, const char *msg);
+/* The same error with a `reason` field (a reasons.h name), for a refusal
+ * whose cause the client tells apart (FENCED with reason "purged"). */
+void conn_reply_error_reason(struct conn *c, uint64_t rid, int code, const char *msg,
+                             const char *reason);
 void conn_flush_all(struct broker *b);
 void conn_unref(struct conn *c);
 void conn_hello_done(struct conn *c);

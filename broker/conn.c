@@ -204,6 +204,26 @@ void conn_reply_error(struct conn *c, uint64_t rid, int code, const char *msg)
     queued(c);
 }
 
+void conn_reply_error_reason(struct conn *c, uint64_t rid, int code, const char *msg,
+                             const char *reason)
+{
+    if (conn_muted(c))
+        return;
+    const char *name = coord_code_name(code);
+    coord_enc e;
+    coord_enc_begin(&e, &c->out);
+    coord_enc_kv_uint(&e, "rid", rid);
+    coord_enc_kv_bool(&e, "ok", false);
+    coord_enc_kv_cstr(&e, "code", name ? name : "STORAGE");
+    coord_enc_kv_cstr(&e, "message", msg ? msg : coord_code_text(code));
+    coord_enc_kv_cstr(&e, "reason", reason);
+    if (coord_enc_end(&e) == 0) {
+        conn_cut(c, "out of memory for output");
+        return;
+    }
+    queued(c);
+}
+
 static void partial_forget(struct conn *c)
 {
     c->b->partial_bytes -= c->partial_counted;

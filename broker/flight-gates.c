@@ -165,6 +165,23 @@ void gates_backoff_start(const uint8_t *skey, size_t sklen, uint64_t ms,
     deadline_set(&bo->end, broker_now_ms(G.b) + ms, on_backoff_end);
 }
 
+uint64_t gates_backoff_purge(const uint8_t *sprefix, size_t plen)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; G.backoffs.count && i < G.backoffs.nbuckets; i++) {
+        struct hentry *e = G.backoffs.buckets[i];
+        while (e) {
+            struct hentry *next = e->next;   /* the delete unlinks e only */
+            if (e->keylen >= plen && memcmp(e->key, sprefix, plen) == 0) {
+                backoff_free((struct backoff *)e);
+                n++;
+            }
+            e = next;
+        }
+    }
+    return n;
+}
+
 /* ---- the kill switch ---- */
 
 struct switch_job {

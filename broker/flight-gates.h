@@ -27,6 +27,10 @@ bool gates_backoff(const uint8_t *skey, size_t sklen, struct backoff_view *out);
 void gates_backoff_start(const uint8_t *skey, size_t sklen, uint64_t ms,
                          const uint8_t *code, size_t code_len,
                          const uint8_t *message, size_t message_len);
+/* record.purge: drops the backoffs (and the failures they hold) of the
+ * scoped keys that start with the scoped prefix sprefix.  Returns how many
+ * (a walk of the whole table: purges are rare). */
+uint64_t gates_backoff_purge(const uint8_t *sprefix, size_t plen);
 void gates_stats(coord_enc *e);
 
 #endif

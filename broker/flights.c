@@ -9,7 +9,19 @@
  *
  * Flight ids and fences come from the broker's one allocator (ids.h): they
  * only grow, across restarts too, so a result for a flight of an earlier
- * broker life is FENCED rather than NOT_FOUND. */
+ * broker life is FENCED rather than NOT_FOUND.
+ *
+ * A record.purge (logout) fences the flights under its prefix
+ * (flights_purge): followers are answered ABORTED (reason purged) at once,
+ * the owner gets flight.abort (purged), and the flight leaves the key table
+ * so the next join starts afresh.  What is left is a tombstone in the id
+ * table, owned by the owner's connection like a running flight, so that its
+ * late complete/fail is refused FENCED with reason purged; it goes with
+ * that refusal, the owner's disconnect or its deadline.  A flight already
+ * completing (its record queued to the writer) is marked the same way: the
+ * ledger applies jobs in submission order, so the purge job queued after it
+ * deletes that record, and the completion's answer (FENCED, purged: nothing
+ * was delivered) comes before the purge's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +69,7 @@ struct flight {
     bool had_followers;
     bool bypass;                   /* kill switch: not deduplicated, no record */
     bool revalidation;             /* owner was given a stale record */
+    bool purged;                   /* fenced by record.purge: a tombstone */
     struct list watchers;          /* struct watcher: served stale, notify */
     uint64_t started_ms;
     uint64_t owner_since_us;       /* the current owner's start (latency stats) */
@@ -76,6 +89,8 @@ static struct {
     struct hashmap by_key, by_id;
     struct list all;
     uint64_t started, joined, completed, failed, promoted, fenced, from_record;
+    uint64_t purged;               /* flights fenced by record.purge */
+    uint64_t tombstones;           /* purged flights still in by_id */
 } F;
 
 /* A lifecycle transition: the -flights event, and one compact debug line
@@ -109,7 +124,7 @@ void flights_init(struct broker *b)
 
 void flights_stats(coord_enc *e)
 {
-    coord_enc_kv_uint(e, "flights", F.by_id.count);
+    coord_enc_kv_uint(e, "flights", F.by_id.count - F.tombstones);
     coord_enc_kv_uint(e, "flights_started", F.started);
     coord_enc_kv_uint(e, "followers_joined", F.joined);
     coord_enc_kv_uint(e, "flights_completed", F.completed);
@@ -117,6 +132,7 @@ void flights_stats(coord_enc *e)
     coord_enc_kv_uint(e, "owners_promoted", F.promoted);
     coord_enc_kv_uint(e, "fenced", F.fenced);
     coord_enc_kv_uint(e, "results_from_records", F.from_record);
+    coord_enc_kv_uint(e, "flights_purged", F.purged);
     /* owner/follower ratio, as followers per owner run */
     coord_enc_kv_uint(e, "followers_per_100_owners",
                       F.started ? F.joined * 100 / F.started : 0);
@@ -165,7 +181,9 @@ static void flight_free(struct flight *f)
 {
     notify_watchers(f, false);        /* dropped without an outcome */
     deadline_cancel(&f->deadline);
-    if (!f->bypass)
+    if (f->purged)
+        F.tombstones--;            /* already out of by_key */
+    else if (!f->bypass)
         hashmap_del(&F.by_key, &f->by_key);
     hashmap_del(&F.by_id, &f->by_id);
     list_del(&f->order);
@@ -210,6 +228,10 @@ static void make_owner(struct flight *f, struct member *m)
  * the longest-waiting follower, or drop the flight when nobody waits. */
 static void owner_lost(struct flight *f, enum reason why)
 {
+    if (f->purged) {                   /* a tombstone: told already, nobody waits */
+        flight_free(f);
+        return;
+    }
     struct member *old = f->owner;
     owner_unlink(f);
     f->owner = NULL;
@@ -365,20 +387,39 @@ struct completion {
     uint8_t *copy;                 /* result or code+message bytes */
 };
 
+static void completion_reply(struct conn *c, struct completion *cp, int status, uint64_t n);
+
 static void completion_done(struct ledger_job *job, int status)
 {
     struct completion *cp = (struct completion *)job;
-    uint64_t n = deliver(cp->f, &cp->o);
     struct conn *c = conn_job_conn(&cp->owner);
+    if (cp->f->purged) {
+        /* purged while its record was queued: the purge queued after it
+         * deleted the record, the followers were answered then */
+        flight_free(cp->f);
+        if (c)
+            conn_reply_error_reason(c, cp->owner.rid, COORD_EFENCED,
+                                    "the flight was purged (record.purge): nothing delivered or kept",
+                                    reason_name(REASON_PURGED));
+    } else {
+        uint64_t n = deliver(cp->f, &cp->o);
+        completion_reply(c, cp, status, n);
+    }
+    conn_job_end(&cp->owner);
+    record_write_free(&cp->w);
+    free(cp->copy);
+    free(cp);
+}
+
+/* The owner's answer to a completion whose record was written (or not). */
+static void completion_reply(struct conn *c, struct completion *cp, int status, uint64_t n)
+{
+    struct ledger_job *job = &cp->w.job;
     if (c && status)
         conn_reply_error(c, cp->owner.rid, COORD_ESTORAGE,
                          ledger_job_message(job, "result delivered but the record was not stored"));
     else if (c)
         reply_delivered(c, cp->owner.rid, n);
-    conn_job_end(&cp->owner);
-    record_write_free(&cp->w);
-    free(cp->copy);
-    free(cp);
 }
 
 /* Checks flight + fence for complete/fail; replies and returns NULL when
@@ -395,6 +436,16 @@ static struct flight *owned_flight(struct conn *c, uint64_t rid, uint64_t id, ui
         } else {
             conn_reply_error(c, rid, COORD_ENOT_FOUND, "no such flight");
         }
+        return NULL;
+    }
+    if (f->purged) {
+        F.fenced++;
+        transition("fenced", f, fence, REASON_PURGED, 0);
+        conn_reply_error_reason(c, rid, COORD_EFENCED,
+                                "the flight was purged (record.purge): its result is not kept",
+                                reason_name(REASON_PURGED));
+        if (f->owner && f->owner->conn == c)
+            flight_free(f);            /* the owner has heard: the tombstone goes */
         return NULL;
     }
     if (f->completing || !f->owner || f->owner->conn != c || f->fence != fence) {
@@ -855,4 +906,50 @@ void op_flight_list(struct conn *c, uint64_t rid, coord_fields *f)
     if (cut)
         coord_enc_kv_bool(&e, "truncated", true);
     conn_enc_finish(c, &e);
+}
+
+/* ---- record.purge: fencing the flights it covers ---- */
+
+/* f is ended by a purge: see the top comment.  Followers and watchers are
+ * answered now; the owner (running) hears flight.abort; the flight leaves
+ * the key table and the list and stays a tombstone in by_id. */
+static void purge_flight(struct flight *f)
+{
+    const char *why = reason_name(REASON_PURGED);
+    f->purged = true;
+    F.purged++;
+    F.tombstones++;
+    if (!f->bypass)
+        hashmap_del(&F.by_key, &f->by_key);
+    list_del(&f->order);
+    uint64_t now = now_us();
+    while (!list_empty(&f->followers)) {
+        struct member *m = list_entry(f->followers.next, struct member, link);
+        latency_add(LAT_FOLLOWER_WAIT, now - m->joined_us);
+        list_del(&m->link);
+        f->nfollowers--;
+        deadline_cancel(&m->wait);
+        pending_finish(&m->p);
+        conn_reply_error_reason(m->conn, m->p.rid, COORD_EABORTED,
+                                "the flight was purged (record.purge)", why);
+        free(m);
+    }
+    notify_watchers(f, false);
+    transition("purged", f, f->fence, REASON_PURGED, (now - f->owner_since_us) / 1000);
+    if (f->owner)
+        send_abort_event(f->owner->conn, f, REASON_PURGED);
+}
+
+uint64_t flights_purge(const uint8_t *sprefix, size_t plen)
+{
+    uint64_t n = 0;
+    struct list *pos, *tmp;
+    list_for_each_safe(pos, tmp, &F.all) {
+        struct flight *f = list_entry(pos, struct flight, order);
+        if (f->by_key.keylen < plen || memcmp(f->skey, sprefix, plen) != 0)
+            continue;
+        purge_flight(f);
+        n++;
+    }
+    return n;
 }

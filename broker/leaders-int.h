@@ -32,7 +32,7 @@ struct workstream {
     bool draining;
     enum reason drain_reason;      /* REASON_SELF, _REQUESTED, _MAX_HOLD */
     struct deadline hold;          /* max hold reached; then, draining, the fence */
-    bool over_hold, hold_fencing;
+    bool over_hold, hold_fencing;  /* past the fence point (counted); draining for it */
     uint64_t ended_us;             /* the last term's end (latency stats) */
     unsigned refs;                 /* campaigns, requests and jobs using it */
 };
@@ -85,7 +85,10 @@ void ll_call_end(struct ll_call *call);
 /* Counters of stats (leaders.c owns them). */
 struct leader_counters {
     uint64_t elected, lost, commits, duplicates, fenced;
-    uint64_t terms_over_max_hold, terms_fenced_max_hold;
+    /* max hold: terms elected under one, drained at it, fenced at it (max
+     * hold + one lease), and live past that fence point (the SLO misses) */
+    uint64_t terms_max_hold, terms_reached_max_hold, terms_fenced_max_hold;
+    uint64_t terms_over_max_hold;
     uint64_t claims, claims_reconciled, abandons;
 };
 extern struct leader_counters leader_counts;

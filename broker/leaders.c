@@ -122,6 +122,8 @@ void leaders_stats_more(coord_enc *e)
 {
     const struct leader_counters *n = &leader_counts;
     coord_enc_kv_uint(e, "leader_terms", n->elected);
+    coord_enc_kv_uint(e, "terms_max_hold", n->terms_max_hold);
+    coord_enc_kv_uint(e, "terms_reached_max_hold", n->terms_reached_max_hold);
     coord_enc_kv_uint(e, "terms_over_max_hold", n->terms_over_max_hold);
     coord_enc_kv_uint(e, "terms_fenced_max_hold", n->terms_fenced_max_hold);
     coord_enc_kv_uint(e, "claims", n->claims);
@@ -331,8 +333,14 @@ static void start_drain(struct workstream *ws, enum reason why)
     conn_enc_finish(leader, &e);
 }
 
-/* Max hold: first the moment the term reaches it, then (draining because
- * someone waits) the fence one lease later. */
+/* Max hold, whether or not anyone waits: the moment the term reaches it,
+ * it drains (leader.drain, max_hold); one lease later it is fenced
+ * (leader.lost, max_hold), and its holder may campaign again for a new
+ * generation.  Counted: terms_max_hold (terms elected under a max hold),
+ * terms_reached_max_hold (drained for it), terms_fenced_max_hold, and
+ * terms_over_max_hold, the terms still live past that fence point (max
+ * hold + one lease): note 000's "background holders exceeding the SLO",
+ * zero unless the fence fails. */
 static void on_hold(struct deadline *d);
 static void ws_maybe_free(struct workstream *ws);
 
@@ -349,20 +357,21 @@ static void on_hold(struct deadline *d)
     struct workstream *ws = list_entry(d, struct workstream, hold);
     if (!ws->live_generation)
         return;
-    if (ws->hold_fencing && BROKEN(MAX_HOLD_KEPT))
+    if (ws->hold_fencing && BROKEN(MAX_HOLD_KEPT)) {
+        if (!ws->over_hold) {          /* past the fence point, still live */
+            ws->over_hold = true;
+            leader_counts.terms_over_max_hold++;
+        }
         return;
+    }
     if (ws->hold_fencing) {
         leader_counts.terms_fenced_max_hold++;
         leader_end(ws, REASON_MAX_HOLD, true, false);
         ws_maybe_free(ws);
         return;
     }
-    if (!ws->over_hold) {
-        ws->over_hold = true;
-        leader_counts.terms_over_max_hold++;
-    }
-    if (ws->campaigns_waiting)
-        max_hold_drain(ws);
+    leader_counts.terms_reached_max_hold++;
+    max_hold_drain(ws);
 }
 
 /* (Re)arms the max-hold timer of the live term from its descriptor. */
@@ -372,11 +381,6 @@ static void arm_hold(struct workstream *ws)
         return;                        /* the fence stands */
     if (!ws->desc.max_hold_ms) {
         deadline_cancel(&ws->hold);
-        return;
-    }
-    if (ws->over_hold) {
-        if (ws->campaigns_waiting)
-            max_hold_drain(ws);
         return;
     }
     deadline_set(&ws->hold, ws->elected_ms + ws->desc.max_hold_ms, on_hold);
@@ -500,6 +504,8 @@ static void bump_done(struct ll_req *req)
     deadline_set(&ws->lease, ws->elected_ms + ws->lease_ms, on_lease_expired);
     arm_hold(ws);
     leader_counts.elected++;
+    if (ws->desc.max_hold_ms)
+        leader_counts.terms_max_hold++;
     if (ws->ended_us)
         latency_add(LAT_LEADER_TRANSITION, now_us() - ws->ended_us);
     events_leader_ex("elected", ws->skey, ws->h.keylen, ws->live_generation, REASON_NONE,
@@ -797,9 +803,6 @@ static void run_campaign(struct lreq *q, struct workstream *ws)
     } else if (o == LOCK_QUEUED) {
         cp->waiting = true;
         ws->campaigns_waiting++;
-        /* someone waits now: a term past its max hold drains */
-        if (ws->live_generation && ws->over_hold && !ws->hold_fencing)
-            max_hold_drain(ws);
     } else {
         pending_finish(&cp->p);
         locks_reply_refused(c, rid, o);

@@ -21,7 +21,8 @@
     X(REASON_SELF, "self")                 /* a drain the leader announced */ \
     X(REASON_RESTART, "restart")           /* a term live when its broker stopped */ \
     X(REASON_LEDGER_UNAVAILABLE, "ledger-unavailable") /* a remote ledger out of reach */ \
-    X(REASON_ABORTED, "aborted")           /* a term stored but never handed out */
+    X(REASON_ABORTED, "aborted")           /* a term stored but never handed out */ \
+    X(REASON_PURGED, "purged")             /* a flight under a record.purge (logout) */
 
 enum reason {
 #define REASON_ENUM(id, name) id,

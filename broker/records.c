@@ -18,6 +18,8 @@
 #include <string.h>
 #include <time.h>
 #include "errors.h"
+#include "flight-gates.h"
+#include "flights.h"
 #include "hashmap.h"
 #include "ops.h"
 #include "deadline.h"
@@ -482,6 +484,7 @@ struct purge_job {
     uint8_t *prefix;
     size_t plen;
     uint64_t deleted;
+    uint64_t fenced;              /* flights ended by this purge */
 };
 
 static int apply_purge(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
@@ -526,6 +529,7 @@ static void purge_done(struct ledger_job *job, int status)
         coord_enc e;
         conn_enc_begin_reply(c, &e, p->client.rid);
         coord_enc_kv_uint(&e, "deleted", p->deleted);
+        coord_enc_kv_uint(&e, "fenced", p->fenced);
         conn_enc_finish(c, &e);
     }
     conn_job_end(&p->client);
@@ -549,6 +553,12 @@ void op_record_purge(struct conn *c, uint64_t rid, coord_fields *f)
         free(p);
         return;
     }
+    /* Logout stops what is in flight too: the flights under the prefix are
+     * fenced now, before the job is queued, so any completion record they
+     * queued is applied (and deleted by this job) before it, and none can
+     * be queued after it (flights.c).  The backoffs go with them. */
+    p->fenced = flights_purge(p->prefix, p->plen);
+    gates_backoff_purge(p->prefix, p->plen);
     conn_job_start(&p->client, c, rid);
     p->job.apply = apply_purge;
     p->job.done = purge_done;

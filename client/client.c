@@ -55,6 +55,7 @@ void coord__set_error(coord_t *c, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
+    c->errreason[0] = '\0';
     vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
     va_end(ap);
 }
@@ -69,6 +70,15 @@ static void error_from_reply(coord_t *c, const struct coord_reply *r)
         coord__set_error(c, "%.*s", (int)(n < COORD_ERRMSG_MAX ? n : COORD_ERRMSG_MAX), msg);
     else
         coord__set_error(c, "%s", coord_code_text(r->status));
+    if (coord_map_str(m, "reason", &msg, &n) && n < sizeof c->errreason && !memchr(msg, 0, n)) {
+        memcpy(c->errreason, msg, n);
+        c->errreason[n] = '\0';
+    }
+}
+
+COORD_API const char *coord_error_reason(const coord_t *c)
+{
+    return c ? c->errreason : "";
 }
 
 /* ---- the handle ---- */

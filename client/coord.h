@@ -78,6 +78,11 @@ COORD_API const char *coord_strerror(int err);
  * failed ("cannot start coordd: not found in PATH").  Thread-local; valid
  * until that thread's next coord_connect. */
 COORD_API const char *coord_error_message(const coord_t *c);
+/* The `reason` of the last error reply on c, or "" when it had none (or
+ * the failure was not a reply): "purged" for a flight ended by
+ * record.purge (COORD_EFENCED from complete/fail, COORD_EABORTED from a
+ * follower's join).  Owned by c; valid until the next call on c. */
+COORD_API const char *coord_error_reason(const coord_t *c);
 
 /* Values from hello's reply.  The string is owned by c. */
 COORD_API uint64_t coord_conn_id(const coord_t *c);
@@ -679,10 +684,15 @@ COORD_API int coord_record_list(coord_t *c, const void *prefix, size_t prefix_le
                                 unsigned limit, coord_reply_t **reply);
 
 /* record.purge: deletes c's scope's records whose keys start with prefix
- * (NULL/0: all of the scope; other scopes are never touched).  *deleted
- * (may be NULL) gets how many. */
+ * (NULL/0: all of the scope; other scopes are never touched), and ends the
+ * flights of those keys (their owners' late complete/fail is refused
+ * COORD_EFENCED with coord_error_reason "purged"; their followers fail
+ * COORD_EABORTED, reason "purged").  *deleted (may be NULL) gets how many
+ * records; coord_record_purge_counts also *fenced, how many flights. */
 COORD_API int coord_record_purge(coord_t *c, const void *prefix, size_t prefix_len,
                                  uint64_t *deleted);
+COORD_API int coord_record_purge_counts(coord_t *c, const void *prefix, size_t prefix_len,
+                                        uint64_t *deleted, uint64_t *fenced);
 
 /* ---- leadership and the fence ledger (see the protocol's "Leadership
  * and the fence ledger"; client/leader.c, client/leader-term.c,

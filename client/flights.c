@@ -717,16 +717,34 @@ COORD_API int coord_record_list(coord_t *c, const void *prefix, size_t prefix_le
     return coord__call_free(c, r, reply);
 }
 
-COORD_API int coord_record_purge(coord_t *c, const void *prefix, size_t prefix_len,
-                                 uint64_t *deleted)
+COORD_API int coord_record_purge_counts(coord_t *c, const void *prefix, size_t prefix_len,
+                                        uint64_t *deleted, uint64_t *fenced)
 {
     if (deleted)
         *deleted = 0;
+    if (fenced)
+        *fenced = 0;
     if (!c || !coord__bytes_ok(prefix, prefix_len))
         return COORD_EINVAL;
     coord_req_t *r = coord__req_new(COORD_OP_RECORD_PURGE);
     if (!r)
         return COORD_ENOMEM;
     coord_req_str(r, "prefix", prefix ? prefix : "", prefix_len);
-    return coord__call_uint(c, r, "deleted", deleted);
+    coord_reply_t *reply = NULL;
+    int rc = coord__call_free(c, r, &reply);
+    if (rc < 0)
+        return rc;
+    coord_map m = coord_reply_map(reply);
+    if (deleted)
+        coord_map_uint(m, "deleted", deleted);
+    if (fenced)
+        coord_map_uint(m, "fenced", fenced);
+    coord_reply_free(reply);
+    return 0;
+}
+
+COORD_API int coord_record_purge(coord_t *c, const void *prefix, size_t prefix_len,
+                                 uint64_t *deleted)
+{
+    return coord_record_purge_counts(c, prefix, prefix_len, deleted, NULL);
 }

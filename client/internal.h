@@ -99,6 +99,7 @@ struct coord {
     uint32_t max_frame;
     char broker[64];
     char errmsg[COORD_ERRMSG_MAX];
+    char errreason[32];             /* the last error reply's reason, or "" */
 };
 
 /* Arguments of the request calls: bytes p[0..n) may be NULL only when

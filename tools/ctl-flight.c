@@ -870,10 +870,11 @@ int cmd_purge(struct ctl *ctl, int argc, char **argv)
         coord_reply_free(reply);
         return rc;
     }
-    uint64_t deleted = 0;
-    rc = coord_record_purge(ctl->c, prefix, strlen(prefix), &deleted);
+    uint64_t deleted = 0, fenced = 0;
+    rc = coord_record_purge_counts(ctl->c, prefix, strlen(prefix), &deleted, &fenced);
     if (rc < 0)
         return ctl_fail_call(ctl, "record.purge", rc);
-    printf("deleted %llu\n", (unsigned long long)deleted);
+    printf("deleted %llu\nfenced %llu\n", (unsigned long long)deleted,
+           (unsigned long long)fenced);
     return CTL_EXIT_OK;
 }

@@ -203,7 +203,8 @@ export interface RecordEntry {
 export interface Records {
   get(key: string, options?: { raw?: boolean }): Promise<RecordEntry | null>;
   list(prefix?: string, options?: { limit?: number }): Promise<Array<{ key: string; status: string; fence: number; size: number; createdMs: number; expiresMs: number }> & { truncated?: true }>;
-  purge(prefix?: string): Promise<number>;
+  purge(prefix?: string, options?: { counts?: false }): Promise<number>;
+  purge(prefix: string, options: { counts: true }): Promise<{ deleted: number; fenced: number }>;
 }
 
 /** The broker's leadership lease (ms) when a campaign names none; renewed every lease/3. */
@@ -394,6 +395,8 @@ export declare class Client extends EventTarget {
 export declare class CoordError extends Error {
   constructor(code: string, message?: string);
   readonly code: string;
+  /** The error reply's reason when it has one ('purged': a flight ended by records.purge). */
+  reason?: string;
   static from(code: string, message?: string): CoordError;
 }
 /** reason: the broker's (expired, stolen, incident, disabled, max_hold, fenced); incident: with an incident steal. */

@@ -708,8 +708,9 @@ static void test_max_hold(void)
     CHECK(await_done(b, &d));
     CHECK_EQ(tb.state, COORD_LEADER_LEADER);
     CHECK(tb.generation > ta.generation);
-    CHECK(stat_of(op, "terms_over_max_hold") != UINT64_MAX &&
-          stat_of(op, "terms_over_max_hold") >= 1);
+    CHECK(stat_of(op, "terms_reached_max_hold") != UINT64_MAX &&
+          stat_of(op, "terms_reached_max_hold") >= 1);
+    CHECK_EQ_U(stat_of(op, "terms_over_max_hold"), 0);
     CHECK(stat_of(op, "terms_fenced_max_hold") != UINT64_MAX &&
           stat_of(op, "terms_fenced_max_hold") >= 1);
     coord_close(a);

@@ -296,8 +296,9 @@ static void test_max_hold(void)
     uint64_t gb = msg_uint(&m, "generation");
     CHECK(gb > g);
     CHECK(now_ms() - drained_at >= 350);                 /* one (capped) lease later */
-    CHECK_EQ_U(rcl_stat(op, "terms_over_max_hold"), 1);
+    CHECK_EQ_U(rcl_stat(op, "terms_reached_max_hold"), 1);
     CHECK_EQ_U(rcl_stat(op, "terms_fenced_max_hold"), 1);
+    CHECK_EQ_U(rcl_stat(op, "terms_over_max_hold"), 0);
     /* a leader that resigns when asked is not fenced (it renews until then) */
     rcl_campaign(a, 40, "mh", NULL);
     REQUIRE(rcl_sync(a) == 0);
@@ -309,10 +310,62 @@ static void test_max_hold(void)
     REQUIRE(asked);
     REQUIRE(ws_gen(b, 41, "leader.resign", "mh", gb) == 0 && msg_ok(&m));
     REQUIRE(rcl_reply(a, 40, T, &m) == 0 && msg_bool(&m, "granted"));
-    CHECK_EQ_U(rcl_stat(op, "terms_over_max_hold"), 2);
+    CHECK_EQ_U(rcl_stat(op, "terms_reached_max_hold"), 2);
     CHECK_EQ_U(rcl_stat(op, "terms_fenced_max_hold"), 1);
+    CHECK_EQ_U(rcl_stat(op, "terms_over_max_hold"), 0);
+    CHECK_EQ_U(rcl_stat(op, "terms_max_hold"), 3);
     rcl_close(a);
     rcl_close(b);
+    rcl_close(op);
+    stop();
+}
+
+/* Max hold bites when nobody waits: a lone leader that keeps renewing is
+ * drained at max hold and fenced one lease later; it campaigns again and
+ * gets a higher generation. */
+static void test_max_hold_alone(void)
+{
+    start();
+    struct rcl *a = client(), *op = client();
+    REQUIRE(define(op, 1, "lone", "max_hold_ms=400") == 0 && msg_ok(&m));
+    uint64_t t0 = now_ms();
+    rcl_campaign(a, 1, "lone", "lease=60000");
+    REQUIRE(rcl_reply(a, 1, T, &m) == 0 && msg_bool(&m, "granted"));
+    uint64_t g = msg_uint(&m, "generation");
+    CHECK_EQ_U(msg_uint(&m, "lease_ms"), 400);
+    uint64_t rid = 10, drained_at = 0, lost_at = 0;
+    while (!lost_at && now_ms() - t0 < 5000) {
+        REQUIRE(ws_gen(a, rid++, "leader.renew", "lone", g) == 0);
+        if (!msg_ok(&m)) {              /* fenced between two checks */
+            CHECK(msg_code_is(&m, "FENCED") && drained_at);
+            REQUIRE(rcl_event(a, "leader.lost", T, &m) == 0);
+            CHECK(msg_str_is(&m, "reason", S("max_hold")));
+            lost_at = now_ms();
+            break;
+        }
+        if (!drained_at && rcl_event(a, "leader.drain", 100, &m) == 0) {
+            drained_at = now_ms();
+            CHECK(msg_str_is(&m, "reason", S("max_hold")) && msg_uint(&m, "generation") == g);
+        } else if (drained_at && rcl_event(a, "leader.lost", 100, &m) == 0) {
+            CHECK(msg_str_is(&m, "reason", S("max_hold")) && msg_uint(&m, "generation") == g);
+            lost_at = now_ms();
+        }
+    }
+    REQUIRE(drained_at && lost_at);
+    CHECK(drained_at - t0 >= 390);
+    CHECK(lost_at - t0 >= 780);                    /* max hold + one lease */
+    CHECK(lost_at - t0 < 2000);
+    REQUIRE(ws_gen(a, rid++, "leader.renew", "lone", g) == 0);
+    CHECK(msg_code_is(&m, "FENCED"));
+    CHECK_EQ_U(rcl_stat(op, "terms_max_hold"), 1);
+    CHECK_EQ_U(rcl_stat(op, "terms_reached_max_hold"), 1);
+    CHECK_EQ_U(rcl_stat(op, "terms_fenced_max_hold"), 1);
+    CHECK_EQ_U(rcl_stat(op, "terms_over_max_hold"), 0);
+    /* the holder campaigns again: a new generation */
+    rcl_campaign(a, 2, "lone", NULL);
+    REQUIRE(rcl_reply(a, 2, T, &m) == 0 && msg_bool(&m, "granted"));
+    CHECK(msg_uint(&m, "generation") > g);
+    rcl_close(a);
     rcl_close(op);
     stop();
 }
@@ -609,6 +662,7 @@ static const struct test_case tests[] = {
     { "pinning", test_pinning },
     { "steal_policy_and_incident", test_steal_policy_and_incident },
     { "max_hold", test_max_hold },
+    { "max_hold_alone", test_max_hold_alone },
     { "drain", test_drain },
     { "modes", test_modes },
     { "claims", test_claims },

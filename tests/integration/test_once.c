@@ -673,7 +673,7 @@ static void test_ctl_tables(void)
     /* purge: only the prefix, only the scope */
     const char *pp[] = { "purge", "--prefix", "user/", NULL };
     CHECK_EQ_U(ctl_run(NULL, pp, &out), 0);
-    CHECK(strcmp(out, "deleted 2\n") == 0);
+    CHECK(strcmp(out, "deleted 2\nfenced 0\n") == 0);
     free(out);
     CHECK_EQ_U(ctl_run("elsewhere", records, &out), 0);
     CHECK(has(out, "user/1"));
@@ -845,6 +845,59 @@ static void test_fanout_1000(void)
     stop();
 }
 
+/* Logout during a request through libcoord and coordctl: `coordctl purge`
+ * ends the running flight (fenced 1), the owner's late complete is
+ * COORD_EFENCED with coord_error_reason "purged", a follower's join fails
+ * COORD_EABORTED, reason "purged"; no record is left. */
+struct async_join { int status; bool done; };
+
+static void on_join_done(coord_t *c, int status, coord_flight *f, void *ud)
+{
+    (void)c;
+    (void)f;
+    struct async_join *aj = ud;
+    aj->status = status;
+    aj->done = true;
+}
+
+static void test_purge_fences_flight(void)
+{
+    start();
+    coord_t *o = lib_in("sess"), *f = lib_in("sess");
+    coord_flight fo = { 0 }, ff = { 0 };
+    CHECK_EQ(coord_flight_join(o, S("me"), NULL, &fo), 0);
+    REQUIRE(fo.role == COORD_FLIGHT_OWNER);
+    struct async_join aj = { 0 };
+    CHECK_EQ(coord_flight_join_async(f, S("me"), NULL, on_join_done, &aj, NULL), 0);
+    CHECK_EQ(coord_ping(f), 0);
+    CHECK(!aj.done);
+    char *out = NULL;
+    const char *pp[] = { "purge", NULL };
+    CHECK_EQ_U(ctl_run("sess", pp, &out), 0);
+    CHECK(out && strcmp(out, "deleted 0\nfenced 1\n") == 0);
+    free(out);
+    for (int i = 0; i < 10 && !aj.done && coord_wait(f, T / 10) >= 0; i++)
+        ;
+    CHECK(aj.done && aj.status == COORD_EABORTED);
+    CHECK_STR(coord_error_reason(f), "purged");
+    CHECK_EQ(coord_flight_complete(o, fo.flight, fo.fence, S("private"), 60000, NULL),
+             COORD_EFENCED);
+    CHECK_STR(coord_error_reason(o), "purged");
+    coord_record rec = { 0 };
+    CHECK_EQ(coord_record_get(o, S("me"), &rec), COORD_ENOT_FOUND);
+    CHECK_STR(coord_error_reason(o), "");
+    coord_record_clear(&rec);
+    uint64_t deleted = 9, fenced = 9;
+    CHECK_EQ(coord_record_purge_counts(o, NULL, 0, &deleted, &fenced), 0);
+    CHECK_EQ_U(deleted, 0);
+    CHECK_EQ_U(fenced, 0);
+    coord_flight_clear(&fo);
+    coord_flight_clear(&ff);
+    coord_close(o);
+    coord_close(f);
+    stop();
+}
+
 int main(int argc, char **argv)
 {
     static const struct test_case tests[] = {
@@ -855,6 +908,7 @@ int main(int argc, char **argv)
         { "ttl_takeover", test_ttl_takeover },
         { "coord_once_threads", test_coord_once_threads },
         { "cancel_and_records", test_cancel_and_records },
+        { "purge_fences_flight", test_purge_fences_flight },
         { "ctl_tables", test_ctl_tables },
         { "fanout_1000", test_fanout_1000 },
         { NULL, NULL },

@@ -238,7 +238,11 @@ export class Connection {
         try { p.onReply?.(m); } catch { /* the hook's own problem */ }
         p.resolve(m);
       }
-      else p.reject(CoordError.from(typeof m.code === 'string' ? m.code : 'PROTOCOL', m.message));
+      else {
+        const err = CoordError.from(typeof m.code === 'string' ? m.code : 'PROTOCOL', m.message);
+        if (typeof m.reason === 'string') err.reason = m.reason;   // e.g. 'purged'
+        p.reject(err);
+      }
     }
   }
 

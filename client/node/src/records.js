@@ -50,10 +50,14 @@ export class Records {
     return out;
   }
 
-  /** Deletes the scope's records under prefix ('' = all); resolves the count. */
-  async purge(prefix = '') {
+  /** Deletes the scope's records under prefix ('' = all) and ends the
+   * flights of those keys (their owners' late complete/fail reject with a
+   * FencedError, reason 'purged'; their followers with an AbortedError,
+   * reason 'purged'); resolves the records deleted, or with counts: true
+   * {deleted, fenced} (fenced: the flights ended). */
+  async purge(prefix = '', { counts = false } = {}) {
     const r = await this.#client._call('record.purge', { prefix: wireName(str(prefix, 'records.purge')) });
-    return r.deleted;
+    return counts ? { deleted: r.deleted, fenced: r.fenced ?? 0 } : r.deleted;
   }
 }
 

@@ -1,7 +1,7 @@
 // client.once, client.flight.* and client.records.* against a real coordd.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { connect, FencedError, FlightFailedError, TimeoutError } from '../src/index.js';
+import { connect, AbortedError, FencedError, FlightFailedError, TimeoutError } from '../src/index.js';
 import { startBroker, deferred } from '../testlib/broker.js';
 
 let broker, a, b, c;
@@ -72,6 +72,25 @@ test('keep + maxAge: a later caller reads the record; records.get/list/purge', a
   assert.equal(await c.records.get(key), null);
   // without maxAge the record is not used
   assert.equal((await b.once(key, () => 'fresh')).source, 'owner');
+});
+
+test('logout during a request: records.purge ends the flight, its result is not kept', async () => {
+  const key = uniq('purge');
+  const go = deferred();
+  let aborted;
+  const owner = a.once(key, async ({ signal }) => {
+    signal.addEventListener('abort', () => { aborted = signal.reason; go.resolve(); });
+    await go.promise;
+    return 'private';
+  }, { keep: 60000 });
+  const follower = b.once(key, () => assert.fail('ran'));
+  await followers(c, key, 1);
+  assert.deepEqual(await c.records.purge(key, { counts: true }), { deleted: 0, fenced: 1 });
+  await assert.rejects(follower, (e) => e instanceof AbortedError && e.reason === 'purged');
+  await assert.rejects(owner, (e) => e instanceof FencedError && e.reason === 'purged');
+  assert.ok(aborted instanceof FencedError && aborted.reason === 'purged');
+  assert.equal(await c.records.get(key), null);
+  assert.equal(await c.records.purge(key), 0);
 });
 
 test('raw values travel as bytes', async () => {

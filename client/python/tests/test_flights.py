@@ -97,6 +97,34 @@ def test_low_level_join_abort_and_fence(broker):
         o.complete(b"")
 
 
+def test_purge_fences_flight(broker):
+    """Logout during a request: the purge ends the running flight."""
+    with broker.client(scope="sess") as c, broker.client(scope="sess") as d, \
+            broker.client(scope="sess") as p:
+        f = c.flight.join("me", ttl=30)
+        assert f.role == "owner"
+        err = []
+
+        def follow():
+            try:
+                d.flight.join("me", wait=10)
+            except coord.CoordError as e:
+                err.append(e)
+
+        t = threading.Thread(target=follow)
+        t.start()
+        wait_until(lambda: any(e.followers == 1 for e in p.flight.list()))
+        n = p.records.purge()
+        assert n == 0 and n.deleted == 0 and n.fenced == 1
+        t.join(10)
+        assert len(err) == 1 and err[0].code == "ABORTED" and err[0].reason == "purged"
+        assert f.aborted.wait(5) and f.abort_reason == "purged"
+        with pytest.raises(coord.Fenced) as late:
+            c.flight.complete(f, b"private", keep=60)
+        assert late.value.reason == "purged"
+        assert p.records.get("me") is None
+
+
 OWNER = textwrap.dedent("""
     import sys, coord
     c = coord.Client(sys.argv[1], autostart=False)

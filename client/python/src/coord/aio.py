@@ -487,9 +487,8 @@ class _RecordAPI:
         return m.record_list(await self._c.call("record.list",
                                                 prefix=m.name(prefix, "prefix"), limit=limit))
 
-    async def purge(self, prefix: m.Name = "") -> int:
-        return m.uint(await self._c.call("record.purge", prefix=m.name(prefix, "prefix")),
-                      "deleted")
+    async def purge(self, prefix: m.Name = "") -> m.Purged:
+        return m.purged(await self._c.call("record.purge", prefix=m.name(prefix, "prefix")))
 
 
 class Leadership(LeaderTerm):

@@ -618,8 +618,8 @@ class _RecordAPI:
         return m.record_list(self._c.call("record.list", prefix=m.name(prefix, "prefix"),
                                           limit=limit))
 
-    def purge(self, prefix: m.Name = "") -> int:
-        return m.uint(self._c.call("record.purge", prefix=m.name(prefix, "prefix")), "deleted")
+    def purge(self, prefix: m.Name = "") -> m.Purged:
+        return m.purged(self._c.call("record.purge", prefix=m.name(prefix, "prefix")))
 
 
 class Leadership(LeaderTerm):

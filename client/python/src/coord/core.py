@@ -71,7 +71,7 @@ class Reply:
         return m if isinstance(m, str) else ""
 
     def error(self) -> CoordError:
-        return from_reply(self.code, self.message)
+        return from_reply(self.code, self.message, self.body.get("reason"))
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.body.get(key, default)

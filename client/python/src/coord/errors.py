@@ -18,6 +18,8 @@ class CoordError(Exception):
 
     code: str = "UNKNOWN"
 
+    reason: str = ""       # the error reply's ``reason`` ("purged"), else ""
+
     def __init__(self, message: str = "", code: Optional[str] = None) -> None:
         if code is not None:
             self.code = code
@@ -228,14 +230,16 @@ class Backoff(FlightFailed):
         self.message = message
 
 
-def from_reply(code: object, message: object) -> CoordError:
-    """The exception for an error reply (``code`` as sent by the broker)."""
+def from_reply(code: object, message: object, reason: object = None) -> CoordError:
+    """The exception for an error reply (``code`` as sent by the broker;
+    ``reason``, when the reply has one, in ``.reason``)."""
     c = code if isinstance(code, str) else str(code)
     m = message if isinstance(message, str) else ("" if message is None else str(message))
     cls = _BY_CODE.get(c)
-    if cls is None:
-        return CoordError(m, c)
-    return cls(m)
+    e = CoordError(m, c) if cls is None else cls(m)
+    if isinstance(reason, str):
+        e.reason = reason
+    return e
 
 
 WIRE_CODES = tuple(_BY_CODE)

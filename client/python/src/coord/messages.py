@@ -81,6 +81,27 @@ def uint(body: Dict[str, Any], key: str, default: int = 0) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else default
 
 
+class Purged(int):
+    """What ``records.purge`` answers: an ``int``, the records deleted (as
+    before), with ``.deleted`` and ``.fenced``: the flights of those keys
+    the purge ended (their owners' late results are refused, FENCED with
+    reason "purged"; their followers fail, ABORTED with reason "purged")."""
+    fenced: int
+
+    def __new__(cls, deleted: int, fenced: int) -> "Purged":
+        o = int.__new__(cls, deleted)
+        o.fenced = fenced
+        return o
+
+    @property
+    def deleted(self) -> int:
+        return int(self)
+
+
+def purged(body: Dict[str, Any]) -> Purged:
+    return Purged(uint(body, "deleted"), uint(body, "fenced"))
+
+
 # ---- requests ----
 
 def lock_acquire(nm: Name, mode: str, *, if_available: bool = False, steal: bool = False,
