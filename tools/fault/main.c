@@ -58,7 +58,7 @@ static void usage(FILE *f)
 "  --etcd N             N brokers (\"machines\": own sockets and data dirs; clients spread\n"
 "                       over them) sharing one etcd leader ledger (etcd-server needed);\n"
 "                       etcd itself is stopped (SIGSTOP) or killed and restarted every\n"
-"                       2..6 s for 0.2..1.5 s: nothing may be acknowledged meanwhile\n"
+"                       2..6 s for 0.2..3 s: nothing may be acknowledged meanwhile\n"
 "  --expect-violation NAME\n"
 "                       pass (exit 0) only if violation NAME is seen; the run ends as\n"
 "                       soon as it is (for the broken brokers of coordd-broken)\n"
@@ -884,7 +884,9 @@ int main(int argc, char **argv)
         /* --etcd: etcd outages (SIGSTOP, or SIGKILL and a restart) */
         if (cfg.etcd && !etcd_outage_on() && now >= next_outage) {
             etcd_outage_begin(rng_pct(&R, 50));
-            outage_end = now_ns() + rng_range(&R, 200, 1500) * 1000000ull;
+            /* up to 3 s: past the broker's etcd call timeout (2 s), so that
+             * calls are answered while etcd is still down */
+            outage_end = now_ns() + rng_range(&R, 200, 3000) * 1000000ull;
         }
         if (etcd_outage_on() && (now >= outage_end || (cfg.broker_kill && now >= next_bkill))) {
             if (etcd_outage_end() < 0) {
