@@ -1000,9 +1000,11 @@ int main(int argc, char **argv)
     double p50 = tall.p50, p99 = tall.p99, pmax = tall.max, w50 = tall.w50, w99 = tall.w99;
     uint64_t nt = tall.n, nw = tall.nw, under50 = tall.under50;
     /* a full run times every kind (a suite that stopped freezing or
-     * stealing would pass the gate on the kinds left) */
+     * stealing would pass the gate on the kinds left); not with --etcd,
+     * whose outages leave too few default-lease lapses timed */
     uint64_t all_grants = atomic_load(&S->c.grants) + atomic_load(&S->c.ob_grants);
-    if (!cfg.expect && rc_run == 0 && all_grants >= 2000 && t_load >= 20000000000ull)
+    if (!cfg.expect && !cfg.etcd && rc_run == 0 && all_grants >= 2000 &&
+        t_load >= 20000000000ull)
         for (int k = 0; k < TK_COUNT; k++)
             if (!ts[k].n)
                 VIOL(untimed, "no %s transition was timed in %" PRIu64 " rounds",
