@@ -12,7 +12,9 @@
  *   wipe-generation  generations not floored by the id allocator
  *   max-hold-kept    a term past its max hold is drained, never fenced
  *   claim-applied    a claim of an applied op answers claimed (fresh)
- *   disabled-ignored campaigns pass a disabled workstream */
+ *   disabled-ignored campaigns pass a disabled workstream
+ *   long-lease       the default leadership lease is 30 s again
+ *   etcd-fail-open   a commit etcd does not answer is answered applied */
 #ifndef COORD_BREAKS_H
 #define COORD_BREAKS_H
 
@@ -24,7 +26,9 @@
     X(WIPE_GENERATION, "wipe-generation") \
     X(MAX_HOLD_KEPT, "max-hold-kept") \
     X(CLAIM_APPLIED, "claim-applied") \
-    X(DISABLED_IGNORED, "disabled-ignored")
+    X(DISABLED_IGNORED, "disabled-ignored") \
+    X(LONG_LEASE, "long-lease") \
+    X(ETCD_FAIL_OPEN, "etcd-fail-open")
 
 enum {
 #define BREAK_ENUM(id, name) BREAK_BIT_##id,

@@ -76,6 +76,19 @@
 #define LIMIT_LEADER_KEY 256u
 #define LIMIT_OP_ID 256u
 
+/* Leadership: the lease a campaign gets when it names none (lease_ms
+ * absent or 0), in milliseconds.  A leader that stops renewing (killed
+ * without its connection closing, frozen by SIGSTOP or a debugger, its
+ * machine suspended, its heartbeats delayed) keeps the workstream until
+ * its lease runs out, so the lease bounds how long a workstream goes
+ * without a working leader: 1.5 s, renewed every lease/3 (500 ms) by the
+ * clients, keeps a frozen leader's replacement under 2 s.  The price: a
+ * leader stalled longer than its lease (a GC pause, a swapped-out process,
+ * a renew stuck behind a busy event loop) loses its term and its late
+ * writes are FENCED, which is the point; work that must survive long
+ * stalls asks for a longer lease_ms explicitly. */
+#define LEADER_DEFAULT_LEASE_MS 1500u
+
 /* A completion record's scope and key together (bytes): LMDB keys are at
  * most 511 bytes, and the expiry index adds 8 before and after. */
 #define LIMIT_RECORD_KEY 480u

@@ -830,7 +830,7 @@ static void run_campaign(struct lreq *q, struct workstream *ws)
 void op_leader_campaign(struct conn *c, uint64_t rid, coord_fields *f)
 {
     coord_bytes name = { NULL, 0 }, protocol = name, incident = name;
-    struct lreq q = { .run = run_campaign, .lease_ms = 30000 };
+    struct lreq q = { .run = run_campaign, .lease_ms = 0 };
     coord_field_str(f, "workstream", true, &name);
     coord_field_uint(f, "lease_ms", false, &q.lease_ms);
     coord_field_bool(f, "if_available", false, &q.if_available);
@@ -844,7 +844,7 @@ void op_leader_campaign(struct conn *c, uint64_t rid, coord_fields *f)
         !leaders_text_ok(c, rid, "incident", incident, LIMIT_INCIDENT, false))
         return;
     if (q.lease_ms == 0)
-        q.lease_ms = 30000;
+        q.lease_ms = BROKEN(LONG_LEASE) ? 30000 : LEADER_DEFAULT_LEASE_MS;
     const char *bad = NULL;
     if (q.steal && q.if_available)
         bad = "steal and if_available cannot be combined";

@@ -775,9 +775,18 @@ COORD_API int coord_record_purge_counts(coord_t *c, const void *prefix, size_t p
  * act as leader on its own: that is how two leaders write at once.  Only
  * coord_once's safe reads may run uncoordinated (COORD_FALLBACK_RUN). */
 
+/* The broker's leadership lease when a campaign names none (ms).  Short
+ * on purpose: a frozen or stalled leader is replaced within it (under 2 s
+ * with renewals every lease/3), and a leader stalled longer than it loses
+ * its term (its late writes are FENCED).  Ask for a longer lease_ms when a
+ * term must survive long stalls. */
+#define COORD_LEADER_DEFAULT_LEASE_MS 1500
+
 typedef struct coord_leader_opts {
     uint64_t lease_ms;    /* renew within this or lose leadership
-                             ("expired"); 0: the broker's default, 30000;
+                             ("expired"); 0: the broker's default,
+                             COORD_LEADER_DEFAULT_LEASE_MS (1500); renew
+                             every lease_ms / 3;
                              at most one day.  A workstream's max hold caps
                              it (see coord_leader_term.lease_ms) */
     bool if_available;    /* never wait: *granted false when someone leads */

@@ -22,7 +22,6 @@
 #include <time.h>
 #include "coordctl.h"
 
-#define DEFAULT_LEASE_MS 30000
 
 /* See coordctl.h: leader, describe, disable and enable. */
 int ctl_one_workstream(struct ctl *ctl, int argc, char **argv, const char **ws)
@@ -553,7 +552,8 @@ int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
     }
     /* the lease granted (a max hold caps it) sets the renewal period */
     lr.hold.lease_ms = lr.term.lease_ms ? lr.term.lease_ms
-                                        : o.lease_ms ? o.lease_ms : DEFAULT_LEASE_MS;
+                                        : o.lease_ms ? o.lease_ms
+                                        : COORD_LEADER_DEFAULT_LEASE_MS;
     rc = run_leading(&lr, cmd);
     /* close here: pending callbacks point at lr, which lives on this stack */
     coord_close(ctl->c);

@@ -207,6 +207,8 @@ export interface Records {
   purge(prefix: string, options: { counts: true }): Promise<{ deleted: number; fenced: number }>;
 }
 
+/** The broker's leadership lease (ms) when a campaign names none; renewed every lease/3. */
+export declare const DEFAULT_LEASE_MS: 1500;
 export declare const LeaderState: {
   readonly FOLLOWER: 'FOLLOWER';
   readonly REQUESTING: 'REQUESTING';

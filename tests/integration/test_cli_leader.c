@@ -222,7 +222,7 @@ static void test_lib_leader(void)
 
     uint64_t lease = 0;
     CHECK_EQ_U(coord_leader_renew(a, ws, wl, g1, &lease), 0);
-    CHECK_EQ_U(lease, 30000);       /* lease_ms 0: the default */
+    CHECK_EQ_U(lease, COORD_LEADER_DEFAULT_LEASE_MS);   /* lease_ms 0: the default */
 
     coord_commit_result cr;
     CHECK_EQ_U(coord_leader_commit(a, ws, wl, g1, "op-1", "cfg", "v1", 2, &cr), 0);
@@ -260,7 +260,7 @@ static void test_lib_leader(void)
     CHECK(coord_map_uint(m, "live_generation", &u) && u == g1);
     CHECK(coord_map_uint(m, "conn", &u) && u == coord_conn_id(a));
     CHECK(coord_map_uint(m, "pid", &u) && u == (uint64_t)getpid());
-    CHECK(coord_map_uint(m, "lease_left_ms", &u) && u <= 30000);
+    CHECK(coord_map_uint(m, "lease_left_ms", &u) && u <= COORD_LEADER_DEFAULT_LEASE_MS);
     coord_reply_free(info);
 
     /* stolen: a is told, and fenced */

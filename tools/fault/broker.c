@@ -66,8 +66,73 @@ int etcd_begin(void)
     return 0;
 }
 
+static bool etcd_killed, etcd_stopped;
+
+static bool proc_stopped(pid_t pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
+}
+
+/* The outage counts (S->etcd_outage odd) only once etcd can answer
+ * nothing: stopped for sure (/proc says so), or dead and reaped. */
+void etcd_outage_begin(bool kill_it)
+{
+    if (!etcd_up || etcd_killed || etcd_stopped)
+        return;
+    if (kill_it) {
+        etcd_signal(&etcd, 0, SIGKILL);
+        etcd_killed = true;
+        CNT(etcd_kills);
+    } else {
+        pid_t pid = etcd.m[0].pid;
+        etcd_signal(&etcd, 0, SIGSTOP);
+        for (int k = 0; k < 1000 && !proc_stopped(pid); k++)
+            sleep_ms(1);
+        etcd_stopped = true;
+        CNT(etcd_stops);
+    }
+    atomic_fetch_add(&S->etcd_outage, 1);
+    /* the transitions under way wait for etcd now: not timed */
+    for (unsigned w = 0; w < MAX_WS; w++)
+        if (atomic_exchange(&S->ws[w].kill_ns, 0))
+            CNT(transitions_dropped);
+}
+
+int etcd_outage_end(void)
+{
+    if (!etcd_killed && !etcd_stopped)
+        return 0;
+    atomic_fetch_add(&S->etcd_outage, 1);
+    if (etcd_stopped) {
+        etcd_stopped = false;
+        etcd_signal(&etcd, 0, SIGCONT);
+        return 0;
+    }
+    etcd_killed = false;
+    if (etcd_restart(&etcd, 0) < 0) {
+        fprintf(stderr, "coord-fault: etcd would not restart\n");
+        return -1;
+    }
+    return 0;
+}
+
+bool etcd_outage_on(void)
+{
+    return etcd_killed || etcd_stopped;
+}
+
 void etcd_end(void)
 {
+    etcd_outage_end();
     if (etcd_up)
         etcd_stop(&etcd);
     etcd_up = false;

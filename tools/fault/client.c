@@ -17,8 +17,26 @@
 
 bool conn_err(int rc)
 {
+    /* --etcd: UNAVAILABLE (etcd out of reach, a write's outcome unknown)
+     * is handled as a lost connection: the call's outcome is unknown, the
+     * client drops its connection (ending its terms) and starts again */
+    if (CFG->etcd && rc == COORD_EUNAVAILABLE)
+        return true;
     return rc == COORD_ECLOSED || rc == COORD_EPROTOCOL || rc == COORD_ECONNECT ||
            rc == COORD_ESHUTTING_DOWN || rc == COORD_ESYS;
+}
+
+/* A write or grant acknowledged although sent and answered inside one etcd
+ * outage (o1 read before sending, o2 after the answer): nothing could
+ * have decided it but the broker's own memory. */
+void check_fail_open(struct cl *k, uint64_t o1, const char *what, const char *ws,
+                     uint64_t gen)
+{
+    if (!(o1 & 1) || atomic_load(&S->etcd_outage) != o1)
+        return;
+    CNT(outage_calls);
+    VIOL(fail_open, "%s: %s of %s generation %" PRIu64 " acknowledged while etcd was "
+         "stopped or dead (sent and answered inside one outage)", k->name, what, ws, gen);
 }
 
 void block(struct cl *k, int what, uint64_t ms)
@@ -59,6 +77,8 @@ void drop_conn(struct cl *k)
  * reconnects), anything else not expected is a violation */
 void call_failed(struct cl *k, const char *what, int rc)
 {
+    if (rc == COORD_EUNAVAILABLE && CFG->etcd)
+        CNT(etcd_unavailable);
     if (conn_err(rc)) {
         CNT(conn_lost);
         drop_conn(k);
@@ -272,14 +292,16 @@ static void record_grant(struct cl *k, unsigned ws, uint64_t gen, uint64_t m0, u
         uint64_t i = atomic_fetch_add(&S->ntrans, 1);
         if (i < TRANS_CAP) {
             uint64_t us = (t - kt) / 1000;
-            uint32_t v = us >= TRANS_NO_WAITER ? TRANS_NO_WAITER - 1 : (uint32_t)us;
+            uint32_t kind = atomic_load(&w->kill_kind);
+            uint32_t v = us > TRANS_US_MASK ? TRANS_US_MASK : (uint32_t)us;
+            v |= (kind & 3u) << TRANS_KIND_SHIFT;
             if (!atomic_load(&w->kill_waiters))
                 v |= TRANS_NO_WAITER;
             atomic_store(&TRANS[i], v);
             if (getenv("FAULT_DEBUG") && us > 50000)
-                fprintf(stderr, "coord-fault: slow transition %s gen %" PRIu64 ": %.1f ms; "
-                        "campaign sent %.1f ms after the kill, waited %.1f ms, %u waiters\n",
-                        ws_name(ws), gen, us / 1000.0,
+                fprintf(stderr, "coord-fault: slow %s transition %s gen %" PRIu64 ": %.1f ms; "
+                        "campaign sent %.1f ms after the fault, waited %.1f ms, %u waiters\n",
+                        tkind_name[kind & 3u], ws_name(ws), gen, us / 1000.0,
                         ((double)t_sent - (double)kt) / 1e6, (t - t_sent) / 1e6,
                         atomic_load(&w->kill_waiters));
         }
@@ -377,11 +399,15 @@ static int do_commit(struct cl *k, unsigned ws, uint64_t gen, uint64_t *mine, un
     atomic_thread_fence(memory_order_seq_cst);
     coord_commit_result res;
     CNT(commits_sent);
+    uint64_t out1 = atomic_load(&S->etcd_outage);
     block(k, 3, CLIENT_DEADLINE_MS);
     int rc = coord_leader_commit(k->c, ws_name(ws), strlen(ws_name(ws)), gen, opid,
                                  key_name(key), val, (size_t)vlen, &res);
     unblock(k);
     uint64_t seq_r = seq_next();
+    if (rc == 0 && (res.applied || res.duplicate))
+        check_fail_open(k, out1, res.applied ? "commit" : "commit (duplicate)",
+                        ws_name(ws), gen);
     if (rc == 0 && res.applied) {
         atomic_store(&cr->seq_r, seq_r);
         atomic_store(&cr->outcome, OUT_APPLIED);
@@ -538,8 +564,12 @@ static void leader_term(struct cl *k, unsigned ws, uint64_t gen, uint64_t lease,
         drop_conn(k);
         return;
     }
-    if (p < 12) {                       /* let the lease lapse, then try once more */
+    /* let the lease lapse, then try once more (a default lease: a
+     * quarter as often, each lapse holds the workstream for 1.5 s) */
+    if (p < 12 && (!atomic_load(&k->sl->default_lease) || rng_pct(&k->r, 25))) {
         CNT(lapses);
+        if (atomic_load(&k->sl->default_lease))
+            trans_begin(ws, gen, TK_LAPSE, trans_waiters(ws, k->slot));
         uint64_t margin = lease / 2 > 200 ? lease / 2 : 200;
         sleep_ms(lease + margin);
         int t = do_commit(k, ws, gen, mine, &nmine, true);
@@ -556,7 +586,10 @@ static void leader_round(struct cl *k, unsigned ws, bool steal)
 {
     struct wsinfo *w = &S->ws[ws];
     coord_leader_opts lo = { 0 };
-    lo.lease_ms = rng_range(&k->r, 200, 500);
+    /* a third of the terms hold the broker's default lease (lease_ms 0):
+     * the frozen and lapsed leaders are timed with it */
+    bool dflt = rng_pct(&k->r, 33);
+    lo.lease_ms = dflt ? 0 : rng_range(&k->r, 200, 500);
     unsigned p = (unsigned)rng_below(&k->r, 100);
     if (steal || p < 2) {
         lo.steal = true;
@@ -567,15 +600,23 @@ static void leader_round(struct cl *k, unsigned ws, bool steal)
         lo.timeout_ms = BROKER_WAIT_MS;
     }
     set_state(k, steal ? ST_STEALING : ST_CAMPAIGNING, (int)ws, 0);
-    atomic_store(&k->sl->lease_ms, lo.lease_ms);
+    atomic_store(&k->sl->default_lease, 0);
+    atomic_store(&k->sl->lease_ms, dflt ? COORD_LEADER_DEFAULT_LEASE_MS : lo.lease_ms);
     uint64_t m0 = atomic_load(&w->max_granted);
-    uint64_t gen = 0;
-    bool granted = false;
     CNT(campaigns);
     uint64_t t_sent = now_ns();
+    /* an injected steal: the transition from the leader it takes over */
+    if (steal && m0)
+        trans_begin(ws, m0, TK_STEAL, trans_waiters(ws, k->slot));
+    uint64_t out1 = atomic_load(&S->etcd_outage);
     block(k, 6, CLIENT_DEADLINE_MS);
-    int rc = coord_leader_campaign(k->c, ws_name(ws), strlen(ws_name(ws)), &lo, &gen, &granted);
+    coord_leader_term term;
+    int rc = coord_leader_campaign_term(k->c, ws_name(ws), strlen(ws_name(ws)), &lo, &term);
     unblock(k);
+    bool granted = rc == 0 && term.state == COORD_LEADER_LEADER;
+    uint64_t gen = granted ? term.generation : 0;
+    if (granted)
+        check_fail_open(k, out1, "grant", ws_name(ws), gen);
     if (rc == COORD_ETIMEOUT) {
         CNT(campaign_timeout);
     } else if (rc == COORD_EABORTED) {
@@ -586,12 +627,21 @@ static void leader_round(struct cl *k, unsigned ws, bool steal)
         CNT(campaign_busy);
     }
     if (rc < 0 || !granted) {
+        /* a steal that took nothing over ends no transition */
+        uint64_t kt = atomic_load(&w->kill_ns);
+        if (steal && kt >= t_sent && atomic_load(&w->kill_kind) == TK_STEAL)
+            atomic_compare_exchange_strong(&w->kill_ns, &kt, 0);
         set_state(k, ST_IDLE, 0, 0);
         return;
     }
+    /* the lease granted: the broker's default when none was asked */
+    uint64_t lease = term.lease_ms ? term.lease_ms : dflt ? COORD_LEADER_DEFAULT_LEASE_MS
+                                                          : lo.lease_ms;
+    atomic_store(&k->sl->lease_ms, lease);
+    atomic_store(&k->sl->default_lease, dflt);
     record_grant(k, ws, gen, m0, t_sent);
     set_state(k, ST_LEADING, (int)ws, gen);
-    leader_term(k, ws, gen, lo.lease_ms, steal ? 1 : (unsigned)rng_range(&k->r, 1, 5), steal);
+    leader_term(k, ws, gen, lease, steal ? 1 : (unsigned)rng_range(&k->r, 1, 5), steal);
     if (atomic_load(&k->sl->state) == ST_LEADING)
         set_state(k, k->c ? ST_IDLE : ST_CONNECTING, 0, 0);
 }

@@ -29,6 +29,10 @@ struct cl {
 };
 
 bool conn_err(int rc);
+/* --etcd: a violation when a call sent while S->etcd_outage was o1 (odd:
+ * etcd down) was acknowledged with the same outage still on */
+void check_fail_open(struct cl *k, uint64_t o1, const char *what, const char *ws,
+                     uint64_t gen);
 /* the slot is in a blocking call (what: block_what_name's index) for at
  * most ms; the driver's watchdog reports it past that */
 void block(struct cl *k, int what, uint64_t ms);

@@ -91,6 +91,7 @@ struct slot {
     _Atomic int32_t target;         /* workstream / lock / flight key index */
     _Atomic uint64_t gen;           /* generation / token / fence in that state */
     _Atomic uint64_t lease_ms;
+    _Atomic int32_t default_lease;  /* leading with the broker's default lease */
     /* the blocking call in progress (client-side deadline) */
     _Atomic uint64_t block_start_ns;
     _Atomic uint64_t block_deadline_ns;     /* 0: not blocked */
@@ -114,6 +115,7 @@ struct wsinfo {
     _Atomic uint64_t kill_ns;           /* a leader was SIGKILLed then (0: none pending) */
     _Atomic uint64_t kill_gen;          /* ... while it led this generation */
     _Atomic uint32_t kill_waiters;      /* campaigners on the workstream then */
+    _Atomic uint32_t kill_kind;         /* enum tkind of the pending transition */
     _Atomic uint64_t key_applied_seq[NKEYS];   /* max send-seq of an applied commit */
     _Atomic uint64_t ops[OPS_RING];     /* recent op numbers (for re-sends) */
     _Atomic uint32_t ops_pos;
@@ -187,6 +189,7 @@ struct obinfo {
     _Atomic uint64_t ring[OB_RING];             /* committed ones */
     _Atomic uint32_t ring_pos;
     _Atomic uint64_t terms, drained, overheld;
+    _Atomic uint64_t bg_overheld;   /* terms accepted past max hold + a lease */
     _Atomic uint64_t provider_max_gen;          /* the provider's fence (provider.c) */
 };
 
@@ -250,7 +253,7 @@ struct obinfo {
     X(steal_leader_inj, "injected leader steals")                              \
     X(broker_kills, "broker SIGKILL + restart")                                \
     X(respawns, "client respawns")                                             \
-    X(transitions_dropped, "kill->grant samples dropped (broker restart)")      \
+    X(transitions_dropped, "transitions not timed (broker restart, etcd outage)") \
     X(wipes, "broker SIGKILL + data dir wiped + restart")                      \
     X(ob_campaigns, "outbox campaigns sent")                                   \
     X(ob_grants, "outbox grants")                                              \
@@ -286,7 +289,12 @@ struct obinfo {
     X(ob_lost_max_hold, "leader.lost max_hold")                                \
     X(kill_claimed, "SIGKILL leader between claim and effect")                 \
     X(kill_effected, "SIGKILL leader between effect and commit")               \
-    X(stop_claimed, "SIGSTOP leader between claim and commit")
+    X(stop_claimed, "SIGSTOP leader between claim and commit")                \
+    X(ob_bg_over_nodrain, "terms past max hold + a lease without a drain (nobody waited)") \
+    X(etcd_stops, "etcd outages: SIGSTOP etcd, SIGCONT later")                 \
+    X(etcd_kills, "etcd outages: SIGKILL etcd, restart later")                 \
+    X(etcd_unavailable, "calls answered UNAVAILABLE (etcd out of reach)")      \
+    X(outage_calls, "commits/campaigns sent and answered inside one outage")
 
 /* violations: X(name, text) */
 #define FAULT_VIOLATIONS(X)                                                    \
@@ -305,7 +313,8 @@ struct obinfo {
     X(flight_result, "flight result inconsistent")                             \
     X(lost_write, "acknowledged commit lost or rejected one stored")           \
     X(epoch, "broker epoch did not increase")                                  \
-    X(transition_p99, "leader transition p99 >= 2 s")                          \
+    X(transition_p99, "leader transition p99 >= 2 s (any fault kind)")         \
+    X(untimed, "a fault kind with no timed transition in a full run")          \
     X(broker_crash, "broker died or failed on its own")                        \
     X(client_crash, "client process crashed")                                  \
     X(stale_write, "outbox claim/commit/abandon accepted from a stale generation") \
@@ -316,6 +325,8 @@ struct obinfo {
     X(disabled_grant, "non-incident campaign granted on a disabled workstream") \
     X(policy_steal, "steal granted against the steal policy")                 \
     X(max_hold, "terms past max hold without being fenced (>= 0.1%)")         \
+    X(background_hold, "background holders past max hold + one lease (>= 0.1%)") \
+    X(fail_open, "critical write/grant acknowledged while its ledger was down") \
     X(unexpected, "unexpected error code")
 
 struct counters {
@@ -352,6 +363,11 @@ struct shared {
     struct fkinfo fkeys[MAX_FKEYS];
     struct obinfo ob[NOB];
     _Atomic uint64_t next_lop;
+    /* --etcd: odd while an injected etcd outage is on (raised once etcd is
+     * stopped or dead, raised again before it runs again): a call sent
+     * and answered under one odd value was handled while etcd could not
+     * answer anything */
+    _Atomic uint64_t etcd_outage;
     _Atomic uint32_t wipes;         /* data dir wipes so far */
     _Atomic uint64_t wipe_seq;      /* sequence taken at the last wipe */
 };
@@ -389,9 +405,26 @@ extern struct oprec *OPS;
 extern uint64_t OPS_CAP;
 extern struct lop *LOPS;
 extern uint64_t LOPS_CAP;
-extern _Atomic uint32_t *TRANS;     /* kill -> grant samples, microseconds; the top
-                                       bit set when nobody was campaigning */
+/* Leader transitions, timed from the fault to the next grant of a later
+ * generation, one kind per fault of the design note's list: the leader
+ * SIGKILLed, frozen (SIGSTOP; its lease must run out), stolen from, or its
+ * lease left to lapse (freeze and lapse only on terms with the broker's
+ * default lease, so that their figures are the default's). */
+enum tkind { TK_KILL, TK_FREEZE, TK_STEAL, TK_LAPSE, TK_COUNT };
+extern const char *const tkind_name[TK_COUNT];
+#define TRANSITION_GATE_MS 2000     /* note 000: leader-transition p99 below 2 s */
+extern _Atomic uint32_t *TRANS;     /* samples: microseconds (low 29 bits), the
+                                       kind (bits 29-30), the top bit set when
+                                       nobody was campaigning */
 #define TRANS_NO_WAITER 0x80000000u
+#define TRANS_KIND_SHIFT 29
+#define TRANS_US_MASK ((1u << TRANS_KIND_SHIFT) - 1)
+/* a transition of ws starts now: the leader of gen was killed, frozen,
+ * stolen from or let its lease lapse (a pending one younger than 5 s is
+ * kept); the next grant of a later generation ends it (record_grant) */
+void trans_begin(unsigned ws, uint64_t gen, int kind, uint32_t waiters);
+/* campaigners (not stopped) on ws other than slot self */
+uint32_t trans_waiters(unsigned ws, int self);
 extern uint64_t TRANS_CAP;
 extern const struct config *CFG;
 
@@ -437,6 +470,9 @@ void broker_log_tail(unsigned i);
 const char *broker_socket(unsigned i);  /* i modulo nbrokers */
 const char *broker_data_dir(unsigned i);
 int etcd_begin(void);               /* --etcd: start it; 0 or -1 */
+void etcd_outage_begin(bool kill);  /* SIGSTOP (or SIGKILL) etcd */
+int etcd_outage_end(void);          /* SIGCONT (or restart) it; 0 or -1 */
+bool etcd_outage_on(void);
 void etcd_end(void);
 
 /* provider.c: the external system the outbox leaders act on.  A process

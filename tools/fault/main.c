@@ -56,7 +56,9 @@ static void usage(FILE *f)
 "                       fenced (default 20)\n"
 "  --no-outbox          no outbox leaders (leadership part 2) and none of their faults\n"
 "  --etcd N             N brokers (\"machines\": own sockets and data dirs; clients spread\n"
-"                       over them) sharing one etcd leader ledger (etcd-server needed)\n"
+"                       over them) sharing one etcd leader ledger (etcd-server needed);\n"
+"                       etcd itself is stopped (SIGSTOP) or killed and restarted every\n"
+"                       2..6 s for 0.2..3 s: nothing may be acknowledged meanwhile\n"
 "  --expect-violation NAME\n"
 "                       pass (exit 0) only if violation NAME is seen; the run ends as\n"
 "                       soon as it is (for the broken brokers of coordd-broken)\n"
@@ -303,24 +305,16 @@ static bool is_stopped(int pid)
 
 /* ---- faults ---- */
 
-static void note_leader_kill(unsigned i)
+/* slot i leads a workstream and is about to be killed or frozen: the
+ * transition to its successor is timed (trans_begin) */
+static void note_transition(unsigned i, int kind)
 {
     struct slot *s = &S->slots[i];
-    if (atomic_load(&s->state) != ST_LEADING)
-        return;
+    int role = atomic_load(&s->role);
+    if (atomic_load(&s->state) != ST_LEADING ||
+        (role != ROLE_LEADER && role != ROLE_STEAL_LEADER))
+        return;     /* outbox leaders' workstreams are not timed here */
     unsigned ws = (unsigned)atomic_load(&s->target);
-    struct wsinfo *w = &S->ws[ws];
-    /* only a leader nobody has replaced yet (not one whose lease lapsed
-     * and was succeeded): the next grant is then its successor's */
-    if (atomic_load(&w->max_granted) > atomic_load(&s->gen))
-        return;
-    uint64_t now = now_ns(), pending = atomic_load(&w->kill_ns);
-    /* keep a pending measurement unless it is stale (its grantee died
-     * before recording the grant) */
-    if (pending && now - pending < 5000000000ull)
-        return;
-    atomic_store(&w->kill_ns, 0);
-    atomic_store(&w->kill_gen, atomic_load(&s->gen));
     uint32_t waiters = 0;
     for (unsigned j = 0; j < MAX_SLOTS; j++) {
         struct slot *o = &S->slots[j];
@@ -330,8 +324,7 @@ static void note_leader_kill(unsigned i)
             atomic_load(&o->target) == (int)ws)
             waiters++;
     }
-    atomic_store(&w->kill_waiters, waiters);
-    atomic_store(&w->kill_ns, now);
+    trans_begin(ws, atomic_load(&s->gen), kind, waiters);
 }
 
 static void kill_slot(unsigned i)
@@ -339,7 +332,7 @@ static void kill_slot(unsigned i)
     pid_t pid = atomic_load(&S->slots[i].pid);
     if (pid <= 0 || D[i].killed)
         return;
-    note_leader_kill(i);
+    note_transition(i, TK_KILL);
     D[i].killed = true;
     kill(pid, SIGKILL);
 }
@@ -458,9 +451,17 @@ static void inject(void)
         }
         break;
     case F_STOP_LEADER:
-        if (nstopped() < 2 && (i = pick_slot(ST_LEADING, ROLE_LEADER)) >= 0) {
+        /* freeze a leader holding the broker's default lease: the time to
+         * its successor is the default's (and its late writes FENCED) */
+        i = -1;
+        for (int tries = 0; tries < 8 && i < 0 && nstopped() < 2; tries++)
+            if ((i = pick_slot(ST_LEADING, ROLE_LEADER)) >= 0 &&
+                !atomic_load(&S->slots[i].default_lease))
+                i = -1;
+        if (i >= 0) {
             uint64_t now = now_ns();
             uint64_t lease = atomic_load(&S->slots[i].lease_ms);
+            note_transition((unsigned)i, TK_FREEZE);
             D[i].stop_ns = now;
             D[i].resume_ns = now + (2 * lease + 300) * 1000000ull;
             atomic_store(&S->slots[i].stopped, 1);
@@ -505,7 +506,8 @@ static void inject(void)
         }
         break;
     case F_MODE:
-        ob_switch_mode(1);
+        if (!etcd_outage_on())      /* the driver's calls need the ledger */
+            ob_switch_mode(1);
         break;
     case F_ROLLOUT: {
         unsigned ws = (unsigned)rng_below(&R, NOB);
@@ -523,8 +525,8 @@ static void inject(void)
     }
     case F_INCIDENT: {
         int a = free_aux();
-        if (a >= 0 && !atomic_load(&S->ob[0].disabled) && !incident_running() &&
-            ob_disable(0, true) == 0) {
+        if (a >= 0 && !etcd_outage_on() && !atomic_load(&S->ob[0].disabled) &&
+            !incident_running() && ob_disable(0, true) == 0) {
             CNT(incidents);
             spawn((unsigned)a, ROLE_INCIDENT, (uint32_t)atomic_load(&S->c.incidents));
         }
@@ -544,7 +546,7 @@ static void inject(void)
 static void enable_abandoned(void)
 {
     struct obinfo *w = &S->ob[0];
-    if (cfg.outbox && atomic_load(&w->disabled) && !incident_running() &&
+    if (cfg.outbox && !etcd_outage_on() && atomic_load(&w->disabled) && !incident_running() &&
         now_ns() - atomic_load(&w->disabled_ns) > 3000000000ull)
         ob_disable(0, false);
 }
@@ -743,6 +745,64 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+struct tstat {
+    uint64_t n, nw, under50;        /* samples, with a campaign waiting, < 50 ms */
+    double p50, p99, max, w50, w99; /* ms */
+};
+
+/* The transition samples of kind (-1: all).  online: transitions still
+ * pending past the gate count as samples of the gate's length (the
+ * --expect-violation runs end as soon as the p99 is past it). */
+static void trans_stat(int kind, bool online, struct tstat *t)
+{
+    memset(t, 0, sizeof *t);
+    uint64_t nt = atomic_load(&S->ntrans);
+    if (nt > TRANS_CAP)
+        nt = TRANS_CAP;
+    uint32_t *tr = malloc((nt + MAX_WS + 1) * sizeof *tr);
+    uint32_t *tw = malloc((nt + 1) * sizeof *tw);
+    if (!tr || !tw) {
+        free(tr);
+        free(tw);
+        return;
+    }
+    uint64_t n = 0, nw = 0;
+    for (uint64_t i = 0; i < nt; i++) {
+        uint32_t v = atomic_load(&TRANS[i]);
+        if (kind >= 0 && (int)((v >> TRANS_KIND_SHIFT) & 3u) != kind)
+            continue;
+        tr[n++] = v & TRANS_US_MASK;
+        if (!(v & TRANS_NO_WAITER))
+            tw[nw++] = v & TRANS_US_MASK;
+    }
+    if (online) {
+        uint64_t now = now_ns();
+        for (unsigned w = 0; w < cfg.nws; w++) {
+            uint64_t kt = atomic_load(&S->ws[w].kill_ns);
+            if (kt && now - kt >= TRANSITION_GATE_MS * 1000000ull &&
+                (kind < 0 || (int)atomic_load(&S->ws[w].kill_kind) == kind))
+                tr[n++] = TRANSITION_GATE_MS * 1000u;
+        }
+    }
+    qsort(tr, n, sizeof *tr, cmp_u32);
+    qsort(tw, nw, sizeof *tw, cmp_u32);
+    t->n = n;
+    t->nw = nw;
+    if (n) {
+        t->p50 = tr[n / 2] / 1000.0;
+        t->p99 = tr[(n * 99) / 100] / 1000.0;
+        t->max = tr[n - 1] / 1000.0;
+    }
+    if (nw) {
+        t->w50 = tw[nw / 2] / 1000.0;
+        t->w99 = tw[(nw * 99) / 100] / 1000.0;
+    }
+    for (uint64_t i = 0; i < n; i++)
+        t->under50 += tr[i] < 50000;
+    free(tr);
+    free(tw);
+}
+
 static uint64_t total_violations(void)
 {
     uint64_t n = 0;
@@ -799,6 +859,8 @@ int main(int argc, char **argv)
             return 3;
 
     uint64_t t0 = now_ns(), next_fault = t0 + 200000000ull, next_report = t0 + 10000000000ull;
+    uint64_t next_tcheck = t0, outage_end = 0;
+    uint64_t next_outage = t0 + rng_range(&R, 2000, 6000) * 1000000ull;
     uint64_t next_bkill = t0 + rng_range(&R, cfg.broker_kill_min_ms, cfg.broker_kill_max_ms) *
                           1000000ull;
     int rc_run = 0;
@@ -819,6 +881,21 @@ int main(int argc, char **argv)
             inject();
             next_fault = now + rng_range(&R, 1, 2ull * cfg.fault_ms) * 1000000ull;
         }
+        /* --etcd: etcd outages (SIGSTOP, or SIGKILL and a restart) */
+        if (cfg.etcd && !etcd_outage_on() && now >= next_outage) {
+            etcd_outage_begin(rng_pct(&R, 50));
+            /* up to 3 s: past the broker's etcd call timeout (2 s), so that
+             * calls are answered while etcd is still down */
+            outage_end = now_ns() + rng_range(&R, 200, 3000) * 1000000ull;
+        }
+        if (etcd_outage_on() && (now >= outage_end || (cfg.broker_kill && now >= next_bkill))) {
+            if (etcd_outage_end() < 0) {
+                rc_run = 3;
+                break;
+            }
+            now = now_ns();
+            next_outage = now + rng_range(&R, 2000, 6000) * 1000000ull;
+        }
         if (cfg.broker_kill && now >= next_bkill) {
             if (restart_broker((unsigned)rng_below(&R, cfg.nbrokers), true) < 0) {
                 rc_run = 3;
@@ -837,6 +914,19 @@ int main(int argc, char **argv)
                     atomic_load(&S->c.broker_kills), total_violations());
             next_report = now + 10000000000ull;
         }
+        /* the transition gate is judged on the whole run: in
+         * --expect-violation mode, as soon as a kind's p99 is past it */
+        if (cfg.expect && !strcmp(cfg.expect, "transition_p99") && now >= next_tcheck) {
+            next_tcheck = now + 250000000ull;
+            for (int k = 0; k < TK_COUNT; k++) {
+                struct tstat t;
+                trans_stat(k, true, &t);
+                if (t.n && t.p99 >= TRANSITION_GATE_MS)
+                    VIOL(transition_p99, "%s transitions: p99 %.1f ms over %" PRIu64
+                         " samples (pending ones past %d ms included)", tkind_name[k], t.p99,
+                         t.n, TRANSITION_GATE_MS);
+            }
+        }
         if (cfg.expect && violation_count(cfg.expect))
             break;
         /* max_hold is judged on the whole run: in --expect-violation mode
@@ -850,6 +940,8 @@ int main(int argc, char **argv)
         sleep_ms(2);
     }
     uint64_t t_load = now_ns() - t0;
+    if (etcd_outage_end() < 0)
+        rc_run = 3;
 
     /* stop the load: every client is killed (nothing of theirs can be in
      * doubt any more), then the broker's state is checked, and once more
@@ -896,36 +988,38 @@ int main(int argc, char **argv)
     }
     etcd_end();
 
-    /* transitions */
-    uint64_t nt = atomic_load(&S->ntrans);
-    if (nt > TRANS_CAP)
-        nt = TRANS_CAP;
-    uint32_t *tr = malloc((nt ? nt : 1) * sizeof *tr);
-    uint32_t *tw = malloc((nt ? nt : 1) * sizeof *tw);
-    uint64_t nw = 0;
-    for (uint64_t i = 0; i < nt; i++) {
-        uint32_t v = atomic_load(&TRANS[i]);
-        tr[i] = v & ~TRANS_NO_WAITER;
-        if (!(v & TRANS_NO_WAITER))
-            tw[nw++] = v;
+    /* transitions, per fault kind and in all */
+    struct tstat ts[TK_COUNT], tall;
+    for (int k = 0; k < TK_COUNT; k++) {
+        trans_stat(k, false, &ts[k]);
+        if (ts[k].n && ts[k].p99 >= TRANSITION_GATE_MS)
+            VIOL(transition_p99, "%s transitions: p99 %.1f ms over %" PRIu64 " samples",
+                 tkind_name[k], ts[k].p99, ts[k].n);
     }
-    qsort(tr, nt, sizeof *tr, cmp_u32);
-    qsort(tw, nw, sizeof *tw, cmp_u32);
-    double p50 = nt ? tr[nt / 2] / 1000.0 : 0, p99 = nt ? tr[(nt * 99) / 100] / 1000.0 : 0;
-    double pmax = nt ? tr[nt - 1] / 1000.0 : 0;
-    double w50 = nw ? tw[nw / 2] / 1000.0 : 0, w99 = nw ? tw[(nw * 99) / 100] / 1000.0 : 0;
-    unsigned under50 = 0;
-    for (uint64_t i = 0; i < nt; i++)
-        under50 += tr[i] < 50000;
-    free(tr);
-    free(tw);
-    if (nt && p99 >= 2000.0)
-        VIOL(transition_p99, "leader transition p99 %.1f ms", p99);
+    trans_stat(-1, false, &tall);
+    double p50 = tall.p50, p99 = tall.p99, pmax = tall.max, w50 = tall.w50, w99 = tall.w99;
+    uint64_t nt = tall.n, nw = tall.nw, under50 = tall.under50;
+    /* a full run times every kind (a suite that stopped freezing or
+     * stealing would pass the gate on the kinds left); not with --etcd,
+     * whose outages leave too few default-lease lapses timed */
+    uint64_t all_grants = atomic_load(&S->c.grants) + atomic_load(&S->c.ob_grants);
+    if (!cfg.expect && !cfg.etcd && rc_run == 0 && all_grants >= 2000 &&
+        t_load >= 20000000000ull)
+        for (int k = 0; k < TK_COUNT; k++)
+            if (!ts[k].n)
+                VIOL(untimed, "no %s transition was timed in %" PRIu64 " rounds",
+                     tkind_name[k], all_grants);
     provider_stop();
     uint64_t held = atomic_load(&S->c.ob_terms_hold), over = atomic_load(&S->ob[0].overheld);
     if (over && over * 1000 >= held)
         VIOL(max_hold, "%" PRIu64 " of %" PRIu64 " terms on %s were past their max hold "
              "without being fenced", over, held, ob_name(0));
+    uint64_t bg = atomic_load(&S->ob[0].bg_overheld);
+    if (bg && bg * 1000 >= held)
+        VIOL(background_hold, "%" PRIu64 " of %" PRIu64 " terms on %s (%.3f%%) were still "
+             "accepted past max hold + one lease (note 000: < 0.1%%); %" PRIu64 " of them "
+             "had no drain (nobody waited)", bg, held, ob_name(0),
+             100.0 * (double)bg / (double)held, atomic_load(&S->c.ob_bg_over_nodrain));
 
     /* summary */
     printf("\ncoord-fault summary (seed %" PRIu64 ", %.1f s of load, %.0f rounds/s)\n",
@@ -946,7 +1040,12 @@ int main(int argc, char **argv)
     printf("  %-20s %10" PRIu64 "    %-24s %10" PRIu64 "\n", "commits FENCED",
            atomic_load(&S->c.commits_fenced), "broker kills+restarts",
            atomic_load(&S->c.broker_kills));
-    printf("  %-20s %10.2f ms %-24s %10.2f ms\n", "transition p50", p50, "transition p99", p99);
+    for (int k = 0; k < TK_COUNT; k++) {
+        char a[32], b[32];
+        snprintf(a, sizeof a, "%s p50 (%" PRIu64 ")", tkind_name[k], ts[k].n);
+        snprintf(b, sizeof b, "%s p99", tkind_name[k]);
+        printf("  %-20s %10.2f ms %-24s %10.2f ms\n", a, ts[k].p50, b, ts[k].p99);
+    }
     if (cfg.outbox) {
         printf("  %-20s %10" PRIu64 "    %-24s %10" PRIu64 "\n", "outbox grants",
                atomic_load(&S->c.ob_grants), "data dir wipes", atomic_load(&S->c.wipes));
@@ -958,16 +1057,26 @@ int main(int argc, char **argv)
                "incident takeovers", atomic_load(&S->c.incident_grants));
         printf("  %-20s %10" PRIu64 "    %-24s %7.3f%%\n", "max-hold terms", held,
                "past max hold, unfenced", held ? 100.0 * (double)over / (double)held : 0.0);
+        printf("  %-20s %10" PRIu64 "    %-24s %7.3f%%\n", "  past hold+lease",
+               atomic_load(&S->ob[0].bg_overheld), "background over SLO",
+               held ? 100.0 * (double)atomic_load(&S->ob[0].bg_overheld) / (double)held : 0.0);
     }
     printf("  %-20s %10" PRIu64 "\n", "violations", total_violations());
     printf("details:\n");
 #define X(nm, t) printf("  %-58s %12" PRIu64 "\n", t, atomic_load(&S->c.nm));
     FAULT_COUNTERS(X)
 #undef X
-    printf("  %-58s %12" PRIu64 "\n", "kill->grant samples", nt);
-    printf("  %-58s %9.2f ms\n", "leader transition p50 (SIGKILL -> next grant)", p50);
-    printf("  %-58s %9.2f ms  (gate < 2000 ms; target < 50 ms: %s)\n",
-           "leader transition p99", p99, p99 < 50.0 ? "met" : "NOT met");
+    printf("  %-58s %12" PRIu64 "\n", "leader transitions timed (fault -> next grant)", nt);
+    for (int k = 0; k < TK_COUNT; k++) {
+        char what[80];
+        snprintf(what, sizeof what, "  %-6s (%" PRIu64 "): p50 / p99 / max", tkind_name[k],
+                 ts[k].n);
+        printf("  %-58s %9.2f / %.2f / %.2f ms\n", what, ts[k].p50, ts[k].p99, ts[k].max);
+    }
+    printf("  %-58s %9.2f ms\n", "leader transition p50 (all kinds)", p50);
+    printf("  %-58s %9.2f ms  (gate < %d ms per kind; target < 50 ms: %s)\n",
+           "leader transition p99 (all kinds)", p99, TRANSITION_GATE_MS,
+           p99 < 50.0 ? "met" : "NOT met");
     printf("  %-58s %9.2f ms\n", "leader transition max", pmax);
     printf("  %-58s %11.1f%%\n", "transitions under 50 ms", nt ? 100.0 * under50 / nt : 0.0);
     if (cfg.etcd) {

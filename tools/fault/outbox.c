@@ -57,6 +57,8 @@ struct term {
     bool ignore_drain;
     uint64_t drain_ns;              /* leader.drain max_hold read then (0: none) */
     bool overheld;
+    uint64_t grant_ns;              /* the grant's reply read then */
+    bool bg_over;                   /* counted in bg_overheld */
 };
 
 enum { GO_ON, STOP };
@@ -82,10 +84,24 @@ static uint64_t lop_of(coord_map m, const char *key)
 
 static int call(struct cl *k, coord_req_t *q, coord_reply_t **r, int what)
 {
+    uint64_t out1 = atomic_load(&S->etcd_outage);
     block(k, what, CLIENT_DEADLINE_MS);
     int rc = coord_call(k->c, q, r);
     unblock(k);
     coord_req_free(q);
+    /* claims, commits, abandons and grants are decided by the ledger: none
+     * can be acknowledged while etcd answers nothing (a refusal, an error
+     * reply, is not an acknowledgement) */
+    if (rc == 0 && *r &&
+        (what == BW_OBCOMMIT || what == BW_CLAIM || what == BW_CAMPAIGN)) {
+        bool granted = true;
+        if (what == BW_CAMPAIGN)
+            coord_map_bool(coord_reply_map(*r), "granted", &granted);
+        if (granted)
+            check_fail_open(k, out1, what == BW_OBCOMMIT ? "outbox commit/abandon"
+                                   : what == BW_CLAIM ? "claim" : "outbox grant",
+                            "an outbox workstream", 0);
+    }
     return rc;
 }
 
@@ -129,6 +145,16 @@ static void take_events(struct cl *k, struct term *t)
 /* an accepted write or renew sent at send_ns: past the max-hold fence? */
 static void check_hold(struct cl *k, struct term *t, uint64_t send_ns, const char *what)
 {
+    /* note 000's background holders: a term of the max-hold workstream
+     * whose write or renew is accepted past max hold + one lease after its
+     * grant exceeded the SLO, whether anyone waited (a drain came) or not */
+    if (t->ws == 0 && !t->bg_over && t->grant_ns &&
+        send_ns > t->grant_ns + (OB_MAX_HOLD_MS + t->lease_ms) * 1000000ull + SLACK_NS) {
+        t->bg_over = true;
+        atomic_fetch_add(&S->ob[0].bg_overheld, 1);
+        if (!t->drain_ns)
+            CNT(ob_bg_over_nodrain);
+    }
     if (!t->drain_ns || t->overheld || send_ns <= t->drain_ns + t->lease_ms * 1000000ull + SLACK_NS)
         return;
     t->overheld = true;
@@ -596,7 +622,7 @@ static void term_run(struct cl *k, unsigned ws, uint32_t version, const char *in
     atomic_fetch_add(&w->terms, 1);
     if (ws == 0)
         CNT(ob_terms_hold);
-    t.last_renew_ns = now_ns();
+    t.last_renew_ns = t.grant_ns = now_ns();
     set_state(k, ST_LEADING, (int)ws, t.gen);
     work(k, &t, incident ? 4 : (unsigned)rng_range(&k->r, 1, 6));
     set_state(k, ST_IDLE, 0, 0);

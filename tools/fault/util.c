@@ -17,6 +17,7 @@ struct lop *LOPS;
 uint64_t LOPS_CAP;
 _Atomic uint32_t *TRANS;
 uint64_t TRANS_CAP;
+const char *const tkind_name[TK_COUNT] = { "kill", "freeze", "steal", "lapse" };
 const struct config *CFG;
 
 static void *shm_alloc(size_t bytes)
@@ -170,4 +171,44 @@ const char *fkey_name(unsigned i)
 {
     static char t[MAX_FKEYS][8];
     return name_of(t, "fk", i);
+}
+
+/* See fault.h.  Called by the driver (kill, freeze) and by clients (steal,
+ * lapse); two starting at once on one workstream is not excluded (the
+ * fields are stored with kill_ns 0, so a grant never ends a half-written
+ * one), it only costs a sample. */
+void trans_begin(unsigned ws, uint64_t gen, int kind, uint32_t waiters)
+{
+    struct wsinfo *w = &S->ws[ws];
+    /* while etcd is down nobody can be elected (fail closed): such
+     * transitions are not the lease's, they are not timed */
+    if (atomic_load(&S->etcd_outage) & 1)
+        return;
+    /* only a leader nobody has replaced yet: the next grant is then its
+     * successor's */
+    if (atomic_load(&w->max_granted) > gen)
+        return;
+    uint64_t now = now_ns(), pending = atomic_load(&w->kill_ns);
+    /* keep a pending measurement unless it is stale (its grantee died
+     * before recording the grant) */
+    if (pending && now - pending < 5000000000ull)
+        return;
+    atomic_store(&w->kill_ns, 0);
+    atomic_store(&w->kill_gen, gen);
+    atomic_store(&w->kill_kind, (uint32_t)kind);
+    atomic_store(&w->kill_waiters, waiters);
+    atomic_store(&w->kill_ns, now);
+}
+
+uint32_t trans_waiters(unsigned ws, int self)
+{
+    uint32_t n = 0;
+    for (int j = 0; j < MAX_SLOTS; j++) {
+        struct slot *o = &S->slots[j];
+        int st = atomic_load(&o->state);
+        if (j != self && atomic_load(&o->pid) > 0 && !atomic_load(&o->stopped) &&
+            (st == ST_CAMPAIGNING || st == ST_STEALING) && atomic_load(&o->target) == (int)ws)
+            n++;
+    }
+    return n;
 }

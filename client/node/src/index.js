@@ -3,7 +3,7 @@
 export { connect, Client } from './client.js';
 export { defaultSocketPath } from './connection.js';
 export { Lock, LockManager } from './locks.js';
-export { Leader, LeaderState } from './leader.js';
+export { DEFAULT_LEASE_MS, Leader, LeaderState } from './leader.js';
 export {
   CoordError, FencedError, TimeoutError, DisabledError, NotFoundError, ClosedError,
   ConnectError, AbortedError, ProtocolPinnedError, PolicyError, ReadOnlyError, DrainingError,

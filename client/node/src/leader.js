@@ -46,6 +46,12 @@ export const LeaderState = Object.freeze({
   RELEASED: 'RELEASED', ABORTED: 'ABORTED',
 });
 
+// The broker's leadership lease when a campaign names none (ms), renewed
+// every lease/3: a frozen or stalled leader is replaced within it (under
+// 2 s), and one stalled longer loses its term (its late commits are
+// FENCED).  Pass options.lease for a term that must survive longer stalls.
+export const DEFAULT_LEASE_MS = 1500;
+
 const leading = (s) => s === LeaderState.LEADER || s === LeaderState.DRAINING;
 
 // A string option: undefined stays undefined, else it must be a string.
@@ -439,7 +445,7 @@ export async function leader(client, workstream, options, fn) {
       L.dispatchEvent(new CustomEvent('mode', { detail: { mode } }));
     };
     client._remember(h);
-    const every = Math.max(1, Math.floor((L.leaseMs || 30000) / 3));
+    const every = Math.max(1, Math.floor((L.leaseMs || DEFAULT_LEASE_MS) / 3));
     renew = setInterval(() => {
       req.conn.call('leader.renew', resignFields).then((x) => {
         if (typeof x.lease_ms === 'number') L.leaseMs = x.lease_ms;

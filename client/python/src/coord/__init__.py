@@ -13,7 +13,7 @@ from .errors import (Aborted, Backoff, BadFrame, BadRequest, ConnectError, Conne
                      RequestKeyError, RetryAfter, ShuttingDown, Storage, Unavailable,
                      Timeout, TooLarge, UnknownLock, UnknownOp)
 from .handles import LeaderState, Result, State
-from .messages import (OMIT, Abandon, Check, Claim, Commit, Descriptor, FlightEntry, Latency,
+from .messages import (DEFAULT_LEASE, OMIT, Abandon, Check, Claim, Commit, Descriptor, FlightEntry, Latency,
                        LeaderInfo, Lifecycle, LockEntry, LockState, Message, Page, PendingOp,
                        Record, RecordEntry, Stale, Stats, Term, Updated)
 from .paths import default_socket_path
@@ -40,5 +40,5 @@ __all__ = [
     "request_key", "RequestKeyError", "Result", "RetryAfter", "Backoff", "Stale", "Updated",
     "Latency", "Stats",
     "ProtocolPinned", "Policy", "ReadOnly", "Draining", "Unavailable",
-    "OMIT", "Descriptor", "Term", "Claim", "Commit", "Abandon", "PendingOp", "Check", "Page",
+    "DEFAULT_LEASE", "OMIT", "Descriptor", "Term", "Claim", "Commit", "Abandon", "PendingOp", "Check", "Page",
 ]

@@ -592,7 +592,7 @@ class Leadership(LeaderTerm):
     """asyncio form of ``coord.Leadership``: ``async with c.leader(ws)``;
     ``lost`` and ``drain_requested`` are ``asyncio.Event``s."""
 
-    def __init__(self, client: "Client", workstream: m.Name, *, lease: Optional[float] = 30.0,
+    def __init__(self, client: "Client", workstream: m.Name, *, lease: Optional[float] = m.DEFAULT_LEASE,
                  steal: bool = False, timeout: Optional[float] = None,
                  protocol: Optional[str] = None, incident: Optional[str] = None) -> None:
         super().__init__(workstream, lease=lease, steal=steal, timeout=timeout,
@@ -746,7 +746,7 @@ class _LeaderAPI:
     def __init__(self, client: "Client") -> None:
         self._c = client
 
-    def __call__(self, workstream: m.Name, *, lease: Optional[float] = 30.0,
+    def __call__(self, workstream: m.Name, *, lease: Optional[float] = m.DEFAULT_LEASE,
                  steal: bool = False, timeout: Optional[float] = None,
                  protocol: Optional[str] = None, incident: Optional[str] = None) -> Leadership:
         return Leadership(self._c, workstream, lease=lease, steal=steal, timeout=timeout,
@@ -1233,7 +1233,7 @@ class Client:
             except CoordError:
                 pass
 
-    async def try_leader(self, workstream: m.Name, *, lease: Optional[float] = 30.0,
+    async def try_leader(self, workstream: m.Name, *, lease: Optional[float] = m.DEFAULT_LEASE,
                          protocol: Optional[str] = None, incident: Optional[str] = None
                          ) -> Optional[Leadership]:
         lead = Leadership(self, workstream, lease=lease, protocol=protocol, incident=incident)

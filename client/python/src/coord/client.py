@@ -659,7 +659,7 @@ class Leadership(LeaderTerm):
     ``leader.drain`` (``drain_reason``: requested, max_hold); ``mode``
     follows ``leader.mode``."""
 
-    def __init__(self, client: "Client", workstream: m.Name, *, lease: Optional[float] = 30.0,
+    def __init__(self, client: "Client", workstream: m.Name, *, lease: Optional[float] = m.DEFAULT_LEASE,
                  steal: bool = False, timeout: Optional[float] = None,
                  protocol: Optional[str] = None, incident: Optional[str] = None) -> None:
         super().__init__(workstream, lease=lease, steal=steal, timeout=timeout,
@@ -821,7 +821,7 @@ class _LeaderAPI:
     def __init__(self, client: "Client") -> None:
         self._c = client
 
-    def __call__(self, workstream: m.Name, *, lease: Optional[float] = 30.0,
+    def __call__(self, workstream: m.Name, *, lease: Optional[float] = m.DEFAULT_LEASE,
                  steal: bool = False, timeout: Optional[float] = None,
                  protocol: Optional[str] = None, incident: Optional[str] = None) -> Leadership:
         return Leadership(self._c, workstream, lease=lease, steal=steal, timeout=timeout,
@@ -1363,7 +1363,7 @@ class Client:
 
     # ---- leadership ----
 
-    def try_leader(self, workstream: m.Name, *, lease: Optional[float] = 30.0,
+    def try_leader(self, workstream: m.Name, *, lease: Optional[float] = m.DEFAULT_LEASE,
                    protocol: Optional[str] = None, incident: Optional[str] = None
                    ) -> Optional[Leadership]:
         """Leadership if nobody leads now, else None."""

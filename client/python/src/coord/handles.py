@@ -131,7 +131,7 @@ class LeaderTerm:
         if le:
             self.lease = le / 1000.0
         self.mode = str(r.get("mode") or "active")
-        self._deadline = arrived + (self.lease or 30.0)
+        self._deadline = arrived + (self.lease or m.DEFAULT_LEASE)
         self.state = LeaderState.LEADER
         return True
 
@@ -180,10 +180,10 @@ class LeaderTerm:
     def _renewed(self, r: Reply, sent: float) -> None:
         le = m.uint(r.body, "lease_ms")
         self._deadline = max(self._deadline, sent + (le / 1000.0 if le else
-                                                     (self.lease or 30.0)))
+                                                     (self.lease or m.DEFAULT_LEASE)))
 
     def _next_tick(self) -> float:
-        return min(time.monotonic() + (self.lease or 30.0) / 3.0, self._deadline)
+        return min(time.monotonic() + (self.lease or m.DEFAULT_LEASE) / 3.0, self._deadline)
 
     def check(self) -> None:
         """Raises ``LeadershipLost`` unless the term is live as far as this

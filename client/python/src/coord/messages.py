@@ -199,6 +199,12 @@ class _Omit:
 
 OMIT: Any = _Omit()
 
+# The broker's leadership lease when a campaign names none (seconds),
+# renewed every lease/3: a frozen or stalled leader is replaced within it
+# (under 2 s), and one stalled longer loses its term (its late writes are
+# Fenced).  Ask for a longer lease for a term that must survive long stalls.
+DEFAULT_LEASE = 1.5
+
 STEAL_POLICIES = ("never", "incident-only", "allowed")
 ROLLOUT_MODES = ("shadow", "read-only", "active")
 
