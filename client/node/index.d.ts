@@ -19,6 +19,11 @@ export interface ConnectOptions {
   connectTimeout?: number;
   /** Reconnect after the connection is lost (default false). */
   reconnect?: boolean;
+  /** Deadline of every request that does not wait by design (all but
+   * lock.acquire, flight.join, leader.campaign), ms (default 30000; 0: none).
+   * Past it the call rejects with TimeoutError ("timed out after 30 s"); the
+   * connection stays open and a late reply is ignored. */
+  requestTimeoutMs?: number;
 }
 
 export declare function connect(options?: ConnectOptions): Promise<Client>;

@@ -14,6 +14,23 @@
 // refuse a socket whose directory is not ours or is writable by others (the
 // broker itself refuses such a directory): only our uid can have bound there.
 //
+// Wire order: frames are handled one at a time in the order they were read,
+// replies and events alike, each to its end before the next (one dispatch
+// path, _frame).  A reply that creates state an event can name (a lock, a
+// leadership, an owned flight) creates it in its onReply hook, which runs
+// synchronously there; its promise settles later (a microtask), so code
+// after an `await` must never be where that state is made.  An event right
+// behind its grant in the same read then finds it.
+//
+// Bounds: the broker's announced max_frame is refused above the protocol's
+// cap (PROTOCOL_MAX_FRAME, 64 MiB); once EVENTS_PER_TURN events were read in
+// one event-loop turn, the socket is paused until the next turn, when their
+// deliveries (setImmediate tasks) have run: nothing is dropped, and no more
+// than EVENTS_PER_TURN plus one socket read's worth wait for delivery (the
+// broker meanwhile sees a slow reader); every request but the ones that
+// wait by design (WAITING_OPS) fails with TIMEOUT when the broker has not
+// answered within requestTimeoutMs.
+//
 // Ownership: a Connection owns its socket; Client (client.js) owns the
 // Connection and replaces it on reconnect.
 import net from 'node:net';
@@ -21,8 +38,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { CoordError, ClosedError, ConnectError } from './errors.js';
-import { FrameReader, decodeFrame, encodeFrame } from './wire.js';
+import { CoordError, ClosedError, ConnectError, TimeoutError } from './errors.js';
+import { FrameReader, decodeFrame, encodeFrame, PROTOCOL_MAX_FRAME } from './wire.js';
+import { seconds } from './util.js';
 
 // Same defaults as libcoord (connect.c).
 export const DEFAULT_CONNECT_TIMEOUT_MS = 2000;
@@ -36,6 +54,21 @@ const MAX_BACKOFF_MS = 50;
 const MAX_SPAWNS = 8;
 // sun_path is 108 bytes with its NUL.
 const SOCKET_PATH_MAX = 107;
+// A request's default deadline (requestTimeoutMs): long enough for a broker
+// under load (an fsync, a large purge), short enough that a frozen or
+// hostile broker cannot hang a call forever.
+export const DEFAULT_REQUEST_TIMEOUT_MS = 30000;
+// Requests that wait by design (a lock, a flight's result, a leadership):
+// their own timeouts (timeout_ms, wait_ms) and signals bound them.
+const WAITING_OPS = new Set(['lock.acquire', 'flight.join', 'leader.campaign']);
+// Events read per event-loop turn before the socket is paused for the rest
+// of the turn: bounds what waits for delivery (BroadcastChannel messages are
+// delivered in setImmediate tasks) whatever the broker sends.
+export const EVENTS_PER_TURN = 1000;
+// After a write to a connection the broker had already closed (EPIPE), how
+// long a second connection waits for the broker's first frame (a refusal:
+// LIMIT, SHUTTING_DOWN) before it says hello.
+const REFUSAL_WAIT_MS = 200;
 
 /** New per process start, as libcoord's instance id. */
 export const INSTANCE = randomBytes(16).toString('hex');
@@ -202,21 +235,31 @@ export async function openSocket(o) {
 /**
  * One live connection.  `onEvent(msg)` gets every event frame; `onClose(err)`
  * is called once when the connection ends (err is a CoordError).
+ * opts.requestTimeoutMs: see DEFAULT_REQUEST_TIMEOUT_MS (0: no deadline).
  */
 export class Connection {
-  constructor(socket, { onEvent, onClose }) {
+  constructor(socket, { onEvent, onClose }, { requestTimeoutMs = DEFAULT_REQUEST_TIMEOUT_MS } = {}) {
     this.socket = socket;
     this.onEvent = onEvent;
     this.onClose = onClose;
     this.reader = new FrameReader();
-    this.pending = new Map();        // rid -> {resolve, reject}
+    this.pending = new Map();        // rid -> {op, resolve, reject, onReply}
+    this.timed = new Map();          // rid -> deadline (ms), in send order: the ones with a deadline
+    this.timer = null;
+    this.requestTimeoutMs = requestTimeoutMs;
     this.nextRid = 1;
     this.closed = false;
     this.closeError = null;
     this.info = null;                // hello's reply
+    this.eventsThisTurn = 0;         // events read since this turn's deliveries
+    this.paused = false;
+    this.frames = 0;                 // frames read (0: the broker said nothing yet)
+    this.onFirstFrame = null;
+    this.writeFailed = false;
     socket.on('data', (chunk) => this._data(chunk));
     socket.on('error', (e) => {
       this.closeError ??= new ClosedError(`connection to the broker failed: ${e.message}`);
+      this.writeFailed ||= e.syscall === 'write' || e.code === 'EPIPE';
     });
     socket.on('close', () => this._closed());
   }
@@ -238,29 +281,75 @@ export class Connection {
         this.destroy(e);
         return;
       }
-      if (m.rid === undefined) {
-        if (typeof m.ev === 'string') this.onEvent(m);
-        continue;
-      }
-      if (m.rid === 0) {
-        // the broker's connection-level error (BAD_FRAME, LIMIT, ...), then close
-        this.closeError ??= CoordError.from(m.code || 'PROTOCOL', m.message);
-        continue;
-      }
-      const p = this.pending.get(m.rid);
-      if (!p) continue;
-      this.pending.delete(m.rid);
-      if (m.ok === true) {
-        // before any later frame of this chunk (an event it announces) is read
-        try { p.onReply?.(m); } catch { /* the hook's own problem */ }
-        p.resolve(m);
-      }
-      else {
-        const err = CoordError.from(typeof m.code === 'string' ? m.code : 'PROTOCOL', m.message);
-        if (typeof m.reason === 'string') err.reason = m.reason;   // e.g. 'purged'
-        p.reject(err);
-      }
+      if (this.frames++ === 0) this.onFirstFrame?.();
+      this._frame(m);
     }
+    if (this.eventsThisTurn >= EVENTS_PER_TURN && !this.paused && !this.closed) {
+      this.paused = true;
+      this.socket.pause();
+    }
+  }
+
+  // One frame, to its end, before the next one is looked at.
+  _frame(m) {
+    if (m.rid === undefined) {
+      if (typeof m.ev === 'string') {
+        // the turn's first event: after this turn's deliveries, count again
+        // (and read again, if paused)
+        if (this.eventsThisTurn++ === 0) setImmediate(() => this._nextTurn());
+        this.onEvent(m);
+      }
+      return;
+    }
+    if (m.rid === 0) {
+      // the broker's connection-level error (BAD_FRAME, LIMIT, ...), then close
+      this.closeError ??= CoordError.from(typeof m.code === 'string' ? m.code : 'PROTOCOL', m.message);
+      return;
+    }
+    const p = this.pending.get(m.rid);
+    if (!p) return;                  // timed out meanwhile, or not ours
+    this.pending.delete(m.rid);
+    this.timed.delete(m.rid);
+    if (m.ok === true) {
+      // before the next frame is read (an event about what this reply made)
+      try { p.onReply?.(m); } catch { /* the hook's own problem */ }
+      p.resolve(m);
+    } else {
+      const err = CoordError.from(typeof m.code === 'string' ? m.code : 'PROTOCOL', m.message);
+      if (typeof m.reason === 'string') err.reason = m.reason;   // e.g. 'purged'
+      p.reject(err);
+    }
+  }
+
+  _nextTurn() {
+    this.eventsThisTurn = 0;
+    if (!this.paused) return;
+    this.paused = false;
+    if (!this.closed) this.socket.resume();
+  }
+
+  // Fails the requests whose deadline has passed, oldest first; arms the
+  // timer for the next one.
+  _expire() {
+    this.timer = null;
+    const now = Date.now();
+    for (const [rid, at] of this.timed) {
+      if (at > now) break;
+      this.timed.delete(rid);
+      const p = this.pending.get(rid);
+      if (!p) continue;
+      this.pending.delete(rid);
+      p.reject(new TimeoutError(`${p.op}: the broker did not answer: timed out after ${seconds(this.requestTimeoutMs)} (requestTimeoutMs)`));
+    }
+    this._arm();
+  }
+
+  _arm() {
+    if (this.timer || this.closed) return;
+    const first = this.timed.values().next();
+    if (first.done) return;
+    this.timer = setTimeout(() => this._expire(), Math.max(0, first.value - Date.now()));
+    this.timer.unref();
   }
 
   _closed() {
@@ -268,6 +357,9 @@ export class Connection {
     this.closed = true;
     const err = this.closeError || new ClosedError('the broker closed the connection');
     this.closeError = err;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    this.timed.clear();
     for (const p of this.pending.values()) p.reject(err);
     this.pending.clear();
     this.onClose(err);
@@ -284,12 +376,18 @@ export class Connection {
 
   /** Sends a request; returns {rid, promise} (promise: the ok reply).
    * onReply(reply), if given, is called synchronously when the ok reply is
-   * read, before the frames after it (so that it can expect their events). */
+   * read, before the frames after it (so that it can expect their events).
+   * A request that does not wait by design rejects with TimeoutError when
+   * no reply came within requestTimeoutMs (its late reply is then ignored). */
   request(op, fields, onReply) {
     if (this.closed) return { rid: 0, promise: Promise.reject(this.closeError) };
     const rid = this.nextRid++;
     if (this.nextRid > 0xffffffff) this.nextRid = 1;
-    const promise = new Promise((resolve, reject) => this.pending.set(rid, { resolve, reject, onReply }));
+    const promise = new Promise((resolve, reject) => this.pending.set(rid, { op, resolve, reject, onReply }));
+    if (this.requestTimeoutMs > 0 && !WAITING_OPS.has(op) && op !== 'hello') {
+      this.timed.set(rid, Date.now() + this.requestTimeoutMs);
+      this._arm();
+    }
     this.socket.write(encodeFrame({ op, rid, ...fields }));
     return { rid, promise };
   }
@@ -312,33 +410,72 @@ export class Connection {
     const timeout = Math.max(o.connectTimeout || DEFAULT_CONNECT_TIMEOUT_MS, MIN_HELLO_TIMEOUT_MS);
     let timer;
     const t = new Promise((_, reject) => {
-      timer = setTimeout(() => reject(new ConnectError(`the broker did not answer hello within ${timeout} ms`)), timeout);
+      timer = setTimeout(() => reject(new ConnectError(`the broker did not answer hello: timed out after ${seconds(timeout)}`)), timeout);
     });
     try {
+      // A broker that refuses us (full, shutting down) writes its refusal
+      // and closes at once; one poll of the socket first reads it before
+      // our write can fail with EPIPE (which would lose it: a socket whose
+      // write failed is destroyed unread).
+      await new Promise((r) => setImmediate(() => setImmediate(r)));
+      if (o.readFirst && !this.closed && this.frames === 0)
+        await this.firstFrame(Math.min(REFUSAL_WAIT_MS, timeout));
       const r = await Promise.race([
         this.call('hello', { proto: 1, client: name, pid: process.pid, instance: INSTANCE, scope: o.scope || '' }),
         t,
       ]);
-      if (typeof r.max_frame === 'number' && r.max_frame > 0)
-        this.reader.maxFrame = Math.max(this.reader.maxFrame, r.max_frame);
+      const mf = r.max_frame;
+      if (mf !== undefined && (!Number.isSafeInteger(mf) || mf < 1 || mf > PROTOCOL_MAX_FRAME))
+        throw new CoordError('PROTOCOL', `the broker announced max_frame ${mf}, above the protocol's cap of ${PROTOCOL_MAX_FRAME} bytes (64 MiB): refusing to buffer frames that large`);
+      if (typeof mf === 'number')
+        this.reader.maxFrame = Math.max(this.reader.maxFrame, mf);
       this.info = r;
       return r;
     } finally {
       clearTimeout(timer);
     }
   }
+
+  /** Resolves once the broker has sent a frame, closed, or ms passed. */
+  firstFrame(ms) {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(t);
+        this.onFirstFrame = null;
+        this.socket.off('close', done);
+        resolve();
+      };
+      const t = setTimeout(done, ms);
+      this.onFirstFrame = done;
+      this.socket.once('close', done);
+    });
+  }
 }
 
 /** Opens a connection and says hello. */
 export async function openConnection(o, handlers) {
-  const socket = await openSocket(o);
-  const conn = new Connection(socket, handlers);
-  try {
-    await conn.hello(o);
-  } catch (e) {
-    conn.destroy(e);
-    if (e instanceof ConnectError || !(e instanceof CoordError)) throw e;
-    throw new ConnectError(`hello refused: ${e.code}: ${e.message}`);
+  const requestTimeoutMs = requestTimeout(o);
+  for (let attempt = 0; ; attempt++) {
+    const socket = await openSocket(o);
+    const conn = new Connection(socket, handlers, { requestTimeoutMs });
+    try {
+      await conn.hello(attempt ? { ...o, readFirst: true } : o);
+    } catch (e) {
+      conn.destroy(e);
+      // our write met a connection the broker had closed, before it said
+      // anything we read: its refusal (if any) was lost with the socket.
+      // Once more, reading first, to report what the broker says.
+      if (attempt === 0 && conn.writeFailed && conn.frames === 0) continue;
+      if (e instanceof ConnectError || !(e instanceof CoordError)) throw e;
+      throw new ConnectError(`hello refused: ${e.code}: ${e.message}`);
+    }
+    return conn;
   }
-  return conn;
+}
+
+function requestTimeout(o) {
+  const v = o.requestTimeoutMs;
+  if (v === undefined || v === null) return DEFAULT_REQUEST_TIMEOUT_MS;
+  if (!Number.isFinite(v) || v < 0) throw new TypeError('connect: requestTimeoutMs must be a non-negative number of milliseconds (0: no deadline)');
+  return Math.floor(v);
 }

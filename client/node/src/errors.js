@@ -16,6 +16,24 @@ export const WIRE_CODES = Object.freeze([
 ]);
 export const CLIENT_CODES = Object.freeze(['CONNECT', 'CLOSED', 'PROTOCOL']);
 
+// Longest text from the wire put into an error message (the broker's own
+// messages are at most 4096 bytes; a hostile one is cut here).
+const MAX_WIRE_TEXT = 4096;
+
+/** Text from the wire (an error's code or message, a name, a reason) as it
+ * may go into an error message: control characters (C0, DEL, C1) escaped as
+ * \xHH, U+2028/U+2029 as \uHHHH, cut at 4096 characters.  Not a string: ''. */
+export function printable(s, max = MAX_WIRE_TEXT) {
+  if (typeof s !== 'string') return '';
+  let t = s.length > max ? `${s.slice(0, max)}...` : s;
+  // eslint-disable-next-line no-control-regex
+  t = t.replace(/[\x00-\x1f\x7f-\x9f\u2028\u2029]/g, (c) => {
+    const n = c.charCodeAt(0);
+    return n < 0x100 ? `\\x${n.toString(16).padStart(2, '0')}` : `\\u${n.toString(16)}`;
+  });
+  return t;
+}
+
 export class CoordError extends Error {
   /** @param {string} code @param {string} message */
   constructor(code, message, options) {
@@ -25,8 +43,11 @@ export class CoordError extends Error {
 
   get name() { return 'CoordError'; }
 
-  /** The error for a failed reply {code, message}: the subclass of its code. */
+  /** The error for a failed reply {code, message} from the broker: the
+   * subclass of its code; both are made printable (control bytes escaped). */
   static from(code, message) {
+    code = printable(code, 256) || 'PROTOCOL';
+    message = printable(message);
     const C = BY_CODE[code] || CoordError;
     return C === CoordError ? new CoordError(code, message) : new C(message, code);
   }
@@ -66,7 +87,7 @@ const BY_CODE = {
  * `message` are the owner's (flight.fail), not a protocol code. */
 export class FlightFailedError extends CoordError {
   constructor(code, message, { retryable = false, fence, source, ageMs } = {}) {
-    super(code, message);
+    super(printable(code, 256) || 'ERROR', printable(message));
     this.retryable = retryable;
     this.fence = fence;
     this.source = source;

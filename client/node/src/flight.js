@@ -117,25 +117,34 @@ export class Flight {
     const client = this.#client;
     const release = client._hold();
     try {
-      const onReply = onUpdated && ((r) => {
-        if (r.role === 'result' && r.stale === true && r.revalidating === true && !signal?.aborted)
+      // an owner is tracked from the moment its reply is read, so that a
+      // flight.abort right behind it (same read) finds it
+      let owned = null;
+      const onReply = (r) => {
+        if (r.role === 'owner' && Number.isSafeInteger(r.flight) && r.flight >= 0) owned = this.#own(r.flight);
+        if (onUpdated && r.role === 'result' && r.stale === true && r.revalidating === true && !signal?.aborted)
           this.#expectUpdate(key, onUpdated);
-      });
+      };
       const req = await client._request('flight.join', joinFields(key, options),
         { onReply, attempt: !!options.attempt });
       const r = await withSignal(req, signal, (late) => {
         // we left, but the join made us owner: hand the flight on
-        if (late.role === 'owner')
+        if (late.role === 'owner') {
+          if (owned) this.#done(late.flight);
           req.conn.call('flight.fail', { flight: late.flight, fence: late.fence,
             error: { code: 'ABORTED', message: 'the owner left' }, retryable: true }).catch(() => {});
+        }
       });
       if (r.role === 'owner') {
-        const flight = client._id(r.flight, 'flight');
-        const fence = client._id(r.fence, 'fence');
-        const ac = new AbortController();
-        const h = { lose: (err) => { this.#owned.delete(flight); client._forget(h); ac.abort(err); } };
-        this.#owned.set(flight, { ac, h });
-        client._remember(h);
+        let flight, fence;
+        try {
+          flight = client._id(r.flight, 'flight');
+          fence = client._id(r.fence, 'fence');
+        } catch (e) {
+          if (owned) this.#done(r.flight);
+          throw e;
+        }
+        const { ac } = owned;
         const o = { role: 'owner', key, flight, fence, signal: ac.signal, bypass: r.bypass === true };
         if (r.stale && typeof r.stale === 'object')
           o.stale = { result: r.stale.result, ageMs: r.stale.age_ms, fence: r.stale.fence };
@@ -151,6 +160,18 @@ export class Flight {
     } finally {
       release();
     }
+  }
+
+  // The record of an owned flight: flight.abort and the connection's loss
+  // abort its signal.
+  #own(flight) {
+    const client = this.#client;
+    const ac = new AbortController();
+    const h = { lose: (err) => { this.#owned.delete(flight); client._forget(h); ac.abort(err); } };
+    const o = { ac, h };
+    this.#owned.set(flight, o);
+    client._remember(h);
+    return o;
   }
 
   #done(flight) {

@@ -13,7 +13,10 @@
 // (lock.lost "expired"), or the connection gone.  Then, as the spec does for
 // a stolen lock, the request's promise rejects at once (AbortError
 // DOMException, or the connection's CoordError), lock.signal aborts with the
-// same reason, and the callback's later result is ignored.
+// same reason, and the callback's later result is ignored.  A lock lost
+// before its callback started (its grant and its loss read together) never
+// runs the callback: the request just rejects.  The holding record is made
+// when the grant is read (connection.js: wire order), so no loss is missed.
 //
 // An abort of a request still waiting rejects at once with the signal's
 // reason and sends `cancel`; if the grant crossed the cancel on the wire, the
@@ -25,7 +28,7 @@
 // name, mode and clientId.  Names starting with '-' (the broker's, e.g.
 // leadership's '-leader/...') are left out of query(), as a page never sees
 // such names.
-import { CoordError } from './errors.js';
+import { CoordError, printable } from './errors.js';
 import { wireName } from './wire.js';
 
 const MODES = ['exclusive', 'shared'];
@@ -140,6 +143,7 @@ export class LockManager {
     const settle = (fn, v) => { if (!settled) { settled = true; fn(v); } };
     let req;
     let onAbort;
+    let h = null;
     const release = client._hold();
     try {
       const fields = { name: wireName(name), mode: options.mode };
@@ -147,7 +151,13 @@ export class LockManager {
       if (options.steal) fields.steal = true;
       if (options.timeout !== undefined) fields.timeout_ms = options.timeout;
       if (options.lease) fields.lease_ms = options.lease;
-      req = await client._request('lock.acquire', fields);
+      // the holding record exists from the moment the grant is read, so
+      // that a lock.lost right behind it (same read) finds it
+      const onReply = (r) => {
+        if (r.granted && Number.isSafeInteger(r.lock) && r.lock >= 0)
+          h = this.#track(r.lock, settle, reject);
+      };
+      req = await client._request('lock.acquire', fields, { onReply });
       if (signal) {
         onAbort = () => {
           settle(reject, signal.reason);
@@ -162,8 +172,10 @@ export class LockManager {
       } finally {
         if (onAbort) signal.removeEventListener('abort', onAbort);
       }
-      if (settled) {
+      if (h) h.conn = req.conn;
+      if (settled && !(h && h.lost)) {
         // aborted, but the grant crossed our cancel: give the lock back unused
+        if (h) this.#untrack(h);
         if (r.granted) req.conn.call('lock.release', { lock: r.lock }).catch(() => {});
         return;
       }
@@ -176,41 +188,67 @@ export class LockManager {
         }
         return;
       }
-      await this.#hold(req.conn, name, options, r, callback, settle, resolve, reject);
+      if (!h) {                   // a grant without a usable lock id
+        client._id(r.lock, 'lock');
+        return;
+      }
+      await this.#hold(h, name, options, r, callback, settle, resolve, reject);
     } catch (e) {
+      if (h) this.#untrack(h);
       settle(reject, e);
     } finally {
       release();
     }
   }
 
-  async #hold(conn, name, options, r, callback, settle, resolve, reject) {
+  // The record of a held lock, made when its grant is read: lock.lost and
+  // the connection's loss reach it through h.lose.
+  #track(lockId, settle, reject) {
     const client = this.#client;
-    const lockId = client._id(r.lock, 'lock');
-    const token = client._id(r.token, 'token');
-    const ac = new AbortController();
-    const h = { lost: false, conn, renew: null };
+    const h = { id: lockId, lost: false, conn: null, renew: null, ac: new AbortController() };
     h.lose = (reason) => {
       if (h.lost) return;
       h.lost = true;
       this.#held.delete(lockId);
       if (h.renew) clearInterval(h.renew);
       client._forget(h);
-      ac.abort(reason);
+      h.ac.abort(reason);
       settle(reject, reason);
     };
     this.#held.set(lockId, h);
     client._remember(h);          // connection loss -> h.lose(err)
+    return h;
+  }
+
+  #untrack(h) {
+    if (this.#held.get(h.id) === h) this.#held.delete(h.id);
+    if (h.renew) clearInterval(h.renew);
+    this.#client._forget(h);
+  }
+
+  async #hold(h, name, options, r, callback, settle, resolve, reject) {
+    const client = this.#client;
+    const { conn } = h;
+    const lockId = h.id;
+    if (h.lost) return;           // lost with its grant (same read): already rejected, the callback never runs
+    let token;
+    try {
+      token = client._id(r.token, 'token');
+    } catch (e) {
+      this.#untrack(h);
+      conn.call('lock.release', { lock: lockId }).catch(() => {});
+      throw e;
+    }
     if (options.lease) {
       h.renew = setInterval(() => {
         conn.call('lock.renew', { lock: lockId, lease_ms: options.lease }).catch((e) => {
           if (e.code === 'UNKNOWN_LOCK')
-            h.lose(new DOMException(`the lease of lock '${name}' expired`, 'AbortError'));
+            h.lose(new DOMException(`the lease of lock '${printable(name)}' expired`, 'AbortError'));
         });
       }, Math.max(1, Math.floor(options.lease / 3)));
       h.renew.unref();
     }
-    const lock = new Lock(name, options.mode, token, ac.signal);
+    const lock = new Lock(name, options.mode, token, h.ac.signal);
     let ok, value;
     try {
       value = await callback(lock);
@@ -230,8 +268,7 @@ export class LockManager {
         return;
       }
     }
-    this.#held.delete(lockId);
-    client._forget(h);
+    this.#untrack(h);
     settle(ok ? resolve : reject, value);
   }
 
@@ -239,8 +276,8 @@ export class LockManager {
   _lost(ev) {
     const h = this.#held.get(ev.lock);
     if (!h) return;
-    const why = ev.reason === 'stolen' ? 'was stolen' : ev.reason === 'expired' ? "'s lease expired" : `was lost (${ev.reason})`;
-    h.lose(new DOMException(`the lock '${typeof ev.name === 'string' ? ev.name : ''}' ${why}`, 'AbortError'));
+    const why = ev.reason === 'stolen' ? 'was stolen' : ev.reason === 'expired' ? "'s lease expired" : `was lost (${printable(ev.reason)})`;
+    h.lose(new DOMException(`the lock '${printable(ev.name)}' ${why}`, 'AbortError'));
   }
 
   /** {held, pending} as in Web Locks: held in grant order, pending in request order. */

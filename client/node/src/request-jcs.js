@@ -5,7 +5,9 @@
 // JSON.parse is not used: it silently keeps the last of two members of one
 // name, reads "__proto__" specially and accepts lone surrogates.  This is a
 // small recursive-descent parser of RFC 8259 that builds [name, value] pairs
-// and refuses, as the C client does:
+// and refuses, as the C client does (nothing here recurses: the parser and
+// the serializer keep their own stacks, so no input can exhaust the JS
+// stack; every refusal is a RequestKeyError):
 //   - bytes that are not UTF-8 (a BOM is not white space either);
 //   - a duplicate member name, compared after unescaping ("a" and "\u0061"
 //     are one name);
@@ -50,19 +52,69 @@ class Parser {
     }
   }
 
+  // One value, with the containers still open on an explicit stack (no
+  // recursion).  Depth is counted per value as jansson does: the value
+  // being started is at depth stack.length + 1.
   value() {
-    if (++this.depth > MAX_DEPTH) throw this.fail('maximum parsing depth reached');
-    this.ws();
-    const c = this.s[this.i];
+    const s = this.s;
+    const stack = [];              // open containers: {t: 'a', v: items} | {t: 'o', v: members, names, name}
     let v;
-    if (c === '{') v = this.object();
-    else if (c === '[') v = this.array();
-    else if (c === '"') v = { t: 's', v: this.string() };
-    else if (c === 't' || c === 'f' || c === 'n') v = this.literal();
-    else if (c === '-' || (c >= '0' && c <= '9')) v = this.number();
-    else throw this.fail(c === undefined ? 'unexpected end' : 'invalid token');
-    this.depth--;
-    return v;
+    let state = 'value';
+    for (;;) {
+      if (state === 'value') {
+        if (stack.length + 1 > MAX_DEPTH) throw this.fail('maximum parsing depth reached');
+        this.ws();
+        const c = s[this.i];
+        if (c === '{' || c === '[') {
+          const close = c === '{' ? '}' : ']';
+          this.i++;
+          this.ws();
+          if (s[this.i] === close) {
+            this.i++;
+            v = { t: c === '{' ? 'o' : 'a', v: [] };
+            state = 'done';
+          } else if (c === '{') {
+            stack.push({ t: 'o', v: [], names: new Set(), name: '' });
+            state = 'key';
+          } else {
+            stack.push({ t: 'a', v: [] });
+          }
+          continue;
+        }
+        if (c === '"') v = { t: 's', v: this.string() };
+        else if (c === 't' || c === 'f' || c === 'n') v = this.literal();
+        else if (c === '-' || (c >= '0' && c <= '9')) v = this.number();
+        else throw this.fail(c === undefined ? 'unexpected end' : 'invalid token');
+        state = 'done';
+      } else if (state === 'key') {
+        const top = stack[stack.length - 1];
+        this.ws();
+        if (s[this.i] !== '"') throw this.fail('string or \'}\' expected');
+        const name = this.string();
+        if (name.includes('\0')) throw this.fail('U+0000 in a member name is refused');
+        if (top.names.has(name)) throw new RequestKeyError('body', 'body: JSON refused: duplicate member name');
+        top.names.add(name);
+        this.ws();
+        if (s[this.i++] !== ':') throw this.fail("':' expected");
+        top.name = name;
+        state = 'value';
+      } else {                     // 'done': v is complete
+        if (!stack.length) return v;
+        const top = stack[stack.length - 1];
+        if (top.t === 'a') top.v.push(v);
+        else top.v.push([top.name, v]);
+        this.ws();
+        const c = s[this.i++];
+        if (c === (top.t === 'a' ? ']' : '}')) {
+          stack.pop();
+          v = { t: top.t, v: top.v };
+        } else if (c === ',') {
+          state = top.t === 'a' ? 'value' : 'key';
+        } else {
+          throw this.fail(top.t === 'a' ? "']' expected" : "'}' expected");
+        }
+      }
+    }
   }
 
   literal() {
@@ -143,65 +195,41 @@ class Parser {
     this.i += 4;
     return parseInt(h, 16);
   }
-
-  array() {
-    this.i++;
-    const items = [];
-    this.ws();
-    if (this.s[this.i] === ']') {
-      this.i++;
-      return { t: 'a', v: items };
-    }
-    for (;;) {
-      items.push(this.value());
-      this.ws();
-      const c = this.s[this.i++];
-      if (c === ']') return { t: 'a', v: items };
-      if (c !== ',') throw this.fail("']' expected");
-    }
-  }
-
-  object() {
-    this.i++;
-    const members = [];
-    const names = new Set();
-    this.ws();
-    if (this.s[this.i] === '}') {
-      this.i++;
-      return { t: 'o', v: members };
-    }
-    for (;;) {
-      this.ws();
-      if (this.s[this.i] !== '"') throw this.fail('string or \'}\' expected');
-      const name = this.string();
-      if (name.includes('\0')) throw this.fail('U+0000 in a member name is refused');
-      if (names.has(name)) throw new RequestKeyError('body', 'body: JSON refused: duplicate member name');
-      names.add(name);
-      this.ws();
-      if (this.s[this.i++] !== ':') throw this.fail("':' expected");
-      members.push([name, this.value()]);
-      this.ws();
-      const c = this.s[this.i++];
-      if (c === '}') return { t: 'o', v: members };
-      if (c !== ',') throw this.fail("'}' expected");
-    }
-  }
 }
 
 /** A JCS string literal (JSON.stringify escapes exactly these for a well-formed string). */
 const jcsString = (s) => JSON.stringify(s);
 
-function serialize(v) {
-  switch (v.t) {
-    case 'l': return v.v;
-    case 's': return jcsString(v.v);
-    case 'n': return String(v.v);            // String(-0) is "0"
-    case 'a': return `[${v.v.map(serialize).join(',')}]`;
-    default: {
-      const m = [...v.v].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
-      return `{${m.map(([k, x]) => `${jcsString(k)}:${serialize(x)}`).join(',')}}`;
+// The text of a parsed value, with an explicit stack (no recursion).
+function serialize(root) {
+  const out = [];
+  const stack = [{ v: root, i: -1, list: null }];
+  while (stack.length) {
+    const f = stack[stack.length - 1];
+    const { v } = f;
+    if (v.t === 'l') { out.push(v.v); stack.pop(); continue; }
+    if (v.t === 's') { out.push(jcsString(v.v)); stack.pop(); continue; }
+    if (v.t === 'n') { out.push(String(v.v)); stack.pop(); continue; }   // String(-0) is "0"
+    if (f.i < 0) {
+      out.push(v.t === 'a' ? '[' : '{');
+      f.list = v.t === 'a' ? v.v : [...v.v].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+      f.i = 0;
+    }
+    if (f.i >= f.list.length) {
+      out.push(v.t === 'a' ? ']' : '}');
+      stack.pop();
+      continue;
+    }
+    if (f.i > 0) out.push(',');
+    const item = f.list[f.i++];
+    if (v.t === 'a') {
+      stack.push({ v: item, i: -1, list: null });
+    } else {
+      out.push(`${jcsString(item[0])}:`);
+      stack.push({ v: item[1], i: -1, list: null });
     }
   }
+  return out.join('');
 }
 
 /** The RFC 8785 text of a JSON body (bytes); throws RequestKeyError('body'). */

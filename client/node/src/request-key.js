@@ -14,7 +14,11 @@
 //   - undefined, null and "" are an absent field, which is its default word
 //     (tenant "none" is no tenant); method, url and user are required;
 //     authGen is required here too (0 when the user has no credential
-//     generation), a safe integer or a bigint below 2^64;
+//     generation), 0 .. 2^53-1 (a safe integer, or a bigint in that range:
+//     every client refuses 2^53 and above, so that all give one answer);
+//   - a NUL character in any text field (method, user, tenant, accept,
+//     locale, freshness, api, content type, header values) is refused, in
+//     every client (C strings cannot hold one);
 //   - field values percent-encode "%", "|", ",", "=" and characters below
 //     0x20 (upper-case hex); everything else stays (UTF-8 in the hash);
 //   - method and header names are HTTP tokens (RFC 9110 tchar); the method
@@ -38,7 +42,7 @@ import { canonicalJson } from './request-jcs.js';
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const REFUSED_HEADERS = new Set(['authorization', 'proxy-authorization', 'cookie']);
 const FRESHNESS = new Set(['cache-ok', 'revalidate', 'network-only']);
-const U64_MAX = (1n << 64n) - 1n;
+const AUTH_GEN_MAX = (1n << 53n) - 1n;
 
 const wellFormed = (s) => s.isWellFormed?.() ?? !/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/.test(s);
 const sha256hex = (data) => createHash('sha256').update(data).digest('hex');
@@ -59,18 +63,19 @@ function text(v, name, { required = false } = {}) {
   }
   if (typeof v !== 'string') throw new RequestKeyError(name, `${name}: must be a string, not ${typeof v}`);
   if (!wellFormed(v)) throw new RequestKeyError(name, `${name}: not well-formed UTF-16 (a lone surrogate)`);
+  if (v.includes('\0')) throw new RequestKeyError(name, `${name}: a NUL character is refused`);
   return v;
 }
 
 function authGen(v) {
   if (typeof v === 'bigint') {
-    if (v < 0n || v > U64_MAX) throw new RequestKeyError('authGen', 'authGen: must be between 0 and 2^64-1');
+    if (v < 0n || v > AUTH_GEN_MAX) throw new RequestKeyError('authGen', 'authGen: must be between 0 and 2^53-1');
     return v.toString();
   }
   if (v === undefined || v === null)
     throw new RequestKeyError('authGen', 'authGen: missing (0 when the user has no credential generation)');
   if (!Number.isSafeInteger(v) || v < 0)
-    throw new RequestKeyError('authGen', 'authGen: must be a non-negative safe integer (or a bigint)');
+    throw new RequestKeyError('authGen', 'authGen: must be an integer between 0 and 2^53-1');
   return String(v);
 }
 
@@ -104,6 +109,7 @@ function headerList(h) {
       throw new RequestKeyError('header', `header ${name}: refused: a credential never goes into a key (use the auth generation)`);
     if (typeof value !== 'string') throw new RequestKeyError('header', `header ${name}: the value must be a string`);
     if (!wellFormed(value)) throw new RequestKeyError('header', `header ${name}: not well-formed UTF-16 (a lone surrogate)`);
+    if (value.includes('\0')) throw new RequestKeyError('header', `header ${name}: a NUL character in the value is refused`);
     return { name: lowerAscii(name), value: trimOws(value), index: i };
   });
 }

@@ -20,6 +20,11 @@ export function ms(v, what) {
   return Math.floor(n);
 }
 
+/** A duration for people: 500 -> "0.5 s", 30000 -> "30 s", 1250 -> "1.25 s". */
+export function seconds(msValue) {
+  return `${Number((msValue / 1000).toFixed(3))} s`;
+}
+
 /** A name argument: any JS value converted as WebIDL's DOMString (String()). */
 export function str(v, what) {
   if (typeof v === 'symbol') throw new TypeError(`${what}: cannot convert a Symbol to a string`);

@@ -27,6 +27,15 @@ const BYTE_FIELDS = new Set(['result', 'data', 'value']);
 // a larger limit while still refusing a garbage length at once.
 export const DEFAULT_MAX_FRAME = 16 * 1024 * 1024;
 
+// The protocol's cap on max_frame (PROTOCOL.md, "Sizes": `--max-frame` is at
+// most 64 MiB).  A hello reply announcing more is refused: what a broker
+// announces is how much this client agrees to buffer for one frame.
+export const PROTOCOL_MAX_FRAME = 64 * 1024 * 1024;
+
+// The protocol's nesting limit (PROTOCOL.md, "Encoding": reply map -> array
+// -> entry map; libcoord's COORD_MAX_DEPTH), applied to what we decode.
+export const MAX_DEPTH = 3;
+
 const frameEncoder = new Encoder({ ignoreUndefined: true });
 const frameDecoder = new Decoder({ rawStrings: true });
 
@@ -130,42 +139,186 @@ function convert(v, key) {
   return v;
 }
 
+// Size of the element header at body[p] and what follows it: [header bytes,
+// payload bytes, items (containers: map entries count twice)], or null for
+// 0xc1; a header cut off gives a header size past the end.
+function elemHeader(b, p) {
+  const x = b[p];
+  if (x <= 0x7f || x >= 0xe0) return [1, 0, -1];
+  if (x <= 0x8f) return [1, 0, (x & 15) * 2];
+  if (x <= 0x9f) return [1, 0, x & 15];
+  if (x <= 0xbf) return [1, x & 31, -1];
+  const be = (n) => {                   // an n-byte big-endian count after the type byte
+    if (p + 1 + n > b.length) return -1;
+    let v = 0;
+    for (let i = 1; i <= n; i++) v = v * 256 + b[p + i];
+    return v;
+  };
+  switch (x) {
+    case 0xc0: case 0xc2: case 0xc3: return [1, 0, -1];
+    case 0xc1: return null;
+    case 0xc4: case 0xd9: return [2, be(1), -1];
+    case 0xc5: case 0xda: return [3, be(2), -1];
+    case 0xc6: case 0xdb: return [5, be(4), -1];
+    case 0xc7: return [3, be(1) + 1, -1];
+    case 0xc8: return [4, be(2) + 1, -1];
+    case 0xc9: return [6, be(4) + 1, -1];
+    case 0xca: return [1, 4, -1];
+    case 0xcb: return [1, 8, -1];
+    case 0xcc: case 0xd0: return [1, 1, -1];
+    case 0xcd: case 0xd1: return [1, 2, -1];
+    case 0xce: case 0xd2: return [1, 4, -1];
+    case 0xcf: case 0xd3: return [1, 8, -1];
+    case 0xd4: return [1, 2, -1];
+    case 0xd5: return [1, 3, -1];
+    case 0xd6: return [1, 5, -1];
+    case 0xd7: return [1, 9, -1];
+    case 0xd8: return [1, 17, -1];
+    case 0xdc: return [3, 0, be(2)];
+    case 0xdd: return [5, 0, be(4)];
+    case 0xde: { const n = be(2); return [3, 0, n < 0 ? -2 : n * 2]; }
+    default: { const n = be(4); return [5, 0, n < 0 ? -2 : n * 2]; }   // 0xdf
+  }
+}
+
+/** Why a frame body is not a frame the protocol allows (libcoord's
+ * coord_frame_validate, with its texts), or null when it is: one map with
+ * str keys at every level, nesting at most MAX_DEPTH, no trailing bytes.
+ * A walk without recursion and without allocating per element. */
+export function frameProblem(b) {
+  const left = [];              // items left in each open container
+  const inMap = [];
+  let sp = 0;
+  let p = 0;
+  if (b.length === 0) return 'frame length is zero';
+  do {
+    let isKey = false;
+    if (sp > 0) {
+      if (left[sp - 1] === 0) { sp--; continue; }
+      left[sp - 1]--;
+      isKey = inMap[sp - 1] && (left[sp - 1] & 1) === 1;
+    }
+    if (p >= b.length) return 'truncated MessagePack';
+    const x = b[p];
+    const h = elemHeader(b, p);
+    if (h === null) return 'invalid MessagePack byte';
+    const [hdr, payload, items] = h;
+    const isMap = (x >= 0x80 && x <= 0x8f) || x === 0xde || x === 0xdf;
+    const isArray = (x >= 0x90 && x <= 0x9f) || x === 0xdc || x === 0xdd;
+    const isStr = (x >= 0xa0 && x <= 0xbf) || x === 0xd9 || x === 0xda || x === 0xdb;
+    if (p + hdr > b.length || payload < 0 || items === -2 || ((isMap || isArray) && items < 0))
+      return 'truncated MessagePack';
+    if (sp === 0 && !isMap) return 'frame body is not a map';
+    if (isKey && !isStr) return 'map key is not a string';
+    p += hdr;
+    const rest = b.length - p;
+    if (isMap || isArray) {
+      if (sp >= MAX_DEPTH) return 'nesting too deep';
+      if (items > rest) return 'truncated MessagePack';
+      left[sp] = items;
+      inMap[sp] = isMap;
+      sp++;
+    } else {
+      if (payload > rest) return 'truncated MessagePack';
+      p += payload;
+    }
+  } while (sp > 0);
+  return p === b.length ? null : 'trailing bytes after the map';
+}
+
 /** Decodes one frame body into a plain object (throws CoordError PROTOCOL). */
 export function decodeFrame(body) {
+  const bytes = new Uint8Array(body.buffer, body.byteOffset, body.length);
+  const why = frameProblem(bytes);
+  if (why) throw new CoordError('PROTOCOL', `bad frame from the broker: ${why}`);
   let m;
   try {
     // a plain Uint8Array view: bins then come out as Uint8Array, not Buffer
-    m = frameDecoder.decode(new Uint8Array(body.buffer, body.byteOffset, body.length));
+    m = frameDecoder.decode(bytes);
   } catch (e) {
     throw new CoordError('PROTOCOL', `undecodable frame from the broker: ${e.message}`);
   }
-  if (!m || typeof m !== 'object' || Array.isArray(m) || m instanceof Uint8Array)
-    throw new CoordError('PROTOCOL', 'frame from the broker is not a map');
   return convert(m, '');
 }
 
-/** Splits a byte stream into frame bodies. */
+/** Splits a byte stream into frame bodies.
+ *
+ * Linear in the bytes read: the chunks of a frame still arriving are kept in
+ * a list and copied once, into the frame's own buffer, when its last byte is
+ * in (a frame inside one chunk is not copied at all).  The length is checked
+ * as soon as its 4 bytes are in, so at most maxFrame bytes (plus one chunk)
+ * are ever held. */
 export class FrameReader {
   constructor(maxFrame = DEFAULT_MAX_FRAME) {
     this.maxFrame = maxFrame;
-    this.buf = null;
+    this.chunks = [];        // unread bytes: chunks[head] from offset `off`, then the rest whole
+    this.head = 0;
+    this.off = 0;
+    this.have = 0;           // bytes held
+    this.need = -1;          // body length of the frame being read, -1 before its header
   }
+
+  /** Bytes held for a frame not yet complete. */
+  get buffered() { return this.have; }
 
   /** Feeds a chunk; returns the complete frame bodies (throws on a bad length). */
   push(chunk) {
-    let buf = this.buf ? Buffer.concat([this.buf, chunk]) : chunk;
-    const out = [];
-    let off = 0;
-    while (buf.length - off >= 4) {
-      const n = buf.readUInt32BE(off);
-      if (n === 0 || n > this.maxFrame)
-        throw new CoordError('PROTOCOL', `bad frame length ${n} from the broker`);
-      if (buf.length - off - 4 < n) break;
-      out.push(buf.subarray(off + 4, off + 4 + n));
-      off += 4 + n;
+    if (chunk.length) {
+      this.chunks.push(chunk);
+      this.have += chunk.length;
     }
-    this.buf = off === buf.length ? null : buf.subarray(off);
+    const out = [];
+    for (;;) {
+      if (this.need < 0) {
+        if (this.have < 4) break;
+        const h = this.#take(4);
+        const n = h.readUInt32BE(0);
+        if (n === 0 || n > this.maxFrame)
+          throw new CoordError('PROTOCOL', n === 0 ? 'bad frame from the broker: frame length is zero'
+            : `bad frame from the broker: length ${n} is above max_frame (${this.maxFrame})`);
+        this.need = n;
+      }
+      if (this.have < this.need) break;
+      out.push(this.#take(this.need));
+      this.need = -1;
+    }
+    if (this.head > 64 && this.head * 2 > this.chunks.length) {
+      this.chunks = this.chunks.slice(this.head);
+      this.head = 0;
+    }
     return out;
+  }
+
+  // The next n bytes (n <= have): a view when they lie in one chunk, else one copy.
+  #take(n) {
+    const first = this.chunks[this.head];
+    this.have -= n;
+    if (first.length - this.off >= n) {
+      const b = first.subarray(this.off, this.off + n);
+      this.off += n;
+      if (this.off === first.length) this.#next();
+      return b;
+    }
+    const b = Buffer.allocUnsafe(n);
+    let got = 0;
+    while (got < n) {
+      const c = this.chunks[this.head];
+      const k = Math.min(c.length - this.off, n - got);
+      b.set(c.subarray(this.off, this.off + k), got);
+      got += k;
+      this.off += k;
+      if (this.off === c.length) this.#next();
+    }
+    return b;
+  }
+
+  #next() {
+    this.chunks[this.head++] = undefined;
+    this.off = 0;
+    if (this.head === this.chunks.length) {
+      this.chunks = [];
+      this.head = 0;
+    }
   }
 }
 
