@@ -36,7 +36,8 @@ static const struct ctl_command commands[] = {
                 "dirs, the broker and a second one on the data dir, the log, the\n"
                 "coordd autostart runs, versions, the ledger) and say what to do;\n"
                 "exit 1 when a check failed; never starts the broker", cmd_doctor },
-    { "locks",  "", "held and pending locks (like navigator.locks.query())",
+    { "locks",  "[-a]", "held and pending locks (like navigator.locks.query()); the\n"
+                    "broker's own leadership locks (-leader/WS) only with -a, --all",
                     cmd_locks },
     { "lock",   "[-s] [-n] [-w SECONDS] [--steal] [--lease SECONDS] NAME -- CMD...",
                 "run CMD holding the lock NAME, like flock(1): -s shared, -n exit 1\n"

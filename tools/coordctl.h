@@ -255,6 +255,10 @@ int cmd_status(struct ctl *ctl, int argc, char **argv);
 int cmd_stats(struct ctl *ctl, int argc, char **argv);
 int cmd_top(struct ctl *ctl, int argc, char **argv);
 int cmd_doctor(struct ctl *ctl, int argc, char **argv);
+/* stats' latency map as a table: one row per kind, {count, p50_ms, p99_ms,
+ * max_ms}, in the order the broker sent them (stats and top).  Returns an
+ * exit status. */
+int ctl_latency_table(coord_map lat);
 /* ctl-metrics.c: stats --openmetrics [--listen HOST:PORT] */
 int ctl_stats_openmetrics(struct ctl *ctl, int argc, char **argv);
 int cmd_reload(struct ctl *ctl, int argc, char **argv);

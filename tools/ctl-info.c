@@ -105,9 +105,7 @@ static char *ms_cell(coord_map m, const char *key)
     return ctl_strdupf("%.3f ms", d);
 }
 
-/* stats' latency: one row per kind, {count, p50_ms, p99_ms, max_ms}, in
- * the order the broker sent them. */
-static int latency_table(coord_map lat)
+int ctl_latency_table(coord_map lat)
 {
     static const char *const titles[] = { "LATENCY", "COUNT", "P50", "P99", "MAX" };
     struct ctl_rows t = { .ncols = 5, .titles = titles };
@@ -156,7 +154,7 @@ int cmd_stats(struct ctl *ctl, int argc, char **argv)
         rc = ctl_table_print(&t);
         if (rc == CTL_EXIT_OK && has_lat) {
             putchar('\n');
-            rc = latency_table(lat);
+            rc = ctl_latency_table(lat);
         }
     }
     coord_reply_free(reply);

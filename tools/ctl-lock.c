@@ -172,11 +172,25 @@ static const char *const col_titles[NCOLS] = {
     "STATE", "NAME", "MODE", "TOKEN", "CONN", "PID", "CLIENT", "AGE",
 };
 
-static void add_rows(struct ctl_rows *t, coord_map m, const char *list, bool held)
+/* The broker's own locks (leadership's -leader/WORKSTREAM): shown by
+ * `locks --all` only; `leader info` and `top` show them as leaders. */
+static bool internal_lock(coord_map e)
+{
+    const char *n;
+    size_t nn;
+    return coord_map_str(e, "name", &n, &nn) && nn >= 8 && memcmp(n, "-leader/", 8) == 0;
+}
+
+static void add_rows(struct ctl_rows *t, coord_map m, const char *list, bool held, bool all,
+                     size_t *hidden)
 {
     size_t count = coord_map_array_len(m, list);
     for (size_t i = 0; i < count; i++) {
         coord_map e;
+        if (!all && coord_map_array_at(m, list, i, &e) && internal_lock(e)) {
+            (*hidden)++;
+            continue;
+        }
         char **row = ctl_rows_add(t);
         if (!row)
             return;
@@ -203,8 +217,15 @@ static void add_rows(struct ctl_rows *t, coord_map m, const char *list, bool hel
 
 int cmd_locks(struct ctl *ctl, int argc, char **argv)
 {
-    if (argc > 1)
-        return ctl_usage(ctl, "unexpected argument %s", argv[1]);
+    bool all = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-a") || !strcmp(argv[i], "--all"))
+            all = true;
+        else if (!strcmp(argv[i], "--json"))
+            ctl->json = true;
+        else
+            return ctl_usage(ctl, "unexpected argument %s", argv[i]);
+    }
     int rc = ctl_connect(ctl);
     if (rc)
         return rc;
@@ -219,12 +240,16 @@ int cmd_locks(struct ctl *ctl, int argc, char **argv)
         return rc;
     }
     struct ctl_rows t = { .ncols = NCOLS, .titles = col_titles };
-    add_rows(&t, m, "held", true);
-    add_rows(&t, m, "pending", false);
+    size_t hidden = 0;
+    add_rows(&t, m, "held", true, all, &hidden);
+    add_rows(&t, m, "pending", false, all, &hidden);
     bool truncated = false;
     coord_map_bool(m, "truncated", &truncated);
     if (t.n == 0 && !t.failed) {
-        printf("no locks held or pending\n");
+        if (hidden)
+            printf("no locks held or pending (and %zu of leadership: --all)\n", hidden);
+        else
+            printf("no locks held or pending\n");
         free(t.cell);
         rc = CTL_EXIT_OK;
     } else {

@@ -200,39 +200,11 @@ static void flights(struct top *tp, coord_map fl)
     print_rows(tp, &t, "no flights running");
 }
 
-static char *ms_cell(coord_map m, const char *key)
-{
-    double d;
-    return coord_map_double(m, key, &d) ? ctl_strdupf("%.3f ms", d) : strdup("-");
-}
-
-static void latency(struct top *tp, coord_map st)
+static void latency(coord_map st)
 {
     coord_map lat;
-    if (!coord_map_map(st, "latency", &lat))
-        return;
-    static const char *const titles[] = { "LATENCY", "COUNT", "P50", "P99", "MAX" };
-    struct ctl_rows t = { .ncols = 5, .titles = titles };
-    for (size_t i = 0; i < coord_map_size(lat); i++) {
-        const char *k;
-        size_t kn;
-        coord_map e;
-        if (coord_map_entry(lat, i, &k, &kn) != COORD_TYPE_MAP || !coord_map_map_at(lat, i, &e))
-            continue;
-        char **row = ctl_rows_add(&t);
-        if (!row)
-            break;
-        row[0] = ctl_escape(k, kn);
-        row[1] = ctl_uint_cell(e, "count");
-        row[2] = ms_cell(e, "p50_ms");
-        row[3] = ms_cell(e, "p99_ms");
-        row[4] = ms_cell(e, "max_ms");
-        ctl_rows_check(&t, row);
-    }
-    bool tty = tp->tty;
-    tp->tty = false;                    /* every kind, always */
-    print_rows(tp, &t, "no latency figures");
-    tp->tty = tty;
+    if (coord_map_map(st, "latency", &lat))
+        ctl_latency_table(lat);
 }
 
 /* One frame; 0, or the coord code of a failed request. */
@@ -261,7 +233,7 @@ static int frame(struct top *tp)
         putchar('\n');
         flights(tp, coord_reply_map(fl));
         putchar('\n');
-        latency(tp, coord_reply_map(st));
+        latency(coord_reply_map(st));
         if (tp->tty)
             fputs("\n(q to quit)", stdout);
         else

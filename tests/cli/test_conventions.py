@@ -127,3 +127,27 @@ def test_built_coordctl_starts_the_coordd_it_came_with():
             st = run(COORDCTL, "--no-autostart", "--json", "status", env=env)
             if st.returncode == 0:
                 os.kill(json.loads(st.stdout)["pid"], 15)
+
+
+def test_locks_hides_leadership_locks_unless_all():
+    with tempfile.TemporaryDirectory() as d:
+        os.chmod(d, 0o700)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("COORD_")}
+        env.update(COORD_SOCKET=os.path.join(d, "s"), COORD_DATA_DIR=os.path.join(d, "data"),
+                   COORD_BROKER=COORDD)
+        leader = subprocess.Popen([COORDCTL, "leader-run", "billing", "--", "sh", "-c",
+                                   "echo leading; exec sleep 60"], env=env,
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert leader.stdout.readline().strip() == "leading"
+            plain = run(COORDCTL, "locks", env=env).stdout
+            assert "-leader/billing" not in plain
+            assert "and 1 of leadership: --all" in plain
+            assert "-leader/billing" in run(COORDCTL, "locks", "--all", env=env).stdout
+            assert "-leader/billing" in run(COORDCTL, "locks", "-a", env=env).stdout
+        finally:
+            leader.terminate()
+            leader.wait(10)
+            st = run(COORDCTL, "--no-autostart", "--json", "status", env=env)
+            if st.returncode == 0:
+                os.kill(json.loads(st.stdout)["pid"], 15)
