@@ -166,14 +166,16 @@ static int walk(const uint8_t *body, size_t len, int max_depth, coord_index *idx
             return COORD_FRAME_TRUNCATED;
         if (is_key && kind != ELEM_STR)
             return COORD_FRAME_KEY_NOT_STRING;
+        size_t rest = len - pos - hdr;
+        /* a key is indexed only once its bytes are known to be inside the
+         * frame: the slot reads its first byte */
         if (idx && sp == 1) {
-            if (is_key)
-                index_key(idx, body + pos + hdr, (size_t)payload);
-            else
+            if (!is_key)
                 index_value(idx, body + pos);
+            else if (payload <= rest)
+                index_key(idx, body + pos + hdr, (size_t)payload);
         }
         pos += hdr;
-        size_t rest = len - pos;
 
         if (kind == ELEM_ARRAY || kind == ELEM_MAP) {
             if (sp >= max_depth)
