@@ -145,7 +145,6 @@ struct broker {
     struct broker_stats stats;
     uint64_t requests_by_op[64];
 
-    uv_pipe_t listener;           /* unused: listener.c accepts by itself */
     bool listening;
     int listen_fd;                /* the listening socket */
     bool bound_socket;            /* we bound it (not socket-activated) */
@@ -159,7 +158,6 @@ struct broker {
     uv_prepare_t flush_prepare;
     uv_check_t flush_check;
     uv_timer_t idle_timer;
-    uv_timer_t shutdown_timer;
     uv_timer_t trim_timer;        /* a malloc_trim due (broker_trim_soon) */
     uint64_t trim_next_ms;        /* no trim before this */
     uint64_t trims;               /* stats.memory_trims */

@@ -561,7 +561,6 @@ void conn_accepted(struct broker *b, struct conn *c)
     b->nconns++;
     b->stats.conns_accepted++;
     deadline_set(&c->hello_deadline, c->accepted_ms + b->opt.handshake_ms, on_hello_timeout);
-    tables_conn_opened(c);
     broker_conn_count_changed(b);
     int rc = uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
     if (rc < 0)

@@ -22,12 +22,6 @@ void hashmap_init(struct hashmap *m)
     m->count = 0;
 }
 
-void hashmap_free(struct hashmap *m)
-{
-    free(m->buckets);
-    hashmap_init(m);
-}
-
 struct hentry *hashmap_get(const struct hashmap *m, const void *key, size_t n)
 {
     if (!m->nbuckets)

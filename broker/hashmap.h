@@ -23,7 +23,6 @@ struct hashmap {
 
 uint64_t hash_bytes(const void *p, size_t n);
 void hashmap_init(struct hashmap *m);
-void hashmap_free(struct hashmap *m);     /* the table only, not entries */
 struct hentry *hashmap_get(const struct hashmap *m, const void *key, size_t n);
 /* Links e (its key fields set by the caller).  Returns 0 or -1 (memory). */
 int hashmap_put(struct hashmap *m, struct hentry *e);

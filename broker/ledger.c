@@ -159,7 +159,8 @@ struct ledger {
     int thread_started;
 
     uv_async_t async;
-    uint64_t batches, jobs;
+    uint64_t batches;             /* under mu: the writer counts them */
+    uint64_t jobs;                /* loop thread: answered jobs */
     /* under mu: where the writer's time goes (stats, coord-bench), in us */
     uint64_t commit_us;           /* run_batch: apply, write, data flush */
     uint64_t flush_us;            /* explicit flushes covering a batch */
@@ -172,7 +173,13 @@ static const char *db_names[DB_COUNT] = {
 };
 
 MDB_dbi ledger_dbi(struct ledger *l, enum ledger_db db) { return l->dbi[db]; }
-uint64_t ledger_batches(const struct ledger *l) { return l->batches; }
+uint64_t ledger_batches(struct ledger *l)
+{
+    pthread_mutex_lock(&l->mu);
+    uint64_t n = l->batches;
+    pthread_mutex_unlock(&l->mu);
+    return n;
+}
 uint64_t ledger_jobs(const struct ledger *l) { return l->jobs; }
 
 void ledger_times(struct ledger *l, struct ledger_times *t)

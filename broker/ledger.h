@@ -97,7 +97,7 @@ int ledger_read_begin(struct ledger *l, MDB_txn **txn);
 void ledger_read_end(struct ledger *l, MDB_txn *txn);
 
 /* Counters for stats. */
-uint64_t ledger_batches(const struct ledger *l);
+uint64_t ledger_batches(struct ledger *l);     /* takes the writer's mutex */
 uint64_t ledger_jobs(const struct ledger *l);
 /* The writer's time since the start: in batches' commits (apply, write,
  * data flush), in explicit flushes covering a batch (and how many), and

@@ -24,11 +24,6 @@ int tables_init(struct broker *b, char *err, size_t errsize)
     return 0;
 }
 
-void tables_conn_opened(struct conn *c)
-{
-    (void)c;
-}
-
 void tables_conn_closed(struct conn *c)
 {
     lockops_conn_closed(c);

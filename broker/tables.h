@@ -10,8 +10,7 @@ struct broker;
 
 /* 0, or -1 with err. */
 int tables_init(struct broker *b, char *err, size_t errsize);
-/* A connection came or went: the tables release what it held at once. */
-void tables_conn_opened(struct conn *c);
+/* A connection went: the tables release what it held at once. */
 void tables_conn_closed(struct conn *c);
 void tables_shutdown(struct broker *b);
 
