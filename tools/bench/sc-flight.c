@@ -165,7 +165,7 @@ void sc_flight_storm(struct bench *b, struct result *r)
     static const char *const ops[] = { "flight.join", "flight.complete" };
     const char *miss = missing_op(b, ops, 2);
     if (miss) {
-        res_skip(r, "not implemented yet: needs flight.* (the broker says UNKNOWN_OP to %s)",
+        res_error(r, "the broker says UNKNOWN_OP to %s: flight.* is gone",
                  miss);
         return;
     }

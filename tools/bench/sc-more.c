@@ -357,7 +357,7 @@ void sc_durable_commits(struct bench *b, struct result *r)
     static const char *const ops[] = { "leader.campaign", "leader.commit" };
     const char *miss = missing_op(b, ops, 2);
     if (miss) {
-        res_skip(r, "not implemented yet: needs leader.* (the broker says UNKNOWN_OP to %s)",
+        res_error(r, "the broker says UNKNOWN_OP to %s: leader.* is gone",
                  miss);
         return;
     }
@@ -520,7 +520,7 @@ void sc_durable_records(struct bench *b, struct result *r)
     static const char *const ops[] = { "flight.join", "flight.complete" };
     const char *miss = missing_op(b, ops, 2);
     if (miss) {
-        res_skip(r, "not implemented yet: needs flight.* (the broker says UNKNOWN_OP to %s)",
+        res_error(r, "the broker says UNKNOWN_OP to %s: flight.* is gone",
                  miss);
         return;
     }
@@ -596,7 +596,7 @@ void sc_fanout(struct bench *b, struct result *r)
     static const char *const ops[] = { "sub.subscribe", "sub.publish" };
     const char *miss = missing_op(b, ops, 2);
     if (miss) {
-        res_skip(r, "not implemented yet: needs sub.* (the broker says UNKNOWN_OP to %s)",
+        res_error(r, "the broker says UNKNOWN_OP to %s: sub.* is gone",
                  miss);
         return;
     }
