@@ -110,6 +110,7 @@ coord_t *coord__alloc(int fd)
     c->request_timeout_ms = COORD_REQUEST_TIMEOUT_MS;
     coord_frame_reader_init(&c->reader, COORD_CLIENT_MAX_INBOUND);
     coord_buf_init(&c->wbuf);
+    coord_buf_init(&c->out);
     return c;
 }
 
@@ -174,6 +175,7 @@ void coord__free(coord_t *c)
     free(c->pending.slots);
     coord_frame_reader_free(&c->reader);
     coord_buf_free(&c->wbuf);
+    coord_buf_free(&c->out);
     free(c);
 }
 
@@ -353,6 +355,7 @@ static int on_frame(void *ud, const uint8_t *body, size_t len)
 }
 
 static int wait_readable(coord_t *c, int timeout_ms);
+static bool out_pending(const coord_t *c);
 
 /* One read, cut into frames on c->inbound.  The socket is left blocking
  * (a blocking call then costs one send and one recv); reads that must not
@@ -365,6 +368,8 @@ static int pump_once(coord_t *c, bool block)
     ssize_t n;
     if (c->rx_done)
         return -1;
+    if (block && out_pending(c))
+        wait_readable(c, -1);              /* sends the rest meanwhile */
     for (;;) {
         n = recv(c->fd, buf, sizeof buf, block ? 0 : MSG_DONTWAIT);
         if (n >= 0)
@@ -484,54 +489,117 @@ static void process_inbound(coord_t *c, const struct coord_sync *stop)
         fail_pending(c, c->dead_code);
 }
 
-/* Waits up to timeout_ms for input.  1: readable, 0: timed out. */
-static int wait_readable(coord_t *c, int timeout_ms)
-{
-    struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
-    int n;
-    int64_t deadline = timeout_ms < 0 ? -1 : coord__now_ms() + timeout_ms;
-    for (;;) {
-        n = poll(&pfd, 1, timeout_ms);
-        if (n >= 0)
-            return n > 0;
-        if (errno != EINTR)
-            return 1;               /* let recv report the problem */
-        timeout_ms = remaining_ms(deadline);
-    }
-}
+/* ---- writing ----
+ *
+ * A request is written without waiting: what the socket does not take at
+ * once is kept on c->out, in order, and sent whenever the handle next
+ * waits or dispatches (flush_out), or when the event loop reports the
+ * socket writable (coord_want_write).  Waiting for room alone could
+ * deadlock: a broker whose output to us is full stops reading us until we
+ * read, so every wait of libcoord watches for input as well. */
 
-/* ---- writing ---- */
-
-static int write_all(coord_t *c, const uint8_t *p, size_t n)
+static void write_failed(coord_t *c)
 {
-    while (n > 0) {
-        ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
-        if (w > 0) {
-            p += w;
-            n -= (size_t)w;
-            continue;
-        }
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            /* The broker never stops reading while it writes to us (a slow
-             * reader is disconnected instead), so waiting only for
-             * POLLOUT cannot deadlock; reading here would strand decoded
-             * replies that no readable event would announce. */
-            struct pollfd pfd = { .fd = c->fd, .events = POLLOUT };
-            if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
-                break;
-            continue;
-        }
-        break;
-    }
-    if (n == 0)
-        return 0;
     if (!c->got_bye)
         coord__set_error(c, "writing to the broker: %s",
                          errno ? strerror(errno) : "short write");
     mark_dead(c, COORD_ECLOSED);
-    return COORD_ECLOSED;
+    c->out.len = c->out_off = 0;
+}
+
+/* Sends what it can of p[0..n) without blocking.  Returns the bytes sent,
+ * or -1 when the connection failed (message set). */
+static ssize_t send_some(coord_t *c, const uint8_t *p, size_t n)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = send(c->fd, p + done, n - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            done += (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        write_failed(c);
+        return -1;
+    }
+    return (ssize_t)done;
+}
+
+/* Sends what the socket takes of c->out.  0, or COORD_ECLOSED. */
+static int flush_out(coord_t *c)
+{
+    if (c->dead)
+        return c->out.len > c->out_off ? c->dead_code : 0;
+    if (c->out_off == c->out.len)
+        return 0;
+    ssize_t w = send_some(c, c->out.data + c->out_off, c->out.len - c->out_off);
+    if (w < 0)
+        return COORD_ECLOSED;
+    c->out_off += (size_t)w;
+    if (c->out_off == c->out.len) {
+        c->out.len = c->out_off = 0;
+        if (c->out.cap > 65536)
+            coord_buf_free(&c->out);             /* don't keep a big one */
+    }
+    return 0;
+}
+
+static bool out_pending(const coord_t *c)
+{
+    return !c->dead && c->out_off < c->out.len;
+}
+
+/* Waits up to timeout_ms (-1: forever) for input, sending queued output
+ * whenever the socket has room meanwhile.  1: readable (or the socket
+ * failed: let recv report it), 0: timed out. */
+static int wait_readable(coord_t *c, int timeout_ms)
+{
+    int64_t deadline = timeout_ms < 0 ? -1 : coord__now_ms() + timeout_ms;
+    for (;;) {
+        struct pollfd pfd = { .fd = c->fd,
+                              .events = (short)(POLLIN | (out_pending(c) ? POLLOUT : 0)) };
+        int n = poll(&pfd, 1, timeout_ms);
+        if (n < 0 && errno != EINTR)
+            return 1;
+        if (n > 0) {
+            if (pfd.revents & ~POLLOUT)
+                return 1;                  /* input, hang-up or error */
+            flush_out(c);
+        }
+        if (n == 0)
+            return 0;
+        timeout_ms = remaining_ms(deadline);
+        if (timeout_ms == 0)
+            return 0;
+    }
+}
+
+/* Queues (after what waits already) or sends the frame in c->wbuf. */
+static int write_frame(coord_t *c)
+{
+    const uint8_t *p = c->wbuf.data;
+    size_t n = c->wbuf.len;
+    if (c->dead)
+        return c->dead_code;
+    if (c->out_off == c->out.len) {        /* nothing waits: try at once */
+        ssize_t w = send_some(c, p, n);
+        if (w < 0)
+            return COORD_ECLOSED;
+        p += w;
+        n -= (size_t)w;
+    }
+    if (n > 0 && coord_buf_append(&c->out, p, n) < 0) {
+        coord__set_error(c, "out of memory queueing a request");
+        if (n < c->wbuf.len) {             /* half a frame went out */
+            mark_dead(c, COORD_ECLOSED);
+            shutdown(c->fd, SHUT_RDWR);
+        }
+        return COORD_ENOMEM;
+    }
+    return 0;
 }
 
 static int send_req(coord_t *c, const coord_req_t *req, uint64_t rid)
@@ -555,7 +623,7 @@ static int send_req(coord_t *c, const coord_req_t *req, uint64_t rid)
                          total - COORD_FRAME_HEADER, (unsigned)c->max_frame);
         rc = COORD_ETOO_LARGE;
     } else {
-        rc = write_all(c, c->wbuf.data, c->wbuf.len);
+        rc = write_frame(c);
     }
     if (c->wbuf.cap > 65536)
         coord_buf_free(&c->wbuf);                    /* don't keep a big one */
@@ -860,6 +928,7 @@ COORD_API int coord_dispatch(coord_t *c)
     if (c->closing)
         return COORD_ECLOSED;
     enter(c);
+    flush_out(c);
     process_inbound(c, NULL);
     while (!c->closing && !c->rx_done && pump_once(c, false) > 0)
         process_inbound(c, NULL);
@@ -926,10 +995,46 @@ COORD_API int coord_next_event(coord_t *c, int timeout_ms, coord_reply_t **event
     return leave(c, rc);
 }
 
+/* What coord_send queued still goes out before the socket closes, for at
+ * most request_timeout_ms; input meanwhile is dropped (reading it keeps a
+ * broker that waits for us to read from stopping to read us). */
+static void flush_before_close(coord_t *c)
+{
+    int64_t deadline = coord__now_ms() + c->request_timeout_ms;
+    while (out_pending(c)) {
+        int wait = remaining_ms(deadline);
+        if (wait == 0)
+            break;
+        struct pollfd pfd = { .fd = c->fd, .events = POLLIN | POLLOUT };
+        int n = poll(&pfd, 1, wait);
+        if (n < 0 && errno != EINTR)
+            break;
+        if (n <= 0)
+            continue;
+        if (pfd.revents & POLLIN) {
+            uint8_t sink[4096];
+            ssize_t r = recv(c->fd, sink, sizeof sink, MSG_DONTWAIT);
+            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                           errno != EINTR))
+                break;
+        }
+        if (pfd.revents & (POLLERR | POLLHUP))
+            break;
+        if (pfd.revents & POLLOUT)
+            flush_out(c);
+    }
+}
+
+COORD_API int coord_want_write(const coord_t *c)
+{
+    return c && !c->closing && out_pending(c);
+}
+
 COORD_API void coord_close(coord_t *c)
 {
     if (!c || c->closing)
         return;
+    flush_before_close(c);
     c->closing = true;
     mark_dead(c, COORD_ECLOSED);
     c->depth++;

@@ -165,7 +165,11 @@ COORD_API int coord_ping(coord_t *c);
 typedef void (*coord_reply_cb)(coord_t *c, int status, const coord_reply_t *reply,
                                void *ud);
 
-/* Sends req and returns at once; cb runs from coord_dispatch (or from a
+/* Sends req and returns at once, without waiting for the socket: what it
+ * does not take at once stays queued in c (in order, the caller's memory)
+ * and goes out at the next coord_dispatch, coord_wait or blocking call on
+ * c, or when an event loop sees the socket writable while
+ * coord_want_write(c) says so.  cb runs from coord_dispatch (or from a
  * blocking call on the same handle).  cb may be NULL: the reply is then
  * dropped.  *rid_out (may be NULL) receives the request id, for
  * coord_cancel.  A request larger than coord_max_frame fails here with
@@ -180,6 +184,15 @@ COORD_API int coord_cancel(coord_t *c, uint64_t rid);
 
 /* The socket to poll for readability. */
 COORD_API int coord_fd(const coord_t *c);
+
+/* 1 when requests wait in c for room in the socket: an event loop then
+ * watches coord_fd for writability too and calls coord_dispatch when it is
+ * writable (coord-uv.h does).  Checked after every callback of the loop,
+ * before it waits: coord_send may queue from anywhere.  coord_close still
+ * writes what waits, for at most request_timeout_ms; but a request whose
+ * reply was not awaited may not have taken effect (the broker stops reading
+ * a connection it can no longer answer): wait for the reply to know. */
+COORD_API int coord_want_write(const coord_t *c);
 
 /* Reads what has arrived without blocking and runs the callbacks.  Returns
  * 0, or COORD_ECLOSED / COORD_EPROTOCOL when the connection is gone. */

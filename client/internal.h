@@ -103,7 +103,10 @@ struct coord {
     coord_event_cb event_cb;
     void *event_ud;
 
-    coord_buf wbuf;               /* frame being written */
+    coord_buf wbuf;               /* scratch: the frame being encoded */
+    coord_buf out;                /* bytes the socket did not take yet, in
+                                     order; sent from out_off on */
+    size_t out_off;
 
     unsigned request_timeout_ms;  /* default deadline of coord_call (never 0) */
 

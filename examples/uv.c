@@ -15,7 +15,7 @@
 #include "coord-uv.h"
 
 static uv_loop_t *loop;
-static uv_poll_t poll_h;
+static coord_uv poll_h;
 static uv_timer_t tick_t, release_t, work_t;
 static coord_t *c, *holder;
 static uint64_t holder_lock, ticks;
