@@ -1,6 +1,6 @@
 /* budget.c - see budget.h. */
 #include <stdio.h>
-#include "broker.h"
+#include "conn.h"
 #include "budget.h"
 #include "coord-codes.h"
 

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 #include <curl/curl.h>
-#include "broker.h"
+#include "log.h"
 #include "etcd-http.h"
 #include "list.h"
 

@@ -1,7 +1,7 @@
 /* events.c - lifecycle events of the tables, as {ev:"lifecycle", channel,
  * what, ...} on the broker's channels of the entity's scope.  Cheap when
  * nobody watches: one counter test.  Never a flight's result payload. */
-#include "broker.h"
+#include "log.h"
 #include "channels.h"
 #include "events.h"
 #include "leader-desc.h"

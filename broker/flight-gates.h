@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "broker.h"
+#include "conn.h"
 
 /* Loads the disabled prefixes.  0, or -1 with err. */
 int gates_init(struct broker *b, char *err, size_t errsize);

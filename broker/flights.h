@@ -2,7 +2,7 @@
 #ifndef COORD_FLIGHTS_H
 #define COORD_FLIGHTS_H
 
-#include "broker.h"
+#include "conn.h"
 
 void flights_init(struct broker *b);
 /* The owner's connection closed: its flights get new owners. */

@@ -1,7 +1,7 @@
 /* ids.c - see ids.h. */
 #include <stdlib.h>
 #include <time.h>
-#include "broker.h"
+#include "log.h"
 #include "errors.h"
 #include "ids.h"
 #include "ledger.h"

@@ -3,7 +3,7 @@
 #ifndef COORD_LEADERS_H
 #define COORD_LEADERS_H
 
-#include "broker.h"
+#include "conn.h"
 
 /* Opens the leader ledger named by --ledger.  0, or -1 with err. */
 int leaders_init(struct broker *b, char *err, size_t errsize);

@@ -76,7 +76,7 @@
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
-#include "broker.h"
+#include "log.h"
 #include "errors.h"
 #include "histo.h"
 #include "ledger.h"

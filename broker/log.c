@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include "broker.h"
+#include "log.h"
 
 /* Enough for days of ordinary events and for the story of a failure;
  * small enough never to matter on the user's disk. */
