@@ -8,32 +8,12 @@
 #include <stdint.h>
 #include "enc.h"
 #include "msg.h"
+#include "checks.h"               /* what every handler validates with */
 
 struct conn;
 
 /* Reads its fields from f, replies now or registers a pending request. */
 typedef void (*op_fn)(struct conn *c, uint64_t rid, coord_fields *f);
-
-/* Replies BAD_REQUEST with f's text when a field was wrong. */
-bool fields_ok(struct conn *c, uint64_t rid, coord_fields *f);
-void printable_copy(char *out, size_t size, const uint8_t *p, size_t n);
-/* The longest name (lock, key, channel, workstream) this broker takes:
- * LIMIT_NAME, less when max_frame is small (every event carrying it must
- * fit a frame). */
-size_t name_limit(const struct conn *c);
-/* Replies INVALID_OPTIONS "<field> longer than N bytes" when len is over
- * name_limit; returns whether it was within. */
-bool name_size_ok(struct conn *c, uint64_t rid, const char *field, size_t len);
-/* Replies INVALID_OPTIONS "<field> above <max> ms" when v is over max. */
-bool duration_ok(struct conn *c, uint64_t rid, const char *field, uint64_t v, uint64_t max);
-/* Replies LIMIT "too many <what> on this connection (limit N)". */
-void reply_conn_limit(struct conn *c, uint64_t rid, const char *what, unsigned limit);
-/* Bytes a result, value or message may have so that the reply carrying it
- * fits max_frame. */
-size_t payload_limit(const struct conn *c);
-/* A list entry was added to e: when the frame outgrew max_frame (less the
- * list's tail), it is removed again and true is returned (truncated). */
-bool list_entry_overflows(const struct conn *c, coord_enc *e, const coord_enc_mark *m);
 
 /* X(op of COORD_OPS, handler) for the ops of the tables. */
 #define TABLE_OPS(X) \
