@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
+#include "clock.h"
 #include "deadline.h"
 
 static struct {
@@ -61,14 +62,18 @@ static void sift_down(size_t i)
     }
 }
 
-/* Arms the timerfd for loop time `at`, relative to the loop's clock read
- * now (the time cached for this loop turn may be a whole turn old, and the
- * timer would fire that much late): so it fires once the loop's clock
- * reads `at`, like a uv_timer. */
+/* Arms the timerfd for loop time `at`, relative to the monotonic clock
+ * read now (the loop's time, cached for this turn, may be a whole turn
+ * old, and the timer would fire that much late; updating it here would
+ * move the time of the turn under its callers): so it fires once the
+ * loop's clock reads `at`, like a uv_timer. */
 static void arm(uint64_t at)
 {
-    uv_update_time(dl.loop);
-    uint64_t now = uv_now(dl.loop), ms = at > now ? at - now : 0;
+    uint64_t now = mono_ms(), ms = at > now ? at - now : 0;
+    /* a loop clock read from CLOCK_MONOTONIC_COARSE lags up to 1 ms: a
+     * deadline it has not reached yet is armed 1 ms on, not at once */
+    if (ms == 0 && at > uv_now(dl.loop))
+        ms = 1;
     struct itimerspec its;
     memset(&its, 0, sizeof its);
     its.it_value.tv_sec = (time_t)(ms / 1000);

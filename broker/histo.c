@@ -77,9 +77,3 @@ void latency_encode(coord_enc *e)
     coord_enc_map_end(e);
 }
 
-uint64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}

@@ -7,6 +7,7 @@
 #ifndef COORD_HISTO_H
 #define COORD_HISTO_H
 
+#include "clock.h"
 #include <stdint.h>
 #include "enc.h"
 
@@ -37,7 +38,5 @@ enum latency {
 extern struct histo latencies[LAT_COUNT];
 void latency_add(enum latency which, uint64_t us);
 void latency_encode(coord_enc *e);
-/* Monotonic microseconds. */
-uint64_t now_us(void);
 
 #endif

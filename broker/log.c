@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "clock.h"
 #include "log.h"
 
 /* Enough for days of ordinary events and for the story of a failure;
@@ -110,9 +111,7 @@ int log_to_file(const char *path, char *err, size_t errsize)
 
 bool log_rate_pass(struct log_rate *r, uint64_t n, uint64_t *suppressed)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    uint64_t now = mono_ms();
     if (r->next_ms && now < r->next_ms) {
         r->suppressed += n;
         return false;

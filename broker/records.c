@@ -57,13 +57,6 @@ static void sweep_by(uint64_t expires_ms)
         deadline_set(&R.sweep_at, at, on_sweep_due);
 }
 
-uint64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static bool decode(const MDB_val *v, struct record *r)
 {
     const uint8_t *p = v->mv_data;

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include "clock.h"
 #include <stdint.h>
 #include "broker.h"
 #include "ledger.h"
@@ -41,7 +42,6 @@ struct record_write {
     uint64_t expires_ms;
 };
 
-uint64_t wall_ms(void);
 void records_init(struct broker *b);
 void records_stop(void);
 /* Encodes r into w->value (copies everything).  0 or -1 (memory). */
