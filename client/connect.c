@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include "errors.h"
 #include "internal.h"
+#include "ready.h"
 
 #define DEFAULT_IDLE_EXIT_S 60
 #define DEFAULT_CONNECT_TIMEOUT_MS 2000
@@ -278,53 +279,32 @@ static int spawn_broker(const char *broker, const char *sock, unsigned idle_s)
 
 enum ready { READY_OK, READY_EOF, READY_TIMEOUT, READY_FAILED };
 
-/* Reads the ready pipe until "ready\n", EOF or the deadline.  A broker that
- * could not be executed says "E<errno>\n" (exec_broker), one that cannot
- * start says "error REASON\n": READY_FAILED with connect_err set. */
+/* Reads the ready pipe (ready.h) until the deadline.  A broker that could
+ * not be executed or cannot start: READY_FAILED with connect_err set. */
 static enum ready await_ready(int rfd, int64_t deadline, const char *broker,
                               const char *path)
 {
-    char buf[COORD_READY_LINE_MAX + 1];
-    size_t have = 0;
-    for (;;) {
-        int64_t left = deadline - coord__now_ms();
-        if (left <= 0)
-            return READY_TIMEOUT;
-        struct pollfd pfd = { .fd = rfd, .events = POLLIN };
-        int n = poll(&pfd, 1, (int)(left > INT_MAX ? INT_MAX : left));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n == 0)
-            return READY_TIMEOUT;
-        ssize_t r = read(rfd, buf + have, sizeof buf - 1 - have);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r > 0)
-            have += (size_t)r;
-        buf[have] = '\0';
-        /* the whole lines so far, then what is left at EOF or when full */
-        char *line = buf, *nl;
-        while ((nl = strchr(line, '\n')) ||
-               ((r <= 0 || have == sizeof buf - 1) && *line && (nl = line + strlen(line)))) {
-            bool last = *nl == '\0';
-            *nl = '\0';
-            if (!last && strcmp(line, "ready") == 0)
-                return READY_OK;
-            if (line[0] == 'E' && line[1] >= '0' && line[1] <= '9') {
-                cerr("cannot start the broker %s: %s", broker, strerror(atoi(line + 1)));
-                return READY_FAILED;
-            }
-            if (strncmp(line, "error ", 6) == 0 && line[6]) {
-                cerr("the broker for %s did not start: %s", path, line + 6);
-                return READY_FAILED;
-            }
-            line = last ? nl : nl + 1;       /* a line we do not know */
-        }
-        if (r <= 0 || have == sizeof buf - 1)
-            return READY_EOF;
-        have -= (size_t)(line - buf);         /* keep the partial line */
-        memmove(buf, line, have + 1);
+    int64_t left = deadline - coord__now_ms();
+    if (left <= 0)
+        return READY_TIMEOUT;
+    int e = 0;
+    char reason[COORD_READY_LINE_MAX];
+    switch (coord_ready_await(rfd, left > INT_MAX ? INT_MAX : (int)left, &e,
+                              reason, sizeof reason)) {
+    case COORD_READY_OK:
+        return READY_OK;
+    case COORD_READY_EXEC:
+        cerr("cannot start the broker %s: %s", broker, strerror(e));
+        return READY_FAILED;
+    case COORD_READY_ERROR:
+        cerr("the broker for %s did not start: %s", path, reason);
+        return READY_FAILED;
+    case COORD_READY_TIMEOUT:
+        return READY_TIMEOUT;
+    case COORD_READY_EOF:
+        break;
     }
+    return READY_EOF;
 }
 
 /* Connects to path, autostarting the broker when allowed.  Returns the

@@ -1,22 +1,15 @@
 /* spawn-broker.c - see spawn-broker.h. */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
+#include "paths.h"
+#include "ready.h"
 #include "spawn-broker.h"
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 pid_t spawn_broker(const char *who, const char *broker, const char *socket_path,
                    const char *data_dir, const char *log_path,
@@ -65,29 +58,19 @@ pid_t spawn_broker(const char *who, const char *broker, const char *socket_path,
         _exit(127);
     }
     close(pfd[1]);
-    char buf[16];
-    size_t got = 0;
-    long long deadline = now_ms() + timeout_ms;
-    while (got < 6) {
-        long long left = deadline - now_ms();
-        if (left <= 0)
-            break;
-        struct pollfd p = { .fd = pfd[0], .events = POLLIN };
-        int r = poll(&p, 1, (int)left);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        ssize_t k = read(pfd[0], buf + got, sizeof buf - 1 - got);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            break;
-        got += (size_t)k;
-    }
+    int e = 0;
+    char reason[COORD_READY_LINE_MAX];
+    enum coord_ready r = coord_ready_await(pfd[0], timeout_ms, &e, reason, sizeof reason);
     close(pfd[0]);
-    if (got < 6 || memcmp(buf, "ready\n", 6) != 0) {
-        fprintf(stderr, "%s: %s did not become ready\n", who, broker);
+    if (r != COORD_READY_OK) {
+        if (r == COORD_READY_ERROR)
+            fprintf(stderr, "%s: %s did not start: %s\n", who, broker, reason);
+        else if (r == COORD_READY_TIMEOUT)
+            fprintf(stderr, "%s: %s did not become ready within %d ms (its log: %s)\n",
+                    who, broker, timeout_ms, log_path);
+        else
+            fprintf(stderr, "%s: %s exited before it was ready (its log: %s)\n",
+                    who, broker, log_path);
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
         return -1;

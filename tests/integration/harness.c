@@ -15,6 +15,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "paths.h"
+#include "ready.h"
 #include "harness.h"
 #include "proc.h"
 
@@ -247,16 +249,12 @@ static void check_log(const struct broker_proc *bp)
 
 bool broker_await_ready(int ready_fd, int timeout_ms)
 {
-    char line[16] = { 0 };
-    struct pollfd p = { ready_fd, POLLIN, 0 };
-    ssize_t n = -1;
-    int pr;
-    while ((pr = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR)
-        ;
-    if (pr == 1)
-        n = read(ready_fd, line, sizeof line - 1);
+    char reason[COORD_READY_LINE_MAX];
+    enum coord_ready r = coord_ready_await(ready_fd, timeout_ms, NULL, reason, sizeof reason);
     close(ready_fd);
-    return n > 0 && strncmp(line, "ready", 5) == 0;
+    if (r == COORD_READY_ERROR)
+        fprintf(stderr, "the broker did not start: %s\n", reason);
+    return r == COORD_READY_OK;
 }
 
 int broker_start(struct broker_proc *bp, const char *const *extra)
