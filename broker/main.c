@@ -201,7 +201,7 @@ int main(int argc, char **argv)
         { NULL, 0, NULL, 0 },
     };
     int ch;
-    unsigned long long v;
+    unsigned long long v = 0;          /* parse_num sets it only when valid */
     bool etcd_prefix_set = false;
     while ((ch = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
         int bad = 0;
