@@ -130,7 +130,7 @@ static void sub_remove(struct sub *s)
 void channels_conn_closed(struct conn *c)
 {
     while (!list_empty(&c->subs))
-        sub_remove(list_entry(c->subs.next, struct sub, conn_link));
+        sub_remove(list_entry(list_shift(&c->subs), struct sub, conn_link));
 }
 
 /* Appends the frame in C.scratch to every subscriber but 'except'. */

@@ -38,6 +38,21 @@ static inline void list_del(struct list *n)
     n->prev = n->next = n;
 }
 
+/* Unlinks and returns the first node of a list that is not empty.  The
+ * loop that empties a list while freeing its entries, `while
+ * (!list_empty(h)) drop(list_entry(list_shift(h), ...))`, written with it
+ * rather than with h->next: the store to h->next is then direct, and
+ * clang's analyzer sees the list move on (through n->prev it cannot, and
+ * reports the freed entry as used again). */
+static inline struct list *list_shift(struct list *head)
+{
+    struct list *n = head->next;
+    head->next = n->next;
+    n->next->prev = head;
+    n->prev = n->next = n;
+    return n;
+}
+
 #define list_entry(ptr, type, member) \
     ((type *)((char *)(ptr) - offsetof(type, member)))
 
