@@ -23,6 +23,7 @@
 #include "bench.h"
 
 struct echo_conn {
+    struct echo_conn *prev, *next;   /* echo_server.conns */
     int fd;
     uint8_t *pend;               /* bytes a write could not take */
     size_t plen, pcap;
@@ -32,6 +33,7 @@ struct echo_server {
     int lfd, ep, stopfd;
     pthread_t th;
     pid_t child;                 /* process mode */
+    struct echo_conn *conns;     /* the server thread's open connections */
     char path[256];
     uint8_t buf[65536];
 };
@@ -40,6 +42,12 @@ static void echo_drop(struct echo_server *s, struct echo_conn *c)
 {
     epoll_ctl(s->ep, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
     free(c->pend);
     free(c);
 }
@@ -128,7 +136,12 @@ static void on_accept(struct echo_server *s)
         if (epoll_ctl(s->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
             close(fd);
             free(c);
+            continue;
         }
+        c->next = s->conns;
+        if (s->conns)
+            s->conns->prev = c;
+        s->conns = c;
     }
 }
 
@@ -238,7 +251,12 @@ void echo_stop(struct echo_server *s)
         waitpid(s->child, NULL, 0);
     } else {
         pthread_join(s->th, NULL);
-        /* connections still open are left to the process's exit */
+        for (struct echo_conn *c = s->conns, *next; c; c = next) {
+            next = c->next;
+            close(c->fd);
+            free(c->pend);
+            free(c);
+        }
         close(s->lfd);
         close(s->ep);
     }

@@ -34,7 +34,7 @@ static double fsync_rate(const char *dir, size_t size, unsigned dur_ms, char *wh
             break;
         }
         n++;
-    } while ((t = now_ns()) < end);
+    } while (now_ns() < end);
     t = now_ns();
     free(buf);
     close(fd);
@@ -635,7 +635,6 @@ void sc_fanout(struct bench *b, struct result *r)
     unsigned sent = 0, replied = 0, short_delivery = 0;
     uint64_t events = 0, want = (uint64_t)nmsg * NS;
     uint64_t t0 = now_ns(), deadline = t0 + 60000000000ull;
-    rc = 0;
     while (replied < nmsg || events < want) {
         while (sent < nmsg && sent - replied < WINDOW) {
             coord_enc e;

@@ -201,10 +201,10 @@ static int drain_op(struct term *t, const char *base, const char *op)
     if (settled_here(t, op))
         return 0;
     int rc = keep_lease(t);
-    coord_claim_result cl;
+    coord_claim_result cl = { 0 };
     if (rc == 0)
         rc = coord_leader_claim(t->c, "outbox", 6, t->gen, op, &cl);
-    if (rc < 0) {
+    if (rc != 0) {
         fprintf(stderr, "%s: claim %s: %s\n", tab, op, coord_strerror(rc));
         return rc == COORD_EFENCED ? 3 : 1;
     }
