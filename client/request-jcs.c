@@ -260,18 +260,21 @@ static int put_value(struct rk_buf *b, json_t *v, char *err)
     }
     case JSON_OBJECT: {
         size_t n = json_object_size(v), i = 0;
-        struct member *m = n ? malloc(n * sizeof *m) : NULL;
+        struct member *m = n ? calloc(n, sizeof *m) : NULL;
         if (n && !m)
             return COORD_ENOMEM;
         const char *k;
         size_t kl;
         json_t *val;
         json_object_keylen_foreach(v, k, kl, val) {
+            if (i == n)
+                break;                /* never: the object's size was n */
             m[i].key = k;
             m[i].len = kl;
             m[i].value = val;
             i++;
         }
+        n = i;
         if (n > 1)
             qsort(m, n, sizeof *m, member_cmp);
         rk_putc(b, '{');

@@ -121,7 +121,7 @@ static void raw_value(const uint8_t *p, struct value *v)
     else if (b >= 0xd0 && b <= 0xd3) {
         unsigned n = 1u << (b - 0xd0);
         uint64_t raw = coord_read_be(p + 1, n);
-        bool neg = raw >> (n * 8 - 1);
+        bool neg = (p[1] & 0x80) != 0;  /* big-endian: the first byte's top bit */
         if (neg) {
             v->type = V_NEGINT;
         } else {
@@ -191,6 +191,8 @@ static const uint8_t *index_find(const coord_index *idx, const char *key, size_t
     while (p < end) {
         struct value k;
         raw_value(p, &k);
+        if (k.type != V_STR)
+            return NULL;              /* not after coord_frame_index */
         const uint8_t *val = k.ptr + k.len;
         if (k.type == V_STR && k.len == klen && (klen == 0 || memcmp(k.ptr, key, klen) == 0))
             return val;
