@@ -80,6 +80,7 @@ int cmd_lock(struct ctl *ctl, int argc, char **argv)
         { "timeout", required_argument, NULL, 'w' },
         { "steal", no_argument, NULL, 'S' },
         { "lease", required_argument, NULL, 'L' },
+        { "json", no_argument, NULL, 'j' },
         { NULL, 0, NULL, 0 },
     };
     coord_lock_opts o;
@@ -106,6 +107,9 @@ int cmd_lock(struct ctl *ctl, int argc, char **argv)
                 return ctl_usage(ctl, "-w needs a number of seconds, not %s", optarg);
             have_wait = true;
             wait_arg = optarg;
+            break;
+        case 'j':
+            ctl->json = true;
             break;
         case 'L':
             if (!ctl_parse_seconds(optarg, &o.lease_ms) || o.lease_ms == 0)
@@ -146,11 +150,11 @@ int cmd_lock(struct ctl *ctl, int argc, char **argv)
         return rc;
     rc = coord_lock_acquire(ctl->c, name, strlen(name), &o, &lr.lock, &lr.token);
     if (rc == COORD_LOCK_BUSY) {
-        fprintf(stderr, "coordctl: lock: %s is busy\n", lr.hold.shown);
+        ctl_error(ctl, "BUSY", "%s is busy", lr.hold.shown);
         rc = CTL_EXIT_FAIL;
     } else if (rc == COORD_ETIMEOUT) {
-        fprintf(stderr, "coordctl: lock: timed out after %s s waiting for %s\n",
-                wait_arg ? wait_arg : "?", lr.hold.shown);
+        ctl_error(ctl, "TIMEOUT", "timed out after %s s waiting for %s",
+                  wait_arg ? wait_arg : "?", lr.hold.shown);
         rc = CTL_EXIT_FAIL;
     } else if (rc < 0) {
         rc = ctl_fail_call(ctl, "lock", rc);
@@ -215,6 +219,43 @@ static void add_rows(struct ctl_rows *t, coord_map m, const char *list, bool hel
     }
 }
 
+/* "LIST":[entries], without the leadership locks unless all. */
+static void json_list(coord_map m, const char *list, bool all, size_t *hidden)
+{
+    printf("\"%s\":[", list);
+    size_t count = coord_map_array_len(m, list);
+    bool first = true;
+    for (size_t i = 0; i < count; i++) {
+        coord_map e;
+        if (!coord_map_array_at(m, list, i, &e))
+            continue;
+        if (!all && internal_lock(e)) {
+            (*hidden)++;
+            continue;
+        }
+        if (!first)
+            putchar(',');
+        first = false;
+        ctl_print_json_inline(e);
+    }
+    putchar(']');
+}
+
+/* --json: {"held":[...],"pending":[...],"hidden":N,"truncated":B}, the
+ * entries as the broker's lock.query has them (name, mode, token, conn,
+ * pid, client, age_ms), "hidden" the leadership locks left out (-a: 0). */
+static void json_locks(coord_map m, bool all)
+{
+    size_t hidden = 0;
+    bool truncated = false;
+    coord_map_bool(m, "truncated", &truncated);
+    putchar('{');
+    json_list(m, "held", all, &hidden);
+    putchar(',');
+    json_list(m, "pending", all, &hidden);
+    printf(",\"hidden\":%zu,\"truncated\":%s}\n", hidden, truncated ? "true" : "false");
+}
+
 int cmd_locks(struct ctl *ctl, int argc, char **argv)
 {
     bool all = false;
@@ -235,9 +276,9 @@ int cmd_locks(struct ctl *ctl, int argc, char **argv)
         return ctl_fail_call(ctl, "lock.query", rc);
     coord_map m = coord_reply_map(reply);
     if (ctl->json) {
-        rc = ctl_print_json(m);
+        json_locks(m, all);
         coord_reply_free(reply);
-        return rc;
+        return CTL_EXIT_OK;
     }
     struct ctl_rows t = { .ncols = NCOLS, .titles = col_titles };
     size_t hidden = 0;
