@@ -40,10 +40,14 @@ static const struct ctl_command commands[] = {
     { "locks",  "[-a]", "held and pending locks (like navigator.locks.query()); the\n"
                     "broker's own leadership locks (-leader/WS) only with -a, --all",
                     cmd_locks },
-    { "lock",   "[-s] [-n] [-w SECONDS] [--steal] [--lease SECONDS] NAME -- CMD...",
+    { "lock",   "[-s] [-n] [-w SECONDS] [-E STATUS] [-v] [--steal]\n"
+                "[--lease SECONDS] NAME -- CMD...",
                 "run CMD holding the lock NAME, like flock(1): -s shared, -n exit 1\n"
-                "at once when busy, -w give up after SECONDS (exit 1), --steal break\n"
-                "the holders, --lease renew a lease of SECONDS while CMD runs.\n"
+                "at once when busy, -w give up after SECONDS (exit 1),\n"
+                "-E, --conflict-exit-code STATUS exit STATUS instead of 1 when busy\n"
+                "or timed out, -v, --verbose say on stderr who holds it while we\n"
+                "wait and how long the wait took, --steal break the holders,\n"
+                "--lease renew a lease of SECONDS while CMD runs.\n"
                 "CMD sees COORD_LOCK_TOKEN and COORD_LOCK_NAME; its process group\n"
                 "gets SIGINT/SIGTERM/SIGHUP sent to coordctl, and SIGTERM when the\n"
                 "lock is lost (stolen, expired, broker gone).  Exit status: CMD's\n"
