@@ -141,11 +141,15 @@ static const struct ctl_command commands[] = {
     { "disable", "WORKSTREAM", "the kill switch: fence the leader, refuse campaigns\n"
                 "(prints the new generation)", cmd_disable },
     { "enable", "WORKSTREAM", "lift disable", cmd_enable },
-    { "watch",  "[-q] [-c COUNT] [CHANNEL...]",
+    { "watch",  "[-q] [-c COUNT] [--kind KIND[,KIND...]]\n"
+                "[--name PATTERN] [CHANNEL...]",
                 "live events, one line each, until interrupted (default: the\n"
                 "broker's channels -locks -flights -leaders; user channels show\n"
                 "their messages).  --json: each event as a JSON object.  -q: no\n"
-                "\"listening\" line on stderr.  -c: exit 0 after COUNT events", cmd_watch },
+                "\"listening\" line on stderr.  -c: exit 0 after COUNT events.\n"
+                "--kind lock, flight, leader, channel: only those events (without\n"
+                "CHANNEL: only those broker channels).  --name: only the locks,\n"
+                "flight keys, workstreams, channels matching the shell PATTERN", cmd_watch },
     { "publish", "[-w SECONDS] CHANNEL DATA", "send DATA to the other subscribers of CHANNEL;\n"
                 "prints \"delivered N\"; -w: while nobody is subscribed, try again\n"
                 "for up to SECONDS", cmd_publish },
