@@ -178,6 +178,7 @@ COORD_API int coord_flight_join(coord_t *c, const void *key, size_t key_len,
         return COORD_EINVAL;
     coord_reply_t *reply = NULL;
     int rc = coord__call_free(c, join_req(key, key_len, o), &reply);
+    coord__wait_timed_out(c, rc, "no result", o ? o->wait_ms : 0);
     if (rc < 0)
         return rc;
     rc = join_result(c, reply, out);
@@ -188,6 +189,7 @@ COORD_API int coord_flight_join(coord_t *c, const void *key, size_t key_len,
 struct join_ctx {
     coord_flight_cb cb;
     void *ud;
+    uint64_t wait_ms;
 };
 
 /* Runs exactly once per request (client.c guarantees it, COORD_ECLOSED
@@ -198,6 +200,7 @@ static void on_join_reply(coord_t *c, int status, const coord_reply_t *reply, vo
     free(ud);
     coord_flight f;
     memset(&f, 0, sizeof f);
+    coord__wait_timed_out(c, status, "no result", ctx.wait_ms);
     if (status == 0)
         status = join_result(c, reply, &f);
     if (ctx.cb)
@@ -217,6 +220,7 @@ COORD_API int coord_flight_join_async(coord_t *c, const void *key, size_t key_le
     if (ctx) {
         ctx->cb = cb;
         ctx->ud = ud;
+        ctx->wait_ms = o ? o->wait_ms : 0;
     }
     return coord__send_ctx(c, join_req(key, key_len, o), on_join_reply, ctx, rid_out);
 }

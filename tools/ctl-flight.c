@@ -423,6 +423,7 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
         { "stale", required_argument, NULL, 's' },
         { "fallback", required_argument, NULL, 'f' },
         { "key-from-request", no_argument, NULL, 'K' },
+        { "json", no_argument, NULL, 'j' },
         CTL_KEY_LONGOPTS,
         { NULL, 0, NULL, 0 },
     };
@@ -464,6 +465,9 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
             break;
         case 'K':
             from_request = true;
+            break;
+        case 'j':
+            ctl->json = true;
             break;
         case ':':
             return ctl_usage(ctl, "%s needs a value", argv[optind - 1]);
@@ -535,8 +539,8 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
         if (rc == COORD_ETIMEOUT && deadline < 0)
             continue;              /* a long chain of owners: wait on */
         if (rc == COORD_ETIMEOUT) {
-            fprintf(stderr, "coordctl: once: %s: no result within %s s\n", o.shown,
-                    wait_arg);
+            ctl_error(ctl, "TIMEOUT", "%s: timed out after %s s waiting for a result",
+                      o.shown, wait_arg);
             rc = CTL_EXIT_FAIL;
         } else if (rc < 0 && run_fallback &&
                    (rc == COORD_ECLOSED || rc == COORD_ESHUTTING_DOWN)) {
@@ -651,44 +655,46 @@ static int print_disabled(struct ctl *ctl)
     return CTL_EXIT_OK;
 }
 
-/* --json: flight.list's object with "disabled": [prefixes] added. */
+/* --json: flight.list's object ({"flights":[...]}, "truncated" when cut)
+ * with "disabled": [prefixes] added ([] from a broker without the kill
+ * switch). */
 static int flights_json(struct ctl *ctl, coord_reply_t *list)
 {
-    char *j = coord_map_json(coord_reply_map(list));
-    coord_reply_free(list);
     coord_req_t *r = coord_req_new("flight.disabled");
     coord_reply_t *reply = NULL;
     int rc = r ? coord_call(ctl->c, r, &reply) : COORD_ENOMEM;
     coord_req_free(r);
-    char *arr = NULL;
+    if (rc < 0 && rc != COORD_EUNKNOWN_OP) {
+        coord_reply_free(list);
+        return ctl_fail_call(ctl, "flight.disabled", rc);
+    }
+    bool first = true;
+    putchar('{');
+    ctl_json_members(coord_reply_map(list), &first);
+    printf("%s\"disabled\":", first ? "" : ",");
     if (rc == 0) {
         coord_map m = coord_reply_map(reply);
-        for (size_t i = 0; i < coord_map_size(m); i++) {
+        size_t n = coord_map_size(m);
+        bool found = false;
+        for (size_t i = 0; i < n && !found; i++) {
             const char *k;
             size_t kn;
             if (coord_map_entry(m, i, &k, &kn) == COORD_TYPE_ARRAY && kn == 8 &&
-                !memcmp(k, "prefixes", 8))
-                arr = coord_map_value_json(m, i);
+                !memcmp(k, "prefixes", 8)) {
+                char *arr = coord_map_value_json(m, i);
+                fputs(arr ? arr : "[]", stdout);
+                free(arr);
+                found = true;
+            }
         }
-        coord_reply_free(reply);
+        if (!found)
+            fputs("[]", stdout);
+    } else {
+        fputs("[]", stdout);
     }
-    size_t jn = j ? strlen(j) : 0;
-    if (!j || jn < 2 || (rc == 0 && !arr)) {
-        free(j);
-        free(arr);
-        fprintf(stderr, "coordctl: flights: out of memory\n");
-        return CTL_EXIT_FAIL;
-    }
-    if (rc < 0 && rc != COORD_EUNKNOWN_OP) {
-        free(j);
-        return ctl_fail_call(ctl, "flight.disabled", rc);
-    }
-    if (arr)
-        printf("%.*s%s\"disabled\":%s}\n", (int)(jn - 1), j, jn > 2 ? "," : "", arr);
-    else
-        puts(j);
-    free(j);
-    free(arr);
+    puts("}");
+    coord_reply_free(reply);
+    coord_reply_free(list);
     return CTL_EXIT_OK;
 }
 
@@ -708,7 +714,9 @@ static int flights_switch(struct ctl *ctl, int argc, char **argv, bool disable)
     if (rc < 0)
         return ctl_fail_call(ctl, disable ? "flight.disable" : "flight.enable", rc);
     if (ctl->json) {
-        printf("{}\n");
+        fputs("{\"prefix\":", stdout);
+        ctl_json_text(prefix, strlen(prefix));
+        printf(",\"disabled\":%s}\n", disable ? "true" : "false");
     } else {
         char *e = ctl_escape(prefix, strlen(prefix));
         printf("single-flight %s for prefix \"%s\"%s\n", disable ? "disabled" : "enabled",

@@ -467,6 +467,7 @@ int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
         { "steal", no_argument, NULL, 'S' },
         { "protocol", required_argument, NULL, 'P' },
         { "incident", required_argument, NULL, 'I' },
+        { "json", no_argument, NULL, 'j' },
         { NULL, 0, NULL, 0 },
     };
     coord_leader_opts o;
@@ -498,6 +499,9 @@ int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
             if (!strchr(optarg, '@'))
                 return ctl_usage(ctl, "--protocol needs NAME@VERSION, not %s", optarg);
             o.protocol = optarg;
+            break;
+        case 'j':
+            ctl->json = true;
             break;
         case 'I':
             if (!*optarg)

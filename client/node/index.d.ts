@@ -388,7 +388,12 @@ export declare class Client extends EventTarget {
   once<T>(key: string, fn: (ctx: OnceContext) => T | PromiseLike<T>, options?: OnceOptions): Promise<OnceResult<Awaited<T>>>;
   /** The canonical request key of an HTTP request (needs no broker). */
   requestKey(request: RequestKeyInput): { key: string; canonical: string };
-  leader<T>(workstream: string, fn: (leader: Leader | null) => T | PromiseLike<T>): Promise<Awaited<T>>;
+  /** fn gets the Leader once elected (a campaign that is not granted rejects: timeout, abort). */
+  leader<T>(workstream: string, fn: (leader: Leader) => T | PromiseLike<T>): Promise<Awaited<T>>;
+  /** ifAvailable: fn gets null when someone else leads. */
+  leader<T>(workstream: string, options: LeaderOptions & { ifAvailable: true }, fn: (leader: Leader | null) => T | PromiseLike<T>): Promise<Awaited<T>>;
+  leader<T>(workstream: string, options: LeaderOptions & { ifAvailable?: false }, fn: (leader: Leader) => T | PromiseLike<T>): Promise<Awaited<T>>;
+  /** ifAvailable not known until run time: null is possible. */
   leader<T>(workstream: string, options: LeaderOptions, fn: (leader: Leader | null) => T | PromiseLike<T>): Promise<Awaited<T>>;
   watch(channels: string | string[], options?: { signal?: AbortSignal }): Watch;
   /** The broker's counters, camelCase; latency: {lockWait, lockHold, flightRun, followerWait, leaderTransition}. */
