@@ -296,13 +296,22 @@ static void send_abort_event(struct conn *c, const struct flight *f, enum reason
     conn_enc_finish(c, &e);
 }
 
+/* An owner reply's fields: role, flight, fence, and the flight's version
+ * (the one it is found under) when it has one. */
+static void encode_owner(coord_enc *e, const struct flight *f)
+{
+    coord_enc_kv_cstr(e, "role", "owner");
+    coord_enc_kv_uint(e, "flight", f->id);
+    coord_enc_kv_uint(e, "fence", f->fence);
+    if (f->version_len)
+        coord_enc_kv_name(e, "version", f->version, f->version_len);
+}
+
 static void reply_owner(struct conn *c, uint64_t rid, const struct flight *f)
 {
     coord_enc e;
     conn_enc_begin_reply(c, &e, rid);
-    coord_enc_kv_cstr(&e, "role", "owner");
-    coord_enc_kv_uint(&e, "flight", f->id);
-    coord_enc_kv_uint(&e, "fence", f->fence);
+    encode_owner(&e, f);
     conn_enc_finish(c, &e);
 }
 
@@ -918,9 +927,7 @@ static void start_flight(struct conn *c, uint64_t rid, uint8_t *skey, size_t skl
     transition("started", fl, fl->fence, REASON_NONE, TR_NONE);
     coord_enc e;
     conn_enc_begin_reply(c, &e, rid);
-    coord_enc_kv_cstr(&e, "role", "owner");
-    coord_enc_kv_uint(&e, "flight", fl->id);
-    coord_enc_kv_uint(&e, "fence", fl->fence);
+    encode_owner(&e, fl);
     if (bypass)
         coord_enc_kv_bool(&e, "bypass", true);
     if (stale) {
@@ -1029,9 +1036,7 @@ static bool supersede(struct conn *c, uint64_t rid, struct flight *fl, const str
     transition("started", fl, fl->fence, REASON_SUPERSEDED, TR_NONE);
     coord_enc e;
     conn_enc_begin_reply(c, &e, rid);
-    coord_enc_kv_cstr(&e, "role", "owner");
-    coord_enc_kv_uint(&e, "flight", fl->id);
-    coord_enc_kv_uint(&e, "fence", fl->fence);
+    encode_owner(&e, fl);
     coord_enc_kv_uint(&e, "superseded", fl->superseded_fence);
     conn_enc_finish(c, &e);
     return true;

@@ -508,6 +508,10 @@ typedef struct coord_flight {
     uint64_t stale_fence;      /* revalidation: the fence that wrote it */
     uint64_t superseded;       /* we took the flight over (supersede,
                                   priority): the old owner's fence; else 0 */
+    char *version;             /* OWNER: the flight's version (the one it is
+                                  found under: a promoted or superseding
+                                  caller of another version runs it), a
+                                  NUL-terminated copy; NULL when none */
     /* RESULT */
     void *result;              /* the result bytes, with one NUL byte after
                                   them (so text can be used as a C string);

@@ -45,6 +45,7 @@ COORD_API void coord_flight_clear(coord_flight *f)
     free(f->stale_result);
     free(f->error_code);
     free(f->error_message);
+    free(f->version);
     memset(f, 0, sizeof *f);
 }
 
@@ -117,6 +118,11 @@ static int join_result(coord_t *c, const coord_reply_t *reply, coord_flight *out
             goto bad;
         coord_map_bool(m, "bypass", &out->bypass);
         coord_map_uint(m, "superseded", &out->superseded);
+        const char *ver = NULL;
+        size_t vn = 0;
+        coord__map_bytes(m, "version", &ver, &vn);
+        if (vn && !(out->version = dup_str_field(m, "version")))
+            goto nomem;
         if (coord_map_map(m, "stale", &st)) {
             /* the owner of a revalidation: the stale record it replaces */
             const void *p = NULL;
@@ -668,6 +674,8 @@ COORD_API int coord_once(coord_t *c, const void *key, size_t key_len,
     out->stale_age_ms = f.stale_age_ms;
     out->stale_fence = f.stale_fence;
     out->superseded = f.superseded;
+    out->version = f.version;
+    f.version = NULL;
     out->retried = retried;
     f.stale_result = NULL;
     coord_flight_clear(&f);

@@ -170,7 +170,7 @@ export interface OnceResult<T> {
 }
 
 export type JoinResult =
-  | { role: 'owner'; key: string; flight: number; fence: number; signal: AbortSignal; bypass: boolean; stale?: { result: Uint8Array; ageMs: number; fence: number }; superseded?: number }
+  | { role: 'owner'; key: string; flight: number; fence: number; signal: AbortSignal; bypass: boolean; stale?: { result: Uint8Array; ageMs: number; fence: number }; superseded?: number; version?: string }
   | { role: 'result'; key: string; result: Uint8Array; fence: number; ageMs: number; source: 'live' | 'record'; stale: boolean; revalidating: boolean }
   | { role: 'failed'; key: string; error: { code: string; message: string }; retryable: boolean; retryAfter?: number; fence?: number; ageMs?: number; source?: 'live' | 'record' | 'backoff' };
 

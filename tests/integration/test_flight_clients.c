@@ -78,6 +78,7 @@ static void test_lib_supersede_and_versions(void)
     REQUIRE(coord_flight_join(b, "k", 1, &sup, &fb) == 0 && fb.role == COORD_FLIGHT_OWNER);
     CHECK_EQ_U(fb.flight, fa.flight);
     CHECK_EQ_U(fb.superseded, fa.fence);
+    CHECK(fb.version && strcmp(fb.version, "v1") == 0);
     CHECK(fb.fence > fa.fence);
     coord_reply_t *ev = NULL;
     coord_flight_abort ab;

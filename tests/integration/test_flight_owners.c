@@ -328,6 +328,7 @@ static void test_two_versions_race(void)
     join(new1, 2, (struct join){ .key = "cfg", .version = "v2", .other = "own" });
     REQUIRE(rcl_reply(new1, 2, T, &m) == 0 && role_is("owner"));
     uint64_t f2 = msg_uint(&m, "flight"), e2 = msg_uint(&m, "fence");
+    CHECK(str_is("version", "v2"));
     CHECK(f2 != f1);
     /* the next v2 follows the v2 flight, whatever its policy */
     join(new2, 2, (struct join){ .key = "cfg", .version = "v2" });

@@ -175,6 +175,7 @@ export class Flight {
         const { ac } = owned;
         const o = { role: 'owner', key, flight, fence, signal: ac.signal, bypass: r.bypass === true };
         if (r.superseded !== undefined) o.superseded = client._id(r.superseded, 'superseded');
+        if (r.version !== undefined) o.version = r.version;
         if (r.stale && typeof r.stale === 'object')
           o.stale = { result: r.stale.result, ageMs: r.stale.age_ms, fence: r.stale.fence };
         return o;

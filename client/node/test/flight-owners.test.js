@@ -99,6 +99,10 @@ test('supersede: the stale owner is aborted and fenced, its follower gets the fr
   const j2 = await b.flight.join(k2, { priority: 2 });
   assert.equal(j2.role, 'owner');
   assert.equal(j2.superseded, j1.fence);
+  const k3 = uniq('ver');
+  const jv = await a.flight.join(k3, { version: 'v9' });
+  assert.equal(jv.version, 'v9');
+  await a.flight.complete(jv.flight, jv.fence, new Uint8Array([9]));
   await assert.rejects(a.flight.complete(j1.flight, j1.fence, new Uint8Array([1])),
     (x) => x instanceof FencedError && x.reason === 'superseded');
   await b.flight.complete(j2.flight, j2.fence, new Uint8Array([2]));
