@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "breaks.h"
 #include "budget.h"
 #include "coord-ops.h"
 #include "deadline.h"
@@ -586,6 +587,9 @@ static struct flight *owned_flight(struct conn *c, uint64_t rid, uint64_t id, ui
             flight_free(f);            /* the owner has heard: the tombstone goes */
         return NULL;
     }
+    if (BROKEN(SUPERSEDED_ACCEPTED) && !f->completing && f->owner &&
+        f->superseded_fence && f->superseded_fence == fence)
+        return f;                      /* the stale owner's result, taken */
     if (f->completing || !f->owner || f->owner->conn != c || f->fence != fence) {
         F.fenced++;
         struct tr t = { c, NULL, -1, -1, NULL };

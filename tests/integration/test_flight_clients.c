@@ -51,16 +51,20 @@ static coord_t *watcher(void)
     return w;
 }
 
-/* Waits for the -flights event `what` (earlier ones skipped). */
-static bool await_what(coord_t *w, const char *what)
+/* Waits for the -flights event `what` of key (earlier ones skipped). */
+static bool await_what(coord_t *w, const char *what, const char *key)
 {
     for (;;) {
         coord_reply_t *ev = NULL;
         if (coord_next_event(w, T, &ev) < 0)
             return false;
         coord_lifecycle lc;
+        const char *k = NULL;
+        size_t kn = 0;
         bool hit = coord_event_lifecycle(ev, &lc) && lc.what_len == strlen(what) &&
-                   memcmp(lc.what, what, lc.what_len) == 0;
+                   memcmp(lc.what, what, lc.what_len) == 0 &&
+                   coord_map_str(coord_reply_map(ev), "key", &k, &kn) &&
+                   kn == strlen(key) && memcmp(k, key, kn) == 0;
         coord_reply_free(ev);
         if (hit)
             return true;
@@ -138,7 +142,7 @@ struct completer {
 static void *complete_after_rejoin(void *p)
 {
     struct completer *k = p;
-    if (await_what(k->w, "follower_timeout") && await_what(k->w, "joined"))
+    if (await_what(k->w, "follower_timeout", "slow") && await_what(k->w, "joined", "slow"))
         coord_flight_complete(k->owner, k->f.flight, k->f.fence, "shared", 6, 0, NULL);
     return NULL;
 }
@@ -207,9 +211,9 @@ static void test_ctl_supersede_and_fallback(void)
     coord_t *w = watcher();
     struct run owner, follower, fresh, late;
     ctl_start(&owner, ARGS("once", "feed", "--", "sh", "-c", "exec sleep 60"));
-    REQUIRE(await_what(w, "started"));
+    REQUIRE(await_what(w, "started", "feed"));
     ctl_start(&follower, ARGS("once", "feed", "--", "echo", "never"));
-    REQUIRE(await_what(w, "joined"));
+    REQUIRE(await_what(w, "joined", "feed"));
     ctl_start(&fresh, ARGS("once", "--supersede", "--version", "2", "feed", "--", "echo",
                            "fresh"));
     CHECK_EQ(run_finish(&fresh, T), 0);
@@ -226,7 +230,7 @@ static void test_ctl_supersede_and_fallback(void)
 
     /* --fallback run after --wait */
     ctl_start(&owner, ARGS("once", "hang", "--", "sh", "-c", "exec sleep 60"));
-    REQUIRE(await_what(w, "started"));
+    REQUIRE(await_what(w, "started", "hang"));
     ctl_start(&late, ARGS("once", "--wait", "0.1", "--fallback", "run", "hang", "--", "sh",
                           "-c", "echo here:$COORD_FLIGHT_FALLBACK"));
     CHECK_EQ(run_finish(&late, T), 0);
