@@ -142,8 +142,9 @@ static void transition(const char *what, const struct flight *f, uint64_t fence,
     struct flight_event ev = {
         .what = what, .flight = f->id, .fence = fence, .skey = f->skey,
         .sklen = f->by_key.keylen, .reason = why, .owner = who,
-        .started_ms = who ? f->owner_wall_ms : 0,
-        .deadline_ms = who ? f->owner_deadline_ms : 0,
+        /* a fenced caller is not the owner whose times the flight keeps */
+        .started_ms = who && strcmp(what, "fenced") ? f->owner_wall_ms : 0,
+        .deadline_ms = who && strcmp(what, "fenced") ? f->owner_deadline_ms : 0,
         .version = om ? om->version : f->version,
         .version_len = om ? om->version_len : f->version_len,
         .duration_ms = t.run_ms, .wait_ms = t.wait_ms,
