@@ -24,7 +24,26 @@ static void start(void)
     static const char *const args[] = { "--log-level", "info", NULL };
     start_or_exit(&bp, args);
 }
-static void stop(void) { stop_and_clean(&bp); }
+/* The test's clients, closed when it stops. */
+static struct rcl *opened[16];
+
+static void stop(void)
+{
+    for (size_t i = 0; i < sizeof opened / sizeof opened[0]; i++) {
+        rcl_close(opened[i]);
+        opened[i] = NULL;
+    }
+    stop_and_clean(&bp);
+}
+
+/* Closes c now (a client cut off). */
+static void drop(struct rcl *c)
+{
+    for (size_t i = 0; i < sizeof opened / sizeof opened[0]; i++)
+        if (opened[i] == c)
+            opened[i] = NULL;
+    rcl_close(c);
+}
 
 static bool role_is(const char *role) { return msg_str_is(&m, "role", role, strlen(role)); }
 static bool str_is(const char *key, const char *s) { return msg_str_is(&m, key, s, strlen(s)); }
@@ -44,7 +63,13 @@ static struct rcl *client_as(const char *client, uint64_t pid, const char *insta
         fprintf(stderr, "hello of %s failed\n", client);
         exit(1);
     }
-    return c;
+    for (size_t i = 0; i < sizeof opened / sizeof opened[0]; i++)
+        if (!opened[i]) {
+            opened[i] = c;
+            return c;
+        }
+    fprintf(stderr, "too many clients\n");
+    exit(1);
 }
 
 struct join {
@@ -308,7 +333,7 @@ static void test_supersede(void)
     REQUIRE(waits(e));
     join(d, 4, (struct join){ .key = "feed2", .supersede = true });
     REQUIRE(rcl_reply(d, 4, T, &m) == 0 && role_is("owner"));
-    rcl_close(d);
+    drop(d);
     REQUIRE(rcl_reply(e, 4, T, &m) == 0 && role_is("owner"));
     stop();
 }
@@ -383,12 +408,12 @@ static void test_two_versions_race(void)
     uint64_t fk = msg_uint(&m, "flight");
     join(compat, 6, (struct join){ .key = "k2", .version = "v2", .other = "own" });
     REQUIRE(waits(compat));
-    rcl_close(new2);
+    drop(new2);
     REQUIRE(rcl_reply(compat, 6, T, &m) == 0 && role_is("owner"));
     CHECK_EQ_U(msg_uint(&m, "flight"), fk);
     struct rcl *w = client_as("watcher", 10, "w-1");
     REQUIRE(subscribe(w, 2, "-flights") == 0);
-    rcl_close(compat);
+    drop(compat);
     REQUIRE(next_what(w, "owner_lost"));
     CHECK(str_is("reason", "disconnect") && str_is("version", "v2"));
     join(old1, 7, (struct join){ .key = "k2", .version = "v2", .other = "own" });
