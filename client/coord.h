@@ -747,7 +747,9 @@ COORD_API void coord_work_retry_after(uint64_t retry_after_ms);
  *                     out->ran, else the owner's or a record's) or FAILED
  *                     (ours, the owner's or a backoff's: see retryable);
  *   COORD_EFENCED     work ran but its outcome was refused: our lease
- *                     (owner_ttl_ms) passed and another caller took over;
+ *                     (owner_ttl_ms) passed and another caller took over,
+ *                     or a superseding join did (coord_error_reason
+ *                     "superseded");
  *   COORD_ETIMEOUT    a follower waited wait_ms without a result;
  *   COORD_ETOO_LARGE  work's result does not fit a frame (the followers get
  *                     a FAILED "TOO_LARGE"); a key too long to keep a record
