@@ -178,7 +178,7 @@ export interface Flight {
   join(key: string, options?: Omit<OnceOptions, 'keep' | 'raw' | 'retryable' | 'fallback'>): Promise<JoinResult>;
   complete(flight: number, fence: number, result: Uint8Array, options?: { keep?: number }): Promise<{ delivered: number }>;
   fail(flight: number, fence: number, error: { code?: string; message?: string }, options?: { retryable?: boolean; retryAfter?: number; keep?: number }): Promise<{ delivered: number }>;
-  list(): Promise<Array<{ key: string; flight: number; fence: number; ownerConn: number; ownerPid?: number; followers: number; ageMs: number; completing?: boolean }>>;
+  list(): Promise<Array<{ key: string; flight: number; fence: number; ownerConn: number; ownerPid?: number; followers: number; ageMs: number; completing?: boolean; version?: string }>>;
   /** Kill switch: joins of keys under prefix ('' = all) bypass single-flight until enable(prefix). */
   disable(prefix: string): Promise<void>;
   enable(prefix: string): Promise<void>;
@@ -226,7 +226,7 @@ export interface RecordEntry {
 
 export interface Records {
   get(key: string, options?: { raw?: boolean }): Promise<RecordEntry | null>;
-  list(prefix?: string, options?: { limit?: number }): Promise<Array<{ key: string; status: string; fence: number; size: number; createdMs: number; expiresMs: number }> & { truncated?: true }>;
+  list(prefix?: string, options?: { limit?: number }): Promise<Array<{ key: string; status: string; fence: number; size: number; createdMs: number; expiresMs: number; client?: string; pid?: number; instance?: string; version?: string }> & { truncated?: true }>;
   purge(prefix?: string, options?: { counts?: false }): Promise<number>;
   purge(prefix: string, options: { counts: true }): Promise<{ deleted: number; fenced: number }>;
 }
