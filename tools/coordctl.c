@@ -60,7 +60,8 @@ static const struct ctl_command commands[] = {
                 "`once` runs CMD itself and keeps no record; durable until enable",
                 cmd_flights },
     { "once",   "[--keep SECONDS [--stale SECONDS]] [--wait SECONDS] [--ttl SECONDS]\n"
-                "[--fallback fail|run] (KEY | --key-from-request REQUEST-FLAGS) -- CMD...",
+                "[--fallback fail|run] [--supersede] [--version V [--own-version]]\n"
+                "(KEY | --key-from-request REQUEST-FLAGS) -- CMD...",
                 "single-flight CMD: one caller per KEY runs it, every concurrent\n"
                 "caller prints its stdout and exits with its status (128+N when\n"
                 "killed by signal N).  --keep reuse a successful result that long\n"
@@ -77,9 +78,13 @@ static const struct ctl_command commands[] = {
                 "its waiting callers, and every caller until that time is up, exit\n"
                 "75 at once with the failure on stderr (75 alone is a result).\n"
                 "--fallback run: when the broker cannot be reached (not running\n"
-                "and not startable, or gone while waiting), run CMD here without\n"
-                "coordination (COORD_FLIGHT_FALLBACK=1; a line on stderr says so);\n"
-                "fail (the default): exit 3",
+                "and not startable, or gone while waiting), or --wait passed, run\n"
+                "CMD here without coordination (COORD_FLIGHT_FALLBACK=1, or\n"
+                "=timeout; a line on stderr says which); fail (the default): exit\n"
+                "3 (1 after --wait).  --supersede: the running owner's work is\n"
+                "stale: take the flight over (its CMD is stopped, its followers\n"
+                "get ours).  --version V: CMD's version; --own-version: never\n"
+                "follow, nor take the kept result of, another version",
                 cmd_once },
     { "key",    "--method M --url U [--body-file F] [--content-type T]\n"
                 "[--header 'Name: value']... --user U [--tenant T] --auth-gen N\n"
