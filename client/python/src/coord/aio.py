@@ -31,7 +31,7 @@ from .core import (DEFAULT_MAX_FRAME, DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYT
 from .client import _UNREACHABLE, _fail_fields
 from .errors import (Aborted, Backoff, ConnectError, ConnectionLost, CoordError,
                      FlightFailed, LockLost, NotFound, ProtocolError, Refused, Timeout)
-from .handles import (LeaderTerm, Result, State, backstop, check_request_timeout,
+from .handles import (LeaderTerm, LockHandle, Result, backstop, check_request_timeout,
                       no_reply, owner_failure, wait_error)
 from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MAX_BACKOFF, MIN_HELLO_TIMEOUT,
                     MAX_SPAWNS, autostart, check_peer, check_socket_path, default_socket_path,
@@ -284,14 +284,6 @@ async def _wait(conn: _AConn, call: _ACall, owner: Any, give_back: GiveBack,
         owner._waiting = None
 
 
-def _cancel_waiting(owner: Any) -> bool:
-    w = owner._waiting
-    if w is None:
-        return False
-    w[0].fire("cancel", {"target": w[1].rid})
-    return True
-
-
 async def _stop(task: Optional["asyncio.Task[None]"]) -> None:
     if task is not None and task is not asyncio.current_task() and not task.done():
         task.cancel()
@@ -301,84 +293,57 @@ async def _stop(task: Optional["asyncio.Task[None]"]) -> None:
             pass
 
 
-class Lock:
-    """asyncio form of ``coord.Lock``: ``async with c.lock(name) as lk``."""
+async def _renew(conn: _AConn, op: str, fields: Dict[str, Any],
+                 left: float) -> Union[Reply, None, bool]:
+    """A renewal sent from a lease's task: its reply; None when no reply
+    came within ``left`` seconds (the lease's end: try again); False when
+    it could not be sent or the connection went (the task ends)."""
+    call = conn.fire(op, fields)
+    if call is None:
+        return False
+    try:
+        return await asyncio.wait_for(asyncio.shield(call.fut), max(0.001, left))
+    except asyncio.TimeoutError:
+        return None
+    except CoordError:
+        return False
+
+
+class Lock(LockHandle):
+    """A lock on ``name``, the asyncio form of ``coord.Lock``: ``async with
+    c.lock(name) as lk`` acquires it (raising ``Timeout``, ``Aborted``,
+    ``ConnectionLost``... when it cannot) and releases it.  ``lost`` (an
+    ``asyncio.Event``) is set when the lock is stolen, expires or its
+    connection goes; the lease renews in a task of its own."""
+
+    lost: asyncio.Event
 
     def __init__(self, client: "Client", name: m.Name, mode: str = "exclusive", *,
                  timeout: Optional[float] = None, lease: Optional[float] = None,
                  steal: bool = False) -> None:
-        self._client = client
-        self.name = m.name(name)
-        self.mode = mode
-        self.timeout = timeout
-        self.lease = lease
-        self.steal = steal
-        self.token: Optional[int] = None
-        self.id: Optional[int] = None
-        self.lost = asyncio.Event()
-        self.lost_reason: Optional[str] = None
-        self._held = False
-        self._conn: Optional[_AConn] = None
-        self._deadline = 0.0
+        super().__init__(client, name, mode, timeout=timeout, lease=lease, steal=steal,
+                         event=asyncio.Event)
         self._renewer: Optional["asyncio.Task[None]"] = None
-        self._waiting: Optional[Tuple[_AConn, _ACall]] = None
-        m.lock_acquire(self.name, mode, steal=steal, timeout=timeout, lease=lease)
-
-    @property
-    def held(self) -> bool:
-        return self._held
 
     async def acquire(self, *, if_available: bool = False) -> bool:
-        if self._held:
-            raise RuntimeError("lock already held by this handle")
-        try_once = if_available or self.timeout == 0
-        fields = m.lock_acquire(self.name, self.mode, if_available=try_once,
-                                steal=self.steal, timeout=None if try_once else self.timeout,
-                                lease=self.lease)
+        """Waits for the lock (up to ``timeout``); True once held.  With
+        ``if_available`` (or ``timeout=0``) returns False at once when busy.
+        Cancelling the task that waits sends ``cancel`` (a grant that
+        crossed it is released)."""
+        fields, limit = self._acquire_fields(if_available)
         conn = await self._client._ensure()
-        self.lost.clear()
-        self.lost_reason = None
-        call = conn.send("lock.acquire", fields, hook=lambda r: self._granted(conn, r, time.monotonic()))
-        reply = await _wait(conn, call, self, lambda r: self._give_back(conn, r), "lock.acquire",
-                            backstop(0 if try_once else self.timeout,
-                                     self._client.request_timeout))
-        if not reply.ok:
-            raise wait_error(reply, f"lock {self.name!r} not granted", self.timeout)
-        if not reply.get("granted"):
+        self._begin()
+        call = conn.send("lock.acquire", fields,
+                         hook=lambda r: self._granted(conn, r, time.monotonic()))
+        if not self._acquired(await _wait(conn, call, self,
+                                          lambda r: self._give_back(conn, r),
+                                          "lock.acquire", limit)):
             return False
         if self.lease:
             self._renewer = asyncio.get_running_loop().create_task(self._renew_loop())
         return True
 
-    def _granted(self, conn: _AConn, r: Reply, arrived: float) -> None:
-        if r.ok and r.get("granted"):
-            self.id = m.uint(r.body, "lock")
-            self.token = m.uint(r.body, "token")
-            self._conn = conn
-            self._held = True
-            self._deadline = arrived + (self.lease or 0)
-            self._client._router.locks[self.id] = self
-
-    def _give_back(self, conn: _AConn, r: Reply) -> Optional[_ACall]:
-        if r.ok and r.get("granted"):
-            self._forget()
-            return conn.fire("lock.release", {"lock": m.uint(r.body, "lock")})
-        return None
-
-    def cancel(self) -> bool:
-        return _cancel_waiting(self)
-
-    def _forget(self) -> None:
-        self._held = False
-        if self.id is not None:
-            self._client._router.locks.pop(self.id, None)
-
-    def _lost(self, reason: str) -> None:
-        if not self._held:
-            return
-        self._forget()
-        self.lost_reason = reason
-        self.lost.set()
+    def _stop_renewal(self) -> None:
         t = self._renewer
         if t is not None and t is not asyncio.current_task():
             t.cancel()
@@ -392,58 +357,37 @@ class Lock:
             if not self._held:
                 return
             now = time.monotonic()
-            if now >= self._deadline:
-                lock_id = self.id
-                self._lost("expired")
-                conn.fire("lock.release", {"lock": lock_id})
+            if self._expired(conn, now):
                 return
-            call = conn.fire("lock.renew", {"lock": self.id, "lease_ms": m.ms(lease, "lease")})
-            if call is None:
+            r = await _renew(conn, "lock.renew", self._renewal(), self._deadline - now)
+            if r is False:
                 return
-            try:
-                r = await asyncio.wait_for(asyncio.shield(call.fut),
-                                           max(0.001, self._deadline - now))
-            except asyncio.TimeoutError:
-                continue
-            except CoordError:
-                return
-            if r.ok:
-                self._deadline = max(self._deadline, now + lease)
-            elif r.code == "UNKNOWN_LOCK":
-                self._lost("expired")
+            if r is not None and not self._renewed(r, now, lease):
                 return
 
     async def release(self) -> None:
-        conn = self._conn
-        if not self._held or conn is None:
+        """Releases the lock (nothing when it is not held any more).  The
+        name is free for others once this returns."""
+        held = self._release()
+        if held is None:
             return
-        lock_id = self.id
-        self._forget()
         await _stop(self._renewer)
         try:
-            r = await conn.call("lock.release", {"lock": lock_id})
+            r = await held[0].call("lock.release", {"lock": held[1]})
         except ConnectionLost:
             return
-        if not r.ok and r.code != "UNKNOWN_LOCK":
-            raise r.error()
-
-    def check(self) -> None:
-        if self.lost.is_set():
-            raise LockLost(f"lock {self.name!r} lost: {self.lost_reason}")
-        if not self._held:
-            raise LockLost(f"lock {self.name!r} is not held")
+        self._released(r)
 
     async def __aenter__(self) -> "Lock":
         if not await self.acquire():
-            raise Timeout(f"lock {self.name!r} is busy")
+            raise self._busy()
         return self
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
         lost = self.lost.is_set()
         await self.release()
         if lost and et is None:
-            raise LockLost(f"lock {self.name!r} was lost while the block ran: "
-                           f"{self.lost_reason}")
+            raise self._lost_error()
 
 
 class Flight:
@@ -589,66 +533,45 @@ class _RecordAPI:
 
 
 class Leadership(LeaderTerm):
-    """asyncio form of ``coord.Leadership``: ``async with c.leader(ws)``;
-    ``lost`` and ``drain_requested`` are ``asyncio.Event``s."""
+    """Leadership of a workstream, the asyncio form of
+    ``coord.Leadership``: ``async with c.leader(ws) as lead`` campaigns
+    (raising ``Timeout``, ``Disabled``, ``ProtocolPinned``... when not
+    elected) and resigns.  ``lost`` and ``drain_requested`` are
+    ``asyncio.Event``s; the lease renews in a task of its own."""
 
-    def __init__(self, client: "Client", workstream: m.Name, *, lease: Optional[float] = m.DEFAULT_LEASE,
-                 steal: bool = False, timeout: Optional[float] = None,
-                 protocol: Optional[str] = None, incident: Optional[str] = None) -> None:
-        super().__init__(workstream, lease=lease, steal=steal, timeout=timeout,
+    lost: asyncio.Event
+    drain_requested: asyncio.Event
+
+    def __init__(self, client: "Client", workstream: m.Name, *,
+                 lease: Optional[float] = m.DEFAULT_LEASE, steal: bool = False,
+                 timeout: Optional[float] = None, protocol: Optional[str] = None,
+                 incident: Optional[str] = None) -> None:
+        super().__init__(client, workstream, lease=lease, steal=steal, timeout=timeout,
                          protocol=protocol, incident=incident, event=asyncio.Event)
-        self._client = client
-        self._conn: Optional[_AConn] = None
         self._renewer: Optional["asyncio.Task[None]"] = None
-        self._waiting: Optional[Tuple[_AConn, _ACall]] = None
 
     async def campaign(self, *, if_available: bool = False) -> bool:
+        """Waits to be elected (up to ``timeout``); True once leading.  With
+        ``if_available`` (or ``timeout=0``) False at once when led.
+        Cancelling the task that waits sends ``cancel`` (a grant that
+        crossed it is resigned)."""
         fields = self._campaign_fields(if_available)
         conn = await self._client._ensure()
         self._begin()
-        call = conn.send("leader.campaign", fields, hook=lambda r: self._granted(conn, r, time.monotonic()))
+        call = conn.send("leader.campaign", fields,
+                         hook=lambda r: self._granted(conn, r, time.monotonic()))
         try:
             r = await _wait(conn, call, self, lambda r: self._give_back(conn, r),
-                            "leader.campaign",
-                            backstop(0 if fields.get("if_available") else self.timeout,
-                                     self._client.request_timeout))
+                            "leader.campaign", self._campaign_limit(fields))
         except BaseException:
             self._refused(None)
             raise
-        if not r.ok:
-            self._refused(r)
-            raise wait_error(r, f"{self.workstream!r}: not elected", self.timeout)
-        if not r.get("granted"):
-            self._refused(r)
+        if not self._elected(r):
             return False
         self._renewer = asyncio.get_running_loop().create_task(self._renew_loop())
         return True
 
-    def _granted(self, conn: _AConn, r: Reply, arrived: float) -> None:
-        if self._grant(r, arrived):
-            self._conn = conn
-            self._client._router.leaders[self.key] = self
-
-    def _give_back(self, conn: _AConn, r: Reply) -> Optional[_ACall]:
-        if r.ok and r.get("granted"):
-            self._forget()
-            self.state = State.ABORTED
-            return conn.fire("leader.resign", m.term(self.workstream,
-                                                     m.uint(r.body, "generation")))
-        return None
-
-    def cancel(self) -> bool:
-        return _cancel_waiting(self)
-
-    def _forget(self) -> None:
-        if self.generation is not None:
-            self._client._router.leaders.pop(self.key, None)
-
-    def _lost(self, reason: str, incident: Optional[str] = None) -> None:
-        if not self.leading:
-            return
-        self._forget()
-        self._end(reason, incident)
+    def _stop_renewal(self) -> None:
         t = self._renewer
         if t is not None and t is not asyncio.current_task():
             t.cancel()
@@ -661,76 +584,67 @@ class Leadership(LeaderTerm):
             if not self.leading:
                 return
             now = time.monotonic()
-            if now >= self._deadline:
-                self._lost("expired")
+            if self._expired(now):
                 return
-            call = conn.fire("leader.renew", self._fields())
-            if call is None:
+            r = await _renew(conn, "leader.renew", self._fields(), self._deadline - now)
+            if r is False:
                 return
-            try:
-                r = await asyncio.wait_for(asyncio.shield(call.fut),
-                                           max(0.001, self._deadline - now))
-            except asyncio.TimeoutError:
-                continue
-            except CoordError:
-                return
-            if r.ok:
-                self._renewed(r, now)
-            elif r.code == "FENCED":
-                self._lost("fenced")
+            if r is not None and not self._renew_reply(r, now):
                 return
 
     async def _call(self, op: str, fields: Dict[str, Any],
                     parse: Callable[[Dict[str, Any]], Any]) -> Any:
         f = self._fields(**fields)
-        assert self._conn is not None
-        r = await self._conn.call(op, f)
-        if not r.ok:
-            if r.code == "FENCED":
-                self._lost("fenced")
-            raise r.error()
-        return parse(r.body)
+        return self._reply(await self._conn.call(op, f), parse)
 
     async def commit(self, op_id: m.Name, key: Optional[m.Name] = None,
                      value: Optional[m.Payload] = None) -> m.Commit:
+        """Applies key=value (or, without key, records that op_id's effect
+        happened) once per op_id, and settles its claim (see
+        ``coord.Leadership.commit``)."""
         return await self._call("leader.commit", m.commit(op_id, key, value), m.commit_result)
 
     async def claim(self, op_id: m.Name) -> m.Claim:
+        """Claims op_id for this generation before doing its external
+        effect (see ``coord.Leadership.claim``)."""
         k = m.name(op_id, "op_id")
         return await self._call("leader.claim", {"op_id": k}, lambda b: m.claim(k, b))
 
     async def abandon(self, op_id: m.Name, reason: str) -> m.Abandon:
+        """Settles op_id as never to be done (``reason``: 1..256 bytes)."""
         return await self._call("leader.abandon", m.abandon(op_id, reason), m.abandon_result)
 
     async def drain(self) -> None:
+        """Announces the term is finishing: new claims get ``Draining``;
+        commits and abandons still work; ``resign`` ends it."""
         await self._call("leader.drain", {}, lambda b: None)
         self._drained()
 
     async def pending(self, limit: Optional[int] = None) -> m.Page:
+        """The workstream's claimed, unsettled ops (``PendingOp``), oldest
+        first: a new leader reconciles each one."""
         return await self._client.leader.pending(self.workstream, limit)
 
     async def read(self, key: m.Name) -> Optional[bytes]:
+        """The workstream's committed value of key (None when unset)."""
         got = await self._client.leader.read(self.workstream, key)
         return got[0] if got else None
 
     async def resign(self) -> None:
-        if not self.leading or self._conn is None:
+        """Ends the term (nothing when it is over already)."""
+        term = self._resign()
+        if term is None:
             return
-        conn = self._conn
-        f = m.term(self.workstream, self.generation)
-        self._forget()
-        self._end(None)
         await _stop(self._renewer)
         try:
-            r = await conn.call("leader.resign", f)
+            r = await term[0].call("leader.resign", term[1])
         except ConnectionLost:
             return
-        if not r.ok and r.code != "FENCED":
-            raise r.error()
+        self._resigned(r)
 
     async def __aenter__(self) -> "Leadership":
         if not await self.campaign():
-            raise Timeout(f"{self.workstream!r} has a leader")
+            raise self._busy()
         return self
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:

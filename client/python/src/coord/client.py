@@ -37,7 +37,7 @@ from .core import (DEFAULT_MAX_FRAME, DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYT
                    DEFAULT_REQUEST_TIMEOUT, Core, Event, EventQueue, Reply)
 from .errors import (Backoff, ConnectError, ConnectionLost, CoordError, FlightFailed,
                      LockLost, NotFound, ProtocolError, Refused, ShuttingDown, Timeout)
-from .handles import (LeaderTerm, Result, State, backstop, check_request_timeout,
+from .handles import (LeaderTerm, LockHandle, Result, backstop, check_request_timeout,
                       no_reply, owner_failure, wait_error)
 from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MIN_HELLO_TIMEOUT,
                     default_socket_path, instance_id, open_socket, program_name)
@@ -142,6 +142,14 @@ class _Conn:
             except OSError:
                 pass      # the reader sees the close and fails the call
         return call
+
+    def fire(self, op: str, fields: Dict[str, Any],
+             callback: Optional[Callback] = None) -> Optional[_Call]:
+        """Sends without waiting; errors are ignored (None: not sent)."""
+        try:
+            return self.send(op, fields, callback=callback)
+        except CoordError:
+            return None
 
     def call(self, op: str, fields: Dict[str, Any],
              hook: Optional[Callable[[Reply], None]] = None) -> Reply:
@@ -252,144 +260,56 @@ def _wait(conn: _Conn, call: _Call, owner: Any, give_back: Callable[[Reply], Non
         return call.wait(limit, op)
     except BaseException:
         if call.reply is None and call.exc is None:
-            _send_cancel(conn, call.rid)
+            conn.fire("cancel", {"target": call.rid})
             call.abandon(give_back)
         raise
     finally:
         owner._waiting = None
 
 
-def _send_cancel(conn: _Conn, rid: int) -> None:
-    try:
-        conn.send("cancel", {"target": rid}, callback=lambda *a: None)
-    except CoordError:
-        pass
-
-
-def _cancel_waiting(owner: Any) -> bool:
-    w = owner._waiting
-    if w is None:
-        return False
-    _send_cancel(w[0], w[1].rid)
-    return True
-
-
-class Lock:
+class Lock(LockHandle):
     """A lock on ``name``; ``with`` acquires it (raising ``Timeout``,
     ``Aborted``, ``ConnectionLost``... when it cannot: the block never runs
-    without the lock) and releases it.  ``lost`` is set when the lock is
-    stolen, expires or its connection goes."""
+    without the lock) and releases it.  ``lost`` (a ``threading.Event``) is
+    set when the lock is stolen, expires or its connection goes; the lease
+    renews from the client's ticker thread."""
+
+    lost: threading.Event
 
     def __init__(self, client: "Client", name: m.Name, mode: str = "exclusive", *,
                  timeout: Optional[float] = None, lease: Optional[float] = None,
                  steal: bool = False) -> None:
-        self._client = client
-        self.name = m.name(name)
-        self.mode = mode
-        self.timeout = timeout
-        self.lease = lease
-        self.steal = steal
-        self.token: Optional[int] = None
-        self.id: Optional[int] = None
-        self.lost = threading.Event()
-        self.lost_reason: Optional[str] = None
-        self._held = False
-        self._conn: Optional[_Conn] = None
-        self._deadline = 0.0
-        self._waiting: Optional[Tuple[_Conn, _Call]] = None
-        m.lock_acquire(self.name, mode, steal=steal, timeout=timeout, lease=lease)
-
-    @property
-    def held(self) -> bool:
-        return self._held
+        super().__init__(client, name, mode, timeout=timeout, lease=lease, steal=steal,
+                         event=threading.Event)
 
     def acquire(self, *, if_available: bool = False) -> bool:
         """Waits for the lock (up to ``timeout``); True once held.  With
         ``if_available`` (or ``timeout=0``) returns False at once when busy."""
-        if self._held:
-            raise RuntimeError("lock already held by this handle")
-        try_once = if_available or self.timeout == 0
-        fields = m.lock_acquire(self.name, self.mode, if_available=try_once,
-                                steal=self.steal,
-                                timeout=None if try_once else self.timeout,
-                                lease=self.lease)
+        fields, limit = self._acquire_fields(if_available)
         conn = self._client._ensure()
-        self.lost.clear()
-        self.lost_reason = None
-        call = conn.send("lock.acquire", fields, hook=lambda r: self._granted(conn, r, time.monotonic()))
-        reply = _wait(conn, call, self, lambda r: self._give_back(conn, r), "lock.acquire",
-                      backstop(0 if try_once else self.timeout, self._client.request_timeout))
-        if not reply.ok:
-            raise wait_error(reply, f"lock {self.name!r} not granted", self.timeout)
-        if not reply.get("granted"):
+        self._begin()
+        call = conn.send("lock.acquire", fields,
+                         hook=lambda r: self._granted(conn, r, time.monotonic()))
+        if not self._acquired(_wait(conn, call, self, lambda r: self._give_back(conn, r),
+                                    "lock.acquire", limit)):
             return False
         if self.lease:
             self._client._ticker.at(self._next_tick(), self._tick)
         return True
-
-    def _granted(self, conn: _Conn, r: Reply, arrived: float) -> None:
-        if r.ok and r.get("granted"):
-            self.id = m.uint(r.body, "lock")
-            self.token = m.uint(r.body, "token")
-            self._conn = conn
-            self._held = True
-            self._deadline = arrived + (self.lease or 0)
-            self._client._router.locks[self.id] = self
-
-    def _give_back(self, conn: _Conn, r: Reply) -> None:
-        if r.ok and r.get("granted"):
-            self._forget()
-            try:
-                conn.send("lock.release", {"lock": m.uint(r.body, "lock")},
-                          callback=lambda *a: None)
-            except CoordError:
-                pass
-
-    def cancel(self) -> bool:
-        """From another thread: abort a waiting acquire (it raises
-        ``Aborted``).  False when nothing waits."""
-        return _cancel_waiting(self)
-
-    def _forget(self) -> None:
-        self._held = False
-        if self.id is not None:
-            self._client._router.locks.pop(self.id, None)
-
-    def _lost(self, reason: str) -> None:
-        if not self._held:
-            return
-        self._forget()
-        self.lost_reason = reason
-        self.lost.set()
-
-    def _next_tick(self) -> float:
-        assert self.lease
-        return min(time.monotonic() + self.lease / 3.0, self._deadline)
 
     def _tick(self) -> None:
         conn = self._conn
         if not self._held or conn is None or not self.lease:
             return
         now = time.monotonic()
-        if now >= self._deadline:
-            lock_id = self.id
-            self._lost("expired")
-            try:
-                conn.send("lock.release", {"lock": lock_id}, callback=lambda *a: None)
-            except CoordError:
-                pass
+        if self._expired(conn, now):
             return
         lease = self.lease
 
         def done(_c: _Call, r: Optional[Reply], _e: Optional[BaseException]) -> None:
-            if r is not None and r.ok:
-                self._deadline = max(self._deadline, now + lease)
-            elif r is not None and r.code == "UNKNOWN_LOCK":
-                self._lost("expired")
-        try:
-            conn.send("lock.renew", {"lock": self.id, "lease_ms": m.ms(lease, "lease")},
-                      callback=done)
-        except CoordError:
+            if r is not None:
+                self._renewed(r, now, lease)
+        if conn.fire("lock.renew", self._renewal(), callback=done) is None:
             return
         self._client._ticker.at(self._next_tick(), self._tick)
 
@@ -413,39 +333,25 @@ class Lock:
     def release(self) -> None:
         """Releases the lock (nothing when it is not held any more).  The
         name is free for others once this returns."""
-        conn = self._conn
-        if not self._held or conn is None:
+        held = self._release()
+        if held is None:
             return
-        lock_id = self.id
-        self._forget()
         try:
-            r = conn.call("lock.release", {"lock": lock_id})
+            r = held[0].call("lock.release", {"lock": held[1]})
         except ConnectionLost:
             return
-        if not r.ok and r.code != "UNKNOWN_LOCK":
-            raise r.error()
-
-    def check(self) -> None:
-        """Raises ``LockLost`` if the lock is not held any more."""
-        if self.lost.is_set():
-            raise LockLost(f"lock {self.name!r} lost: {self.lost_reason}")
-        if not self._held:
-            raise LockLost(f"lock {self.name!r} is not held")
+        self._released(r)
 
     def __enter__(self) -> "Lock":
         if not self.acquire():
-            raise Timeout(f"lock {self.name!r} is busy")
+            raise self._busy()
         return self
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
         lost = self.lost.is_set()
         self.release()
         if lost and et is None:
-            raise LockLost(f"lock {self.name!r} was lost while the block ran: "
-                           f"{self.lost_reason}")
-
-    def __repr__(self) -> str:
-        return f"<coord.Lock {self.name!r} {self.mode} token={self.token} held={self._held}>"
+            raise self._lost_error()
 
 
 class Flight:
@@ -657,16 +563,18 @@ class Leadership(LeaderTerm):
     workstream is disabled, a max hold fences it or the connection goes;
     the term's calls then raise ``Fenced``.  ``drain_requested`` is set by
     ``leader.drain`` (``drain_reason``: requested, max_hold); ``mode``
-    follows ``leader.mode``."""
+    follows ``leader.mode``.  Both are ``threading.Event``s; the lease
+    renews from the client's ticker thread."""
 
-    def __init__(self, client: "Client", workstream: m.Name, *, lease: Optional[float] = m.DEFAULT_LEASE,
-                 steal: bool = False, timeout: Optional[float] = None,
-                 protocol: Optional[str] = None, incident: Optional[str] = None) -> None:
-        super().__init__(workstream, lease=lease, steal=steal, timeout=timeout,
+    lost: threading.Event
+    drain_requested: threading.Event
+
+    def __init__(self, client: "Client", workstream: m.Name, *,
+                 lease: Optional[float] = m.DEFAULT_LEASE, steal: bool = False,
+                 timeout: Optional[float] = None, protocol: Optional[str] = None,
+                 incident: Optional[str] = None) -> None:
+        super().__init__(client, workstream, lease=lease, steal=steal, timeout=timeout,
                          protocol=protocol, incident=incident, event=threading.Event)
-        self._client = client
-        self._conn: Optional[_Conn] = None
-        self._waiting: Optional[Tuple[_Conn, _Call]] = None
 
     def campaign(self, *, if_available: bool = False) -> bool:
         """Waits to be elected (up to ``timeout``); True once leading.  With
@@ -674,81 +582,38 @@ class Leadership(LeaderTerm):
         fields = self._campaign_fields(if_available)
         conn = self._client._ensure()
         self._begin()
-        call = conn.send("leader.campaign", fields, hook=lambda r: self._granted(conn, r, time.monotonic()))
+        call = conn.send("leader.campaign", fields,
+                         hook=lambda r: self._granted(conn, r, time.monotonic()))
         try:
             r = _wait(conn, call, self, lambda r: self._give_back(conn, r), "leader.campaign",
-                      backstop(0 if fields.get("if_available") else self.timeout,
-                               self._client.request_timeout))
+                      self._campaign_limit(fields))
         except BaseException:
             self._refused(None)
             raise
-        if not r.ok:
-            self._refused(r)
-            raise wait_error(r, f"{self.workstream!r}: not elected", self.timeout)
-        if not r.get("granted"):
-            self._refused(r)
+        if not self._elected(r):
             return False
         self._client._ticker.at(self._next_tick(), self._tick)
         return True
-
-    def _granted(self, conn: _Conn, r: Reply, arrived: float) -> None:
-        if self._grant(r, arrived):
-            self._conn = conn
-            self._client._router.leaders[self.key] = self
-
-    def _give_back(self, conn: _Conn, r: Reply) -> None:
-        if r.ok and r.get("granted"):
-            self._forget()
-            self.state = State.ABORTED
-            try:
-                conn.send("leader.resign", m.term(self.workstream, m.uint(r.body, "generation")),
-                          callback=lambda *a: None)
-            except CoordError:
-                pass
-
-    def cancel(self) -> bool:
-        """From another thread: abort a waiting campaign."""
-        return _cancel_waiting(self)
-
-    def _forget(self) -> None:
-        if self.generation is not None:
-            self._client._router.leaders.pop(self.key, None)
-
-    def _lost(self, reason: str, incident: Optional[str] = None) -> None:
-        if self.leading:
-            self._forget()
-            self._end(reason, incident)
 
     def _tick(self) -> None:
         conn = self._conn
         if not self.leading or conn is None:
             return
         now = time.monotonic()
-        if now >= self._deadline:
-            self._lost("expired")
+        if self._expired(now):
             return
 
         def done(_c: _Call, r: Optional[Reply], _e: Optional[BaseException]) -> None:
-            if r is not None and r.ok:
-                self._renewed(r, now)
-            elif r is not None and r.code == "FENCED":
-                self._lost("fenced")
-        try:
-            conn.send("leader.renew", self._fields(), callback=done)
-        except CoordError:
+            if r is not None:
+                self._renew_reply(r, now)
+        if conn.fire("leader.renew", self._fields(), callback=done) is None:
             return
         self._client._ticker.at(self._next_tick(), self._tick)
 
     def _call(self, op: str, fields: Dict[str, Any], parse: Callable[[Dict[str, Any]], Any]
               ) -> Any:
         f = self._fields(**fields)
-        assert self._conn is not None
-        r = self._conn.call(op, f)
-        if not r.ok:
-            if r.code == "FENCED":
-                self._lost("fenced")
-            raise r.error()
-        return parse(r.body)
+        return self._reply(self._conn.call(op, f), parse)
 
     def commit(self, op_id: m.Name, key: Optional[m.Name] = None,
                value: Optional[m.Payload] = None) -> m.Commit:
@@ -783,27 +648,24 @@ class Leadership(LeaderTerm):
         return self._client.leader.pending(self.workstream, limit)
 
     def read(self, key: m.Name) -> Optional[bytes]:
+        """The workstream's committed value of key (None when unset)."""
         got = self._client.leader.read(self.workstream, key)
         return got[0] if got else None
 
     def resign(self) -> None:
         """Ends the term (nothing when it is over already)."""
-        if not self.leading or self._conn is None:
+        term = self._resign()
+        if term is None:
             return
-        conn = self._conn
-        f = m.term(self.workstream, self.generation)
-        self._forget()
-        self._end(None)
         try:
-            r = conn.call("leader.resign", f)
+            r = term[0].call("leader.resign", term[1])
         except ConnectionLost:
             return
-        if not r.ok and r.code != "FENCED":
-            raise r.error()
+        self._resigned(r)
 
     def __enter__(self) -> "Leadership":
         if not self.campaign():
-            raise Timeout(f"{self.workstream!r} has a leader")
+            raise self._busy()
         return self
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:

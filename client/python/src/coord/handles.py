@@ -1,18 +1,34 @@
-"""handles.py - what the blocking and the asyncio handles share: the
-leadership states and a term's bookkeeping (``LeaderTerm``: everything of
-a Leadership but the I/O), how an owner's exception becomes a flight
-failure, the result of ``once`` (``Result``: bytes that say where they
-came from), and the client's deadlines (``request_timeout``, the backstop
-of a wait) with their errors in the caller's terms."""
+"""handles.py - the handles' state machines, without I/O, shared by the
+blocking (``client.py``) and the asyncio (``aio.py``) client: a lock
+(``LockHandle``), a flight and its join (``FlightHandle``, ``Join``), the
+decisions of ``once`` (``Once``), a campaign and its term (``LeaderTerm``),
+a subscription's queue (``SubscriptionBase``).  Each holds the options,
+the state and what every reply and event does to them; the two clients'
+subclasses add only the sending and the waiting (a reader thread and a
+ticker, or the loop and a task per lease).  A behaviour is fixed here,
+once.
+
+Also: how an owner's exception becomes a flight failure, the result of
+``once`` (``Result``: bytes that say where they came from), and the
+client's deadlines (``request_timeout``, the backstop of a wait) with
+their errors in the caller's terms.
+
+The connection a handle holds (``_conn``) is the client's kind; all a
+handle sends itself goes through ``conn.fire(op, fields)`` (send, do not
+wait, ignore errors; returns the call or None)."""
 from __future__ import annotations
 
 import enum
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import messages as m
-from .core import Reply
-from .errors import CoordError, Fenced, FlightFailed, LeadershipLost, RetryAfter, Timeout
+from .core import EventQueue, Reply
+from .errors import (Aborted, Backoff, ConnectError, ConnectionLost, CoordError, Fenced,
+                     FlightFailed, LeadershipLost, LockLost, RetryAfter, ShuttingDown, Timeout)
+
+# What "the broker cannot be reached" means for once(fallback="run").
+UNREACHABLE = (ConnectError, ConnectionLost, ShuttingDown)
 
 
 # ---- deadlines ----
@@ -48,6 +64,171 @@ def wait_error(r: Reply, what: str, seconds: Optional[float]) -> CoordError:
     return r.error()
 
 
+def cancel_waiting(owner: Any) -> bool:
+    """``cancel()`` of a lock, campaign or join: the protocol's ``cancel``
+    for the request ``owner`` waits on; False when nothing waits."""
+    w = owner._waiting
+    if w is None:
+        return False
+    w[0].fire("cancel", {"target": w[1].rid})
+    return True
+
+
+# ---- locks ----
+
+class LockHandle:
+    """A lock handle without I/O: the options, whether it is held (``id``,
+    ``token``), the lease's end, and what the grant, a renewal's reply,
+    ``lock.lost`` and the lease's end do.  ``lost`` is a
+    ``threading.Event`` or an ``asyncio.Event``, whatever ``event``
+    makes."""
+
+    def __init__(self, client: Any, name: m.Name, mode: str, *, timeout: Optional[float],
+                 lease: Optional[float], steal: bool, event: Callable[[], Any]) -> None:
+        self._client = client
+        self.name = m.name(name)
+        self.mode = mode
+        self.timeout = timeout
+        self.lease = lease
+        self.steal = steal
+        self.token: Optional[int] = None
+        self.id: Optional[int] = None
+        self.lost = event()
+        self.lost_reason: Optional[str] = None
+        self._held = False
+        self._conn: Any = None
+        self._deadline = 0.0
+        self._waiting: Optional[Tuple[Any, Any]] = None
+        m.lock_acquire(self.name, mode, steal=steal, timeout=timeout, lease=lease)
+
+    @property
+    def held(self) -> bool:
+        """True from the grant until it is released or lost."""
+        return self._held
+
+    def _acquire_fields(self, if_available: bool) -> Tuple[Dict[str, Any], Optional[float]]:
+        """The ``lock.acquire`` request, and how long to wait for its reply."""
+        if self._held:
+            raise RuntimeError("lock already held by this handle")
+        try_once = if_available or self.timeout == 0
+        fields = m.lock_acquire(self.name, self.mode, if_available=try_once, steal=self.steal,
+                                timeout=None if try_once else self.timeout, lease=self.lease)
+        return fields, backstop(0 if try_once else self.timeout, self._client.request_timeout)
+
+    def _campaign_limit(self, fields: Dict[str, Any]) -> Optional[float]:
+        """How long to wait for the campaign's reply."""
+        return backstop(0 if fields.get("if_available") else self.timeout,
+                        self._client.request_timeout)
+
+    def _begin(self) -> None:
+        self.lost.clear()
+        self.lost_reason = None
+
+    def _granted(self, conn: Any, r: Reply, arrived: float) -> None:
+        """The reply's hook, where it is read: a grant registers the lock
+        before anyone wakes (a ``lock.lost`` right behind it finds it)."""
+        if r.ok and r.get("granted"):
+            self.id = m.uint(r.body, "lock")
+            self.token = m.uint(r.body, "token")
+            self._conn = conn
+            self._held = True
+            self._deadline = arrived + (self.lease or 0)
+            self._client._router.locks[self.id] = self
+
+    def _acquired(self, r: Reply) -> bool:
+        """The acquire's outcome: True when granted, False when busy (try
+        once), else the error."""
+        if not r.ok:
+            raise wait_error(r, f"lock {self.name!r} not granted", self.timeout)
+        return bool(r.get("granted"))
+
+    def _give_back(self, conn: Any, r: Reply) -> Any:
+        """A grant nobody waits for any more (the waiter gave up): released."""
+        if r.ok and r.get("granted"):
+            self._forget()
+            return conn.fire("lock.release", {"lock": m.uint(r.body, "lock")})
+        return None
+
+    def cancel(self) -> bool:
+        """Aborts a waiting ``acquire`` from another thread or task (it
+        raises ``Aborted``).  False when nothing waits."""
+        return cancel_waiting(self)
+
+    def _forget(self) -> None:
+        self._held = False
+        if self.id is not None:
+            self._client._router.locks.pop(self.id, None)
+
+    def _lost(self, reason: str) -> None:
+        """``lock.lost``, the lease's end, the connection gone."""
+        if not self._held:
+            return
+        self._forget()
+        self.lost_reason = reason
+        self.lost.set()
+        self._stop_renewal()
+
+    def _stop_renewal(self) -> None:
+        """The client's hook: the renewal of a lost lock stops."""
+
+    def _next_tick(self) -> float:
+        assert self.lease
+        return min(time.monotonic() + self.lease / 3.0, self._deadline)
+
+    def _expired(self, conn: Any, now: float) -> bool:
+        """True, and the lock lost (``expired``) and released, once the
+        lease's end passed with no renewal acknowledged."""
+        if now < self._deadline:
+            return False
+        lock_id = self.id
+        self._lost("expired")
+        conn.fire("lock.release", {"lock": lock_id})
+        return True
+
+    def _renewal(self) -> Dict[str, Any]:
+        return {"lock": self.id, "lease_ms": m.ms(self.lease, "lease")}
+
+    def _renewed(self, r: Reply, sent: float, lease: float) -> bool:
+        """A renewal's reply; False once the lock turned out lost."""
+        if r.ok:
+            self._deadline = max(self._deadline, sent + lease)
+        elif r.code == "UNKNOWN_LOCK":
+            self._lost("expired")
+            return False
+        return True
+
+    def _release(self) -> Optional[Tuple[Any, Optional[int]]]:
+        """Forgets the lock; (conn, id) to release, None when not held."""
+        conn = self._conn
+        if not self._held or conn is None:
+            return None
+        lock_id = self.id
+        self._forget()
+        return conn, lock_id
+
+    @staticmethod
+    def _released(r: Reply) -> None:
+        if not r.ok and r.code != "UNKNOWN_LOCK":
+            raise r.error()
+
+    def check(self) -> None:
+        """Raises ``LockLost`` if the lock is not held any more (stolen,
+        expired, disconnected, released)."""
+        if self.lost.is_set():
+            raise LockLost(f"lock {self.name!r} lost: {self.lost_reason}")
+        if not self._held:
+            raise LockLost(f"lock {self.name!r} is not held")
+
+    def _busy(self) -> Timeout:
+        return Timeout(f"lock {self.name!r} is busy")
+
+    def _lost_error(self) -> LockLost:
+        return LockLost(f"lock {self.name!r} was lost while the block ran: {self.lost_reason}")
+
+    def __repr__(self) -> str:
+        return f"<coord.Lock {self.name!r} {self.mode} token={self.token} held={self._held}>"
+
+
 class LeaderState(str, enum.Enum):
     """A Leadership's state (protocol: "The leader's states and draining")."""
     FOLLOWER = "follower"       # not campaigning (or not elected, if_available)
@@ -68,12 +249,15 @@ class LeaderTerm:
     state, the events (``lost``, ``drain_requested``: ``threading.Event`` or
     ``asyncio.Event``, whatever ``event`` makes) and what each reply and
     event does to them.  The blocking and asyncio Leadership add the
-    sending.  Every method runs where replies and events are handled (the
-    reader thread, or the loop)."""
+    sending.  The ``_`` methods run where replies and events are handled
+    (the reader thread, or the loop)."""
 
-    def __init__(self, workstream: m.Name, *, lease: Optional[float], steal: bool,
-                 timeout: Optional[float], protocol: Optional[str], incident: Optional[str],
-                 event: Callable[[], Any]) -> None:
+    def __init__(self, client: Any, workstream: m.Name, *, lease: Optional[float],
+                 steal: bool, timeout: Optional[float], protocol: Optional[str],
+                 incident: Optional[str], event: Callable[[], Any]) -> None:
+        self._client = client
+        self._conn: Any = None
+        self._waiting: Optional[Tuple[Any, Any]] = None
         self.workstream = m.name(workstream, "workstream")
         self.lease = lease
         self.steal = steal
@@ -99,10 +283,12 @@ class LeaderTerm:
 
     @property
     def draining(self) -> bool:
+        """DRAINING: still leading, finishing (new claims get ``Draining``)."""
         return self.state == LeaderState.DRAINING
 
     @property
     def key(self) -> Tuple[bytes, int]:
+        """(workstream, generation): the term's key in the client's router."""
         return m.name_key(self.workstream), self.generation or 0
 
     def _campaign_fields(self, if_available: bool) -> Dict[str, Any]:
@@ -112,6 +298,11 @@ class LeaderTerm:
         return m.campaign(self.workstream, lease=self.lease, steal=self.steal,
                           if_available=try_once, timeout=None if try_once else self.timeout,
                           protocol=self.protocol, incident=self.incident)
+
+    def _campaign_limit(self, fields: Dict[str, Any]) -> Optional[float]:
+        """How long to wait for the campaign's reply."""
+        return backstop(0 if fields.get("if_available") else self.timeout,
+                        self._client.request_timeout)
 
     def _begin(self) -> None:
         self.state = LeaderState.REQUESTING
@@ -134,6 +325,52 @@ class LeaderTerm:
         self._deadline = arrived + (self.lease or m.DEFAULT_LEASE)
         self.state = LeaderState.LEADER
         return True
+
+    def _granted(self, conn: Any, r: Reply, arrived: float) -> None:
+        """The campaign reply's hook, where it is read: a grant registers
+        the term before anyone wakes."""
+        if self._grant(r, arrived):
+            self._conn = conn
+            self._client._router.leaders[self.key] = self
+
+    def _elected(self, r: Reply) -> bool:
+        """The campaign's outcome: True when elected, False when led (try
+        once), else the error."""
+        if not r.ok:
+            self._refused(r)
+            raise wait_error(r, f"{self.workstream!r}: not elected", self.timeout)
+        if not r.get("granted"):
+            self._refused(r)
+            return False
+        return True
+
+    def _give_back(self, conn: Any, r: Reply) -> Any:
+        """A grant nobody waits for any more (the campaign gave up): resigned."""
+        if r.ok and r.get("granted"):
+            self._forget()
+            self.state = LeaderState.ABORTED
+            return conn.fire("leader.resign", m.term(self.workstream,
+                                                     m.uint(r.body, "generation")))
+        return None
+
+    def cancel(self) -> bool:
+        """Aborts a waiting campaign from another thread or task (it raises
+        ``Aborted``).  False when nothing waits."""
+        return cancel_waiting(self)
+
+    def _forget(self) -> None:
+        if self.generation is not None:
+            self._client._router.leaders.pop(self.key, None)
+
+    def _lost(self, reason: str, incident: Optional[str] = None) -> None:
+        """``leader.lost``, FENCED, the lease's end, the connection gone."""
+        if self.leading:
+            self._forget()
+            self._end(reason, incident)
+            self._stop_renewal()
+
+    def _stop_renewal(self) -> None:
+        """The client's hook: the renewal of a lost term stops."""
 
     def _refused(self, r: Optional[Reply]) -> None:
         """The campaign ended without a grant (r None: interrupted)."""
@@ -184,6 +421,50 @@ class LeaderTerm:
 
     def _next_tick(self) -> float:
         return min(time.monotonic() + (self.lease or m.DEFAULT_LEASE) / 3.0, self._deadline)
+
+    def _expired(self, now: float) -> bool:
+        """True, and the term lost (``expired``), once the lease's end
+        passed with no renewal acknowledged."""
+        if now < self._deadline:
+            return False
+        self._lost("expired")
+        return True
+
+    def _renew_reply(self, r: Reply, sent: float) -> bool:
+        """A renewal's reply; False once the term turned out fenced."""
+        if r.ok:
+            self._renewed(r, sent)
+        elif r.code == "FENCED":
+            self._lost("fenced")
+            return False
+        return True
+
+    def _reply(self, r: Reply, parse: Callable[[Dict[str, Any]], Any]) -> Any:
+        """A term call's reply parsed; its error raised (FENCED: the term
+        is lost)."""
+        if not r.ok:
+            if r.code == "FENCED":
+                self._lost("fenced")
+            raise r.error()
+        return parse(r.body)
+
+    def _resign(self) -> Optional[Tuple[Any, Dict[str, Any]]]:
+        """Ends the term here; (conn, fields) of the ``leader.resign`` to
+        send, None when it was over already."""
+        if not self.leading or self._conn is None:
+            return None
+        f = m.term(self.workstream, self.generation)
+        self._forget()
+        self._end(None)
+        return self._conn, f
+
+    @staticmethod
+    def _resigned(r: Reply) -> None:
+        if not r.ok and r.code != "FENCED":
+            raise r.error()
+
+    def _busy(self) -> Timeout:
+        return Timeout(f"{self.workstream!r} has a leader")
 
     def check(self) -> None:
         """Raises ``LeadershipLost`` unless the term is live as far as this
