@@ -28,11 +28,9 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional
 from . import messages as m
 from .core import (DEFAULT_MAX_FRAME, DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES,
                    DEFAULT_REQUEST_TIMEOUT, Core, Event, EventQueue, Reply)
-from .client import _UNREACHABLE, _fail_fields
-from .errors import (Aborted, Backoff, ConnectError, ConnectionLost, CoordError,
-                     FlightFailed, LockLost, NotFound, ProtocolError, Refused, Timeout)
-from .handles import (LeaderTerm, LockHandle, Result, backstop, check_request_timeout,
-                      no_reply, owner_failure, wait_error)
+from .errors import ConnectError, ConnectionLost, CoordError, NotFound, ProtocolError, Refused
+from .handles import (UNREACHABLE, FlightHandle, Join, LeaderTerm, LockHandle, Once, Result,
+                      check_request_timeout, no_reply, owner_failure)
 from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MAX_BACKOFF, MIN_HELLO_TIMEOUT,
                     MAX_SPAWNS, autostart, check_peer, check_socket_path, default_socket_path,
                     instance_id, program_name)
@@ -390,64 +388,31 @@ class Lock(LockHandle):
             raise self._lost_error()
 
 
-class Flight:
-    """asyncio form of ``coord.Flight`` (``updated`` is an
-    ``asyncio.Future``)."""
+class Flight(FlightHandle):
+    """The settled role of a join, the asyncio form of ``coord.Flight``
+    (see ``FlightHandle`` for the fields): an owner's ``complete`` /
+    ``fail``, ``check()``.  ``aborted`` is an ``asyncio.Event``,
+    ``updated`` an ``asyncio.Future``."""
+
+    aborted: asyncio.Event
+    updated: Optional["asyncio.Future[m.Updated]"]
 
     def __init__(self, client: "Client", conn: Optional[_AConn], j: m.Joined) -> None:
-        self._client = client
-        self._conn = conn
-        self.role = j.role
-        self.key = j.key
-        self.flight = j.flight
-        self.fence = j.fence
-        self.result = j.result
-        self.error = j.error
-        self.retryable = j.retryable
-        self.age = j.age
-        self.source = j.source
-        self.stale = j.stale
-        self.revalidating = j.revalidating
-        self.bypass = j.bypass
-        self.retry_after = j.retry_after
-        self.updated: Optional["asyncio.Future[m.Updated]"] = None
-        self.aborted = asyncio.Event()
-        self.abort_reason: Optional[str] = None
-
-    def _updated(self, u: m.Updated) -> None:
-        if self.updated is not None and not self.updated.done():
-            self.updated.set_result(u)
-
-    def _watch_lost(self, exc: BaseException) -> None:
-        if self.updated is not None and not self.updated.done():
-            self.updated.set_exception(exc)
-            self.updated.exception()      # retrieved: no "never retrieved" warning
-
-    def _abort(self, reason: str) -> None:
-        self.abort_reason = reason
-        self.aborted.set()
-
-    def check(self) -> None:
-        if self.aborted.is_set():
-            raise Aborted(f"flight {self.key!r} aborted: {self.abort_reason}")
-
-    async def _end(self, op: str, fields: Dict[str, Any]) -> int:
-        if self.role != "owner" or self._conn is None:
-            raise RuntimeError("only the owner completes or fails a flight")
-        self._client._router.flights.pop(self.flight, None)
-        r = await self._conn.call(op, dict(flight=self.flight, fence=self.fence, **fields))
-        if not r.ok:
-            raise r.error()
-        return m.uint(r.body, "delivered")
+        super().__init__(client, conn, j, asyncio.Event)
 
     async def complete(self, result: m.Payload, keep: Optional[float] = None) -> int:
-        return await self._end("flight.complete", {"result": m.payload(result, "result"),
-                                                   "keep_ms": m.ms(keep, "keep")})
+        """Delivers result to the followers (and stores it ``keep``
+        seconds); returns how many got it.  ``Fenced`` when too late."""
+        fields = self._end(m.flight_complete(result, keep))
+        return self._ended(await self._conn.call("flight.complete", fields))
 
     async def fail(self, code: str, message: str = "", retryable: bool = False,
                    keep: Optional[float] = None, retry_after: Optional[float] = None) -> int:
-        return await self._end("flight.fail", _fail_fields(code, message, retryable, keep,
-                                                           retry_after))
+        """Fails the flight; ``retry_after`` seconds (needs ``retryable``)
+        starts a backoff: joins of the key get this failure at once for
+        that long."""
+        fields = self._end(m.flight_fail(code, message, retryable, keep, retry_after))
+        return self._ended(await self._conn.call("flight.fail", fields))
 
 
 class _FlightAPI:
@@ -459,38 +424,15 @@ class _FlightAPI:
                    wait: Optional[float] = None, max_age: Optional[float] = None,
                    abort_when_orphaned: bool = False, stale: Optional[float] = None,
                    notify: bool = False) -> Flight:
-        k = m.name(key, "key")
-        fields = m.flight_join(k, ttl=ttl, wait=wait, max_age=max_age,
-                               abort_when_orphaned=abort_when_orphaned, stale=stale,
-                               notify=notify)
+        j = Join(key, ttl=ttl, wait=wait, max_age=max_age,
+                 abort_when_orphaned=abort_when_orphaned, stale=stale, notify=notify)
         c = self._c
         conn = await c._ensure()
-        box: List[Flight] = []
-
-        def hook(r: Reply) -> None:
-            if r.ok:
-                f = Flight(c, conn, m.joined(k, r.body))
-                if f.role == "owner":
-                    c._router.flights[f.flight] = f
-                elif notify and f.stale is not None and f.revalidating:
-                    f.updated = conn.loop.create_future()
-                    c._router.watch(k, f)
-                box.append(f)
-
-        def give_back(r: Reply) -> Optional[_ACall]:
-            if box and box[0].role == "owner":
-                c._router.flights.pop(box[0].flight, None)
-                return conn.fire("flight.fail", {"flight": box[0].flight, "fence": box[0].fence,
-                                                 "error": {"code": "ABORTED",
-                                                           "message": "the owner gave up"},
-                                                 "retryable": True})
-            return None
-        call = conn.send("flight.join", fields, hook=hook)
-        r = await _wait(conn, call, self, give_back, "flight.join",
-                        backstop(wait, c.request_timeout))
-        if not r.ok:
-            raise wait_error(r, f"flight {k!r}: no result", wait)
-        return box[0]
+        call = conn.send("flight.join", j.fields,
+                         hook=j.hook(c, conn, lambda jd: Flight(c, conn, jd),
+                                     conn.loop.create_future))
+        return j.joined(await _wait(conn, call, self, j.give_back(c, conn), "flight.join",
+                                    j.limit(c.request_timeout)))
 
     async def complete(self, f: Flight, result: m.Payload, keep: Optional[float] = None) -> int:
         return await f.complete(result, keep)
@@ -1037,48 +979,30 @@ class Client:
                    abort_when_orphaned: bool = False) -> Result:
         """As ``coord.Client.once``; fn is a coroutine function, and a
         ``notify`` function (plain or coroutine) runs on the loop."""
-        if fallback not in ("fail", "run"):
-            raise ValueError(f"fallback must be 'fail' or 'run', not {fallback!r}")
-        k = m.name(key, "key")
-        store = keep + stale if keep and stale else keep
-        deadline = None if wait is None else time.monotonic() + wait
-        tries = 0
+        o = Once(key, ttl=ttl, wait=wait, keep=keep, max_age=max_age, stale=stale,
+                 notify=notify, fallback=fallback, retries=retries,
+                 abort_when_orphaned=abort_when_orphaned)
         while True:
-            left = None if deadline is None else max(0.001, deadline - time.monotonic())
             try:
-                f = await self.flight.join(k, ttl=ttl, wait=left,
-                                           max_age=keep if max_age is None else max_age,
-                                           abort_when_orphaned=abort_when_orphaned,
-                                           stale=stale, notify=bool(notify))
-            except _UNREACHABLE as e:
-                if fallback != "run":
+                f = await self.flight.join(o.key, **o.join())
+            except UNREACHABLE as e:
+                if not o.local:
                     raise
-                return await self._run_local(k, fn, e)
-            if f.role == "result":
-                if f.updated is not None and callable(notify):
-                    f.updated.add_done_callback(_notify_task(notify))
-                return Result(f.result or b"", "stale" if f.stale else f.source,
-                              fence=f.fence, age=f.age, revalidating=f.revalidating,
-                              updated=f.updated)
-            if f.role == "failed":
-                assert f.error is not None
-                if f.retry_after is not None:
-                    raise Backoff(f.error.code, f.error.message, f.retry_after,
-                                  f.source or "live")
-                if f.retryable and tries < retries and (deadline is None
-                                                        or time.monotonic() < deadline):
-                    tries += 1
+                return o.ran_alone(await fn(Flight(self, None, o.local_flight())), e)
+            if f.role in ("result", "failed"):
+                r = o.follow(f, _notify_task)
+                if r is None:
                     continue
-                raise FlightFailed(f.error.code, f.error.message, f.retryable)
+                return r
             try:
                 out = m.payload(await fn(f), "result")
             except BaseException as e:
+                # sent, not awaited: a cancelled task cannot wait; an
+                # exception waits for the failure to be delivered
                 code, msg, retryable, retry_after = owner_failure(e)
                 assert f._conn is not None
-                call = f._conn.fire("flight.fail", dict(flight=f.flight, fence=f.fence,
-                                                        **_fail_fields(code, msg, retryable,
-                                                                       None, retry_after)))
-                self._router.flights.pop(f.flight, None)
+                call = f._conn.fire("flight.fail", f._end(
+                    m.flight_fail(code, msg, retryable, None, retry_after)))
                 if call is not None and isinstance(e, Exception):
                     try:
                         await call.fut
@@ -1086,18 +1010,12 @@ class Client:
                         pass
                 raise
             try:
-                await f.complete(out, store)
-            except _UNREACHABLE as e:
-                if fallback != "run":
+                await f.complete(out, o.store)
+            except UNREACHABLE as e:
+                if not o.local:
                     raise
-                return Result(out, "local", reason=f"ran as the owner, then: {e}")
-            return Result(out, "bypass" if f.bypass else "owner", fence=f.fence)
-
-    async def _run_local(self, key: Union[str, bytes],
-                         fn: Callable[[Flight], Awaitable[m.Payload]],
-                         why: BaseException) -> Result:
-        f = Flight(self, None, m.Joined(role="local", key=key, fence=0))
-        return Result(m.payload(await fn(f), "result"), "local", reason=str(why))
+                return o.completed_alone(out, e)
+            return o.owned(f, out)
 
     async def publish(self, channel: m.Name, data: m.Payload) -> int:
         return m.uint(await self.call("sub.publish", channel=m.name(channel, "channel"),

@@ -35,10 +35,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 from . import messages as m
 from .core import (DEFAULT_MAX_FRAME, DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES,
                    DEFAULT_REQUEST_TIMEOUT, Core, Event, EventQueue, Reply)
-from .errors import (Backoff, ConnectError, ConnectionLost, CoordError, FlightFailed,
-                     LockLost, NotFound, ProtocolError, Refused, ShuttingDown, Timeout)
-from .handles import (LeaderTerm, LockHandle, Result, backstop, check_request_timeout,
-                      no_reply, owner_failure, wait_error)
+from .errors import ConnectError, ConnectionLost, CoordError, NotFound, ProtocolError, Refused
+from .handles import (UNREACHABLE, FlightHandle, Join, LeaderTerm, LockHandle, Once, Result,
+                      check_request_timeout, no_reply, owner_failure)
 from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MIN_HELLO_TIMEOUT,
                     default_socket_path, instance_id, open_socket, program_name)
 
@@ -354,92 +353,30 @@ class Lock(LockHandle):
             raise self._lost_error()
 
 
-class Flight:
-    """The settled role of a join.  As the owner (``role == "owner"``):
-    ``fence``, ``aborted`` (set on ``flight.abort``: deadline, orphaned,
-    connection lost), ``complete`` and ``fail``; ``stale`` (a ``Stale``)
-    when this owner revalidates a stale record, ``bypass`` when the key's
-    prefix is disabled (no deduplication, no record).  As a result:
-    ``result``, ``source``, ``age``, and ``stale`` / ``revalidating`` /
-    ``updated`` (a ``concurrent.futures.Future`` of the ``Updated``, with
-    ``notify``) when it was served stale.  Failed: ``error``,
-    ``retryable``, ``retry_after`` (seconds, in a backoff).  ``role ==
-    "local"``: ``once(fallback="run")`` runs fn without the broker."""
+class Flight(FlightHandle):
+    """The settled role of a join (see ``FlightHandle`` for the fields):
+    an owner's ``complete`` / ``fail``, ``check()``.  ``aborted`` is a
+    ``threading.Event``, ``updated`` a ``concurrent.futures.Future``."""
+
+    aborted: threading.Event
+    updated: Optional["concurrent.futures.Future[m.Updated]"]
 
     def __init__(self, client: "Client", conn: Optional[_Conn], j: m.Joined) -> None:
-        self._client = client
-        self._conn = conn
-        self.role = j.role
-        self.key = j.key
-        self.flight = j.flight
-        self.fence = j.fence
-        self.result = j.result
-        self.error = j.error
-        self.retryable = j.retryable
-        self.age = j.age
-        self.source = j.source
-        self.stale = j.stale
-        self.revalidating = j.revalidating
-        self.bypass = j.bypass
-        self.retry_after = j.retry_after
-        self.updated: Optional["concurrent.futures.Future[m.Updated]"] = None
-        self.aborted = threading.Event()
-        self.abort_reason: Optional[str] = None
-        self.done = False
-
-    def _updated(self, u: m.Updated) -> None:
-        if self.updated is not None and not self.updated.done():
-            self.updated.set_result(u)
-
-    def _watch_lost(self, exc: BaseException) -> None:
-        if self.updated is not None and not self.updated.done():
-            self.updated.set_exception(exc)
-
-    def _abort(self, reason: str) -> None:
-        self.abort_reason = reason
-        self.aborted.set()
-
-    def check(self) -> None:
-        """Raises ``Aborted`` once the broker told the owner to stop."""
-        if self.aborted.is_set():
-            from .errors import Aborted
-            raise Aborted(f"flight {self.key!r} aborted: {self.abort_reason}")
-
-    def _end(self, op: str, fields: Dict[str, Any]) -> int:
-        if self.role != "owner" or self._conn is None:
-            raise RuntimeError("only the owner completes or fails a flight")
-        self.done = True
-        self._client._router.flights.pop(self.flight, None)
-        r = self._conn.call(op, dict(flight=self.flight, fence=self.fence, **fields))
-        if not r.ok:
-            raise r.error()
-        return m.uint(r.body, "delivered")
+        super().__init__(client, conn, j, threading.Event)
 
     def complete(self, result: m.Payload, keep: Optional[float] = None) -> int:
         """Delivers result to the followers (and stores it ``keep``
         seconds); returns how many got it.  ``Fenced`` when too late."""
-        return self._end("flight.complete", {"result": m.payload(result, "result"),
-                                             "keep_ms": m.ms(keep, "keep")})
+        fields = self._end(m.flight_complete(result, keep))
+        return self._ended(self._conn.call("flight.complete", fields))
 
     def fail(self, code: str, message: str = "", retryable: bool = False,
              keep: Optional[float] = None, retry_after: Optional[float] = None) -> int:
         """Fails the flight; ``retry_after`` seconds (needs ``retryable``)
         starts a backoff: joins of the key get this failure at once for
         that long."""
-        return self._end("flight.fail", _fail_fields(code, message, retryable, keep,
-                                                     retry_after))
-
-    def __repr__(self) -> str:
-        return f"<coord.Flight {self.key!r} {self.role} fence={self.fence}>"
-
-
-def _fail_fields(code: str, message: str, retryable: bool, keep: Optional[float],
-                 retry_after: Optional[float]) -> Dict[str, Any]:
-    if retry_after is not None and not retryable:
-        raise ValueError("retry_after needs retryable=True")
-    return {"error": {"code": code, "message": message}, "retryable": retryable,
-            "retry_after_ms": m.ms(retry_after, "retry_after") or None,
-            "keep_ms": m.ms(keep, "keep")}
+        fields = self._end(m.flight_fail(code, message, retryable, keep, retry_after))
+        return self._ended(self._conn.call("flight.fail", fields))
 
 
 def _notify_thread(fn: Callable[[m.Updated], Any]) -> Callable[[Any], None]:
@@ -451,10 +388,6 @@ def _notify_thread(fn: Callable[[m.Updated], Any]) -> Callable[[Any], None]:
         threading.Thread(target=fn, args=(fut.result(),), name="coord-notify",
                          daemon=True).start()
     return done
-
-
-# What "the broker cannot be reached" means for once(fallback="run").
-_UNREACHABLE = (ConnectError, ConnectionLost, ShuttingDown)
 
 
 class _FlightAPI:
@@ -474,40 +407,15 @@ class _FlightAPI:
         nobody revalidates it, makes this caller the owner of its
         revalidation (``f.stale`` holds it); ``notify``: a caller served
         stale gets ``f.updated`` resolved when the revalidation ends."""
-        k = m.name(key, "key")
-        fields = m.flight_join(k, ttl=ttl, wait=wait, max_age=max_age,
-                               abort_when_orphaned=abort_when_orphaned, stale=stale,
-                               notify=notify)
+        j = Join(key, ttl=ttl, wait=wait, max_age=max_age,
+                 abort_when_orphaned=abort_when_orphaned, stale=stale, notify=notify)
         c = self._c
         conn = c._ensure()
-        box: List[Flight] = []
-
-        def hook(r: Reply) -> None:
-            if r.ok:
-                f = Flight(c, conn, m.joined(k, r.body))
-                if f.role == "owner":
-                    c._router.flights[f.flight] = f
-                elif notify and f.stale is not None and f.revalidating:
-                    f.updated = concurrent.futures.Future()
-                    c._router.watch(k, f)
-                box.append(f)
-
-        def give_back(r: Reply) -> None:
-            if box and box[0].role == "owner":
-                c._router.flights.pop(box[0].flight, None)
-                try:
-                    conn.send("flight.fail", {"flight": box[0].flight, "fence": box[0].fence,
-                                              "error": {"code": "ABORTED",
-                                                        "message": "the owner gave up"},
-                                              "retryable": True}, callback=lambda *a: None)
-                except CoordError:
-                    pass
-        call = conn.send("flight.join", fields, hook=hook)
-        r = _wait(conn, call, self, give_back, "flight.join",
-                  backstop(wait, c.request_timeout))
-        if not r.ok:
-            raise wait_error(r, f"flight {k!r}: no result", wait)
-        return box[0]
+        call = conn.send("flight.join", j.fields,
+                         hook=j.hook(c, conn, lambda jd: Flight(c, conn, jd),
+                                     concurrent.futures.Future))
+        return j.joined(_wait(conn, call, self, j.give_back(c, conn), "flight.join",
+                              j.limit(c.request_timeout)))
 
     def complete(self, f: Flight, result: m.Payload, keep: Optional[float] = None) -> int:
         return f.complete(result, keep)
@@ -1111,39 +1019,21 @@ class Client:
         autostart failed, the connection dropped while waiting, the broker
         shuts down), fn runs here without coordination and the result
         says ``source == "local"`` and why (``reason``)."""
-        if fallback not in ("fail", "run"):
-            raise ValueError(f"fallback must be 'fail' or 'run', not {fallback!r}")
-        k = m.name(key, "key")
-        store = keep + stale if keep and stale else keep
-        deadline = None if wait is None else time.monotonic() + wait
-        tries = 0
+        o = Once(key, ttl=ttl, wait=wait, keep=keep, max_age=max_age, stale=stale,
+                 notify=notify, fallback=fallback, retries=retries,
+                 abort_when_orphaned=abort_when_orphaned)
         while True:
-            left = None if deadline is None else max(0.001, deadline - time.monotonic())
             try:
-                f = self.flight.join(k, ttl=ttl, wait=left,
-                                     max_age=keep if max_age is None else max_age,
-                                     abort_when_orphaned=abort_when_orphaned, stale=stale,
-                                     notify=bool(notify))
-            except _UNREACHABLE as e:
-                if fallback != "run":
+                f = self.flight.join(o.key, **o.join())
+            except UNREACHABLE as e:
+                if not o.local:
                     raise
-                return self._run_local(k, fn, e)
-            if f.role == "result":
-                if f.updated is not None and callable(notify):
-                    f.updated.add_done_callback(_notify_thread(notify))
-                return Result(f.result or b"", "stale" if f.stale else f.source,
-                              fence=f.fence, age=f.age, revalidating=f.revalidating,
-                              updated=f.updated)
-            if f.role == "failed":
-                assert f.error is not None
-                if f.retry_after is not None:
-                    raise Backoff(f.error.code, f.error.message, f.retry_after,
-                                  f.source or "live")
-                if f.retryable and tries < retries and (deadline is None
-                                                        or time.monotonic() < deadline):
-                    tries += 1
+                return o.ran_alone(fn(Flight(self, None, o.local_flight())), e)
+            if f.role in ("result", "failed"):
+                r = o.follow(f, _notify_thread)
+                if r is None:
                     continue
-                raise FlightFailed(f.error.code, f.error.message, f.retryable)
+                return r
             try:
                 out = m.payload(fn(f), "result")
             except BaseException as e:
@@ -1154,17 +1044,12 @@ class Client:
                     pass
                 raise
             try:
-                f.complete(out, store)
-            except _UNREACHABLE as e:
-                if fallback != "run":
+                f.complete(out, o.store)
+            except UNREACHABLE as e:
+                if not o.local:
                     raise
-                return Result(out, "local", reason=f"ran as the owner, then: {e}")
-            return Result(out, "bypass" if f.bypass else "owner", fence=f.fence)
-
-    def _run_local(self, key: Union[str, bytes], fn: Callable[[Flight], m.Payload],
-                   why: BaseException) -> Result:
-        f = Flight(self, None, m.Joined(role="local", key=key, fence=0))
-        return Result(m.payload(fn(f), "result"), "local", reason=str(why))
+                return o.completed_alone(out, e)
+            return o.owned(f, out)
 
     # ---- channels ----
 

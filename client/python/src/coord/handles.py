@@ -554,3 +554,197 @@ class Result(bytes):
         extra = " revalidating" if self.revalidating else ""
         extra += f" reason={self.reason!r}" if self.reason else ""
         return f"<coord.Result {bytes(self)!r} source={self.source}{extra}>"
+
+
+# ---- single-flight ----
+
+class FlightHandle:
+    """The settled role of a join, without I/O.  As the owner (``role ==
+    "owner"``): ``fence``, ``aborted`` (an Event, set on ``flight.abort``:
+    deadline, orphaned, connection lost; ``abort_reason``), and
+    ``complete`` / ``fail``; ``stale`` (a ``Stale``) when this owner
+    revalidates a stale record, ``bypass`` when the key's prefix is
+    disabled (no deduplication, no record).  As a result: ``result``,
+    ``source``, ``age``, and ``stale`` / ``revalidating`` / ``updated`` (a
+    future of the ``Updated``, with ``notify``) when it was served stale.
+    Failed: ``error``, ``retryable``, ``retry_after`` (seconds, in a
+    backoff).  ``role == "local"``: ``once(fallback="run")`` runs fn
+    without the broker."""
+
+    def __init__(self, client: Any, conn: Any, j: m.Joined, event: Callable[[], Any]) -> None:
+        self._client = client
+        self._conn = conn
+        self.role = j.role
+        self.key = j.key
+        self.flight = j.flight
+        self.fence = j.fence
+        self.result = j.result
+        self.error = j.error
+        self.retryable = j.retryable
+        self.age = j.age
+        self.source = j.source
+        self.stale = j.stale
+        self.revalidating = j.revalidating
+        self.bypass = j.bypass
+        self.retry_after = j.retry_after
+        self.updated: Any = None
+        self.aborted = event()
+        self.abort_reason: Optional[str] = None
+        self.done = False
+
+    def _updated(self, u: m.Updated) -> None:
+        if self.updated is not None and not self.updated.done():
+            self.updated.set_result(u)
+
+    def _watch_lost(self, exc: BaseException) -> None:
+        if self.updated is not None and not self.updated.done():
+            self.updated.set_exception(exc)
+            self.updated.exception()      # retrieved: no "never retrieved" warning
+
+    def _abort(self, reason: str) -> None:
+        self.abort_reason = reason
+        self.aborted.set()
+
+    def check(self) -> None:
+        """Raises ``Aborted`` once the broker told the owner to stop."""
+        if self.aborted.is_set():
+            raise Aborted(f"flight {self.key!r} aborted: {self.abort_reason}")
+
+    def _end(self, fields: Dict[str, Any]) -> Dict[str, Any]:
+        """The owner's ``flight.complete`` / ``flight.fail``: the flight is
+        no longer ours to be aborted."""
+        if self.role != "owner" or self._conn is None:
+            raise RuntimeError("only the owner completes or fails a flight")
+        self.done = True
+        self._client._router.flights.pop(self.flight, None)
+        return dict(flight=self.flight, fence=self.fence, **fields)
+
+    @staticmethod
+    def _ended(r: Reply) -> int:
+        if not r.ok:
+            raise r.error()
+        return m.uint(r.body, "delivered")
+
+    def __repr__(self) -> str:
+        return f"<coord.Flight {self.key!r} {self.role} fence={self.fence}>"
+
+
+class Join:
+    """One ``flight.join``: its request, the reply's hook (where the reply
+    is read: an owner's flight is registered for ``flight.abort``, a
+    follower served stale with ``notify`` gets ``updated`` and a watch)
+    and the give-back of an ownership nobody waits for any more."""
+
+    def __init__(self, key: m.Name, *, ttl: Optional[float], wait: Optional[float],
+                 max_age: Optional[float], abort_when_orphaned: bool, stale: Optional[float],
+                 notify: bool) -> None:
+        self.key = m.name(key, "key")
+        self.wait = wait
+        self.notify = notify
+        self.fields = m.flight_join(self.key, ttl=ttl, wait=wait, max_age=max_age,
+                                    abort_when_orphaned=abort_when_orphaned, stale=stale,
+                                    notify=notify)
+        self._got: List[Any] = []
+
+    def limit(self, request_timeout: Optional[float]) -> Optional[float]:
+        return backstop(self.wait, request_timeout)
+
+    def hook(self, client: Any, conn: Any, flight: Callable[[m.Joined], Any],
+             future: Callable[[], Any]) -> Callable[[Reply], None]:
+        def hook(r: Reply) -> None:
+            if r.ok:
+                f = flight(m.joined(self.key, r.body))
+                if f.role == "owner":
+                    client._router.flights[f.flight] = f
+                elif self.notify and f.stale is not None and f.revalidating:
+                    f.updated = future()
+                    client._router.watch(self.key, f)
+                self._got.append(f)
+        return hook
+
+    def give_back(self, client: Any, conn: Any) -> Callable[[Reply], Any]:
+        def give_back(r: Reply) -> Any:
+            if self._got and self._got[0].role == "owner":
+                f = self._got[0]
+                client._router.flights.pop(f.flight, None)
+                return conn.fire("flight.fail", {"flight": f.flight, "fence": f.fence,
+                                                 "error": {"code": "ABORTED",
+                                                           "message": "the owner gave up"},
+                                                 "retryable": True})
+            return None
+        return give_back
+
+    def joined(self, r: Reply) -> Any:
+        """The settled flight; the refusal's error."""
+        if not r.ok:
+            raise wait_error(r, f"flight {self.key!r}: no result", self.wait)
+        return self._got[0]
+
+
+class Once:
+    """What ``once`` decides, without I/O: the joins' options, the
+    deadline over every try, the retries of a retryable failure, what a
+    follower gets (its ``Result``, ``Backoff``, ``FlightFailed``), what
+    the owner returns, and ``fallback="run"``."""
+
+    def __init__(self, key: m.Name, *, ttl: float, wait: Optional[float],
+                 keep: Optional[float], max_age: Optional[float], stale: Optional[float],
+                 notify: Any, fallback: str, retries: int, abort_when_orphaned: bool) -> None:
+        if fallback not in ("fail", "run"):
+            raise ValueError(f"fallback must be 'fail' or 'run', not {fallback!r}")
+        self.key = m.name(key, "key")
+        self.ttl = ttl
+        self.max_age = keep if max_age is None else max_age
+        self.stale = stale
+        self.notify = notify
+        self.local = fallback == "run"
+        self.retries = retries
+        self.abort_when_orphaned = abort_when_orphaned
+        self.store = keep + stale if keep and stale else keep    # kept to be served stale
+        self.deadline = None if wait is None else time.monotonic() + wait
+        self.tries = 0
+
+    def join(self) -> Dict[str, Any]:
+        """The next join's options (``wait``: what is left of the deadline)."""
+        left = None if self.deadline is None else max(0.001, self.deadline - time.monotonic())
+        return dict(ttl=self.ttl, wait=left, max_age=self.max_age,
+                    abort_when_orphaned=self.abort_when_orphaned, stale=self.stale,
+                    notify=bool(self.notify))
+
+    def follow(self, f: Any, call_notify: Callable[[Callable[[m.Updated], Any]],
+                                                  Callable[[Any], None]]) -> Optional[Result]:
+        """A join settled as ``result`` or ``failed``: the Result, None to
+        join again (a retryable failure within the retries and the
+        deadline), else ``Backoff`` or ``FlightFailed`` raised.
+        ``call_notify(fn)`` makes the callback of ``updated`` that calls a
+        ``notify`` function, the client's way."""
+        if f.role == "result":
+            if f.updated is not None and callable(self.notify):
+                f.updated.add_done_callback(call_notify(self.notify))
+            return Result(f.result or b"", "stale" if f.stale else f.source,
+                          fence=f.fence, age=f.age, revalidating=f.revalidating,
+                          updated=f.updated)
+        assert f.error is not None
+        if f.retry_after is not None:
+            raise Backoff(f.error.code, f.error.message, f.retry_after, f.source or "live")
+        if f.retryable and self.tries < self.retries and (
+                self.deadline is None or time.monotonic() < self.deadline):
+            self.tries += 1
+            return None
+        raise FlightFailed(f.error.code, f.error.message, f.retryable)
+
+    def owned(self, f: Any, out: bytes) -> Result:
+        return Result(out, "bypass" if f.bypass else "owner", fence=f.fence)
+
+    @staticmethod
+    def completed_alone(out: bytes, e: BaseException) -> Result:
+        """The owner ran fn, then lost the broker before its ``complete``."""
+        return Result(out, "local", reason=f"ran as the owner, then: {e}")
+
+    def local_flight(self) -> m.Joined:
+        return m.Joined(role="local", key=self.key, fence=0)
+
+    @staticmethod
+    def ran_alone(out: m.Payload, why: BaseException) -> Result:
+        """fn ran here without the broker (``fallback="run"``)."""
+        return Result(m.payload(out, "result"), "local", reason=str(why))

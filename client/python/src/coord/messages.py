@@ -147,6 +147,21 @@ def flight_join(key: Name, *, ttl: Optional[float], wait: Optional[float],
     return f
 
 
+def flight_fail(code: str, message: str, retryable: bool, keep: Optional[float],
+                retry_after: Optional[float]) -> Dict[str, Any]:
+    """``flight.fail``'s fields but the flight and its fence."""
+    if retry_after is not None and not retryable:
+        raise ValueError("retry_after needs retryable=True")
+    return {"error": {"code": code, "message": message}, "retryable": retryable,
+            "retry_after_ms": ms(retry_after, "retry_after") or None,
+            "keep_ms": ms(keep, "keep")}
+
+
+def flight_complete(result: Payload, keep: Optional[float]) -> Dict[str, Any]:
+    """``flight.complete``'s fields but the flight and its fence."""
+    return {"result": payload(result, "result"), "keep_ms": ms(keep, "keep")}
+
+
 def _text(x: Any, what: str) -> Optional[str]:
     if x is None:
         return None
