@@ -29,8 +29,8 @@ from . import messages as m
 from .core import (DEFAULT_MAX_FRAME, DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES,
                    DEFAULT_REQUEST_TIMEOUT, Core, Event, EventQueue, Reply)
 from .errors import ConnectError, ConnectionLost, CoordError, NotFound, ProtocolError, Refused
-from .handles import (UNREACHABLE, FlightHandle, Join, LeaderTerm, LockHandle, Once, Result,
-                      check_request_timeout, no_reply, owner_failure)
+from .handles import (UNREACHABLE, Closed, FlightHandle, Join, LeaderTerm, LockHandle, Once,
+                      Result, SubscriptionBase, check_request_timeout, no_reply, owner_failure)
 from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MAX_BACKOFF, MIN_HELLO_TIMEOUT,
                     MAX_SPAWNS, autostart, check_peer, check_socket_path, default_socket_path,
                     instance_id, program_name)
@@ -659,32 +659,21 @@ class _LeaderAPI:
         await self._c.call("leader.enable", workstream=m.name(workstream, "workstream"))
 
 
-class _Closed:
-    def __init__(self, exc: BaseException, reconnect: bool) -> None:
-        self.exc = exc
-        self.reconnect = reconnect
-
-
-class Subscription:
-    """``async with c.subscribe(ch) as sub: async for msg in sub``."""
+class Subscription(SubscriptionBase):
+    """Messages of one or more channels, the asyncio form of
+    ``coord.Subscription``: ``async with c.subscribe(ch) as sub: async for
+    msg in sub``; with ``timeout`` the loop ends once no item came for that
+    long.  Items wait in a bounded queue (``dropped`` counts the oldest
+    dropped when it was full)."""
 
     def __init__(self, client: "Client", channels: List[Union[str, bytes]],
                  timeout: Optional[float] = None) -> None:
-        self._client = client
-        self.channels = channels
-        self.timeout = timeout
-        self._q = EventQueue(client.max_queued, client.max_queued_bytes)
+        super().__init__(client, channels, timeout)
         self._ready = asyncio.Event()
-        self._open = False
-        self._error: Optional[BaseException] = None
-
-    @property
-    def dropped(self) -> int:
-        """Items dropped, oldest first, because the queue was full."""
-        return self._q.dropped
 
     @property
     def queued(self) -> int:
+        """Items waiting to be read."""
         return len(self._q)
 
     def _push(self, item: Any, size: int = 0) -> None:
@@ -692,7 +681,7 @@ class Subscription:
         self._ready.set()
 
     def _closed(self, exc: BaseException, reconnect: bool) -> None:
-        self._q.push(_Closed(exc, reconnect))
+        self._q.push(Closed(exc, reconnect))
         self._ready.set()
 
     async def _take(self) -> Any:
@@ -702,19 +691,21 @@ class Subscription:
         return self._q.pop()
 
     async def open(self) -> "Subscription":
+        """Subscribes (``async with`` does it); returns self."""
         if not self._open:
             await self._client._subscribe(self)
             self._open = True
         return self
 
     async def close(self) -> None:
+        """Unsubscribes (``async with`` does it on leaving)."""
         if self._open:
             self._open = False
             await self._client._unsubscribe(self)
 
     async def get(self, timeout: Optional[float] = None) -> Any:
-        if self._error is not None:
-            raise self._error
+        """The next item, or None when timeout passed first."""
+        self._check()
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
@@ -728,17 +719,13 @@ class Subscription:
                                                   max(0.0, deadline - loop.time()))
             except asyncio.TimeoutError:
                 return None
-            if not isinstance(item, _Closed):
+            if self._item(item):
                 return item
-            if item.reconnect and self._open:
-                try:
-                    await self._client._ensure()
-                    continue
-                except CoordError as e:
-                    self._error = e
-                    raise
-            self._error = item.exc
-            raise item.exc
+            try:
+                await self._client._ensure()
+            except CoordError as e:
+                self._renew_failed(e)
+                raise
 
     async def __aiter__(self) -> AsyncIterator[Any]:
         while True:
@@ -1033,10 +1020,7 @@ class Client:
     async def _subscribe(self, sub: Subscription) -> None:
         conn = await self._ensure()
         for ch in sub.channels:
-            subs = self._router.subs.setdefault(m.name_key(ch), [])
-            first = not subs
-            subs.append(sub)
-            if first:
+            if self._router.add_sub(ch, sub):
                 try:
                     r = await conn.call("sub.subscribe", {"channel": ch})
                 except BaseException:
@@ -1047,15 +1031,7 @@ class Client:
                     raise r.error()
 
     async def _unsubscribe(self, sub: Subscription) -> None:
-        last = []
-        for ch in sub.channels:
-            k = m.name_key(ch)
-            subs = self._router.subs.get(k)
-            if subs and sub in subs:
-                subs.remove(sub)
-                if not subs:
-                    del self._router.subs[k]
-                    last.append(ch)
+        last = self._router.remove_sub(sub, sub.channels)
         conn = self._conn
         if conn is None or not conn.alive:
             return

@@ -30,14 +30,14 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from . import messages as m
 from .core import (DEFAULT_MAX_FRAME, DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES,
                    DEFAULT_REQUEST_TIMEOUT, Core, Event, EventQueue, Reply)
 from .errors import ConnectError, ConnectionLost, CoordError, NotFound, ProtocolError, Refused
-from .handles import (UNREACHABLE, FlightHandle, Join, LeaderTerm, LockHandle, Once, Result,
-                      check_request_timeout, no_reply, owner_failure)
+from .handles import (UNREACHABLE, Closed, FlightHandle, Join, LeaderTerm, LockHandle, Once,
+                      Result, SubscriptionBase, check_request_timeout, no_reply, owner_failure)
 from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MIN_HELLO_TIMEOUT,
                     default_socket_path, instance_id, open_socket, program_name)
 
@@ -655,13 +655,7 @@ class _LeaderAPI:
         self._c.call("leader.enable", workstream=m.name(workstream, "workstream"))
 
 
-class _Closed:
-    def __init__(self, exc: BaseException, reconnect: bool) -> None:
-        self.exc = exc
-        self.reconnect = reconnect
-
-
-class Subscription:
+class Subscription(SubscriptionBase):
     """Messages of one or more channels.  ``for item in sub`` yields them
     (``Message`` for user channels, ``Lifecycle`` for the broker's); with
     ``timeout`` the loop ends once no item came for that long.  Items wait
@@ -671,18 +665,8 @@ class Subscription:
 
     def __init__(self, client: "Client", channels: List[Union[str, bytes]],
                  timeout: Optional[float] = None) -> None:
-        self._client = client
-        self.channels = channels
-        self.timeout = timeout
-        self._q = EventQueue(client.max_queued, client.max_queued_bytes)
+        super().__init__(client, channels, timeout)
         self._cv = threading.Condition(threading.Lock())
-        self._open = False
-        self._error: Optional[BaseException] = None
-
-    @property
-    def dropped(self) -> int:
-        """Items dropped, oldest first, because the queue was full."""
-        return self._q.dropped
 
     @property
     def queued(self) -> int:
@@ -697,7 +681,7 @@ class Subscription:
 
     def _closed(self, exc: BaseException, reconnect: bool) -> None:
         with self._cv:
-            self._q.push(_Closed(exc, reconnect))
+            self._q.push(Closed(exc, reconnect))
             self._cv.notify()
 
     def _take(self, deadline: Optional[float]) -> Any:
@@ -710,39 +694,36 @@ class Subscription:
             return self._q.pop()
 
     def open(self) -> "Subscription":
+        """Subscribes (``with`` does it); returns self."""
         if not self._open:
             self._client._subscribe(self)
             self._open = True
         return self
 
     def close(self) -> None:
+        """Unsubscribes (``with`` does it on leaving)."""
         if self._open:
             self._open = False
             self._client._unsubscribe(self)
 
     def get(self, timeout: Optional[float] = None) -> Any:
         """The next item, or None when timeout passed first."""
-        if self._error is not None:
-            raise self._error
+        self._check()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
                 item = self._take(deadline)
             except queue.Empty:
                 return None
-            if not isinstance(item, _Closed):
+            if self._item(item):
                 return item
-            if item.reconnect and self._open:
-                try:
-                    self._client._ensure()
-                    continue
-                except CoordError as e:
-                    self._error = e
-                    raise
-            self._error = item.exc
-            raise item.exc
+            try:
+                self._client._ensure()
+            except CoordError as e:
+                self._renew_failed(e)
+                raise
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Any]:
         while True:
             item = self.get(self.timeout)
             if item is None:
@@ -1073,11 +1054,8 @@ class Client:
     def _subscribe(self, sub: Subscription) -> None:
         conn = self._ensure()
         for ch in sub.channels:
-            k = m.name_key(ch)
             with self._mu:
-                subs = self._router.subs.setdefault(k, [])
-                first = not subs
-                subs.append(sub)
+                first = self._router.add_sub(ch, sub)
             if first:
                 try:
                     r = conn.call("sub.subscribe", {"channel": ch})
@@ -1089,16 +1067,8 @@ class Client:
                     raise r.error()
 
     def _unsubscribe(self, sub: Subscription) -> None:
-        last = []
         with self._mu:
-            for ch in sub.channels:
-                k = m.name_key(ch)
-                subs = self._router.subs.get(k)
-                if subs and sub in subs:
-                    subs.remove(sub)
-                    if not subs:
-                        del self._router.subs[k]
-                        last.append(ch)
+            last = self._router.remove_sub(sub, sub.channels)
             conn = self._conn
         if conn is None or not conn.alive:
             return

@@ -748,3 +748,53 @@ class Once:
     def ran_alone(out: m.Payload, why: BaseException) -> Result:
         """fn ran here without the broker (``fallback="run"``)."""
         return Result(m.payload(out, "result"), "local", reason=str(why))
+
+
+# ---- channels ----
+
+class Closed:
+    """What a subscription's queue gets when the connection goes."""
+
+    def __init__(self, exc: BaseException, reconnect: bool) -> None:
+        self.exc = exc
+        self.reconnect = reconnect
+
+
+class SubscriptionBase:
+    """A subscription without I/O: its channels, its bounded queue (the
+    client's ``max_queued`` items and ``max_queued_bytes``: when it is full
+    the oldest are dropped, and ``dropped`` counts them), and what the
+    connection's end does to a reader."""
+
+    def __init__(self, client: Any, channels: List[m.Name], timeout: Optional[float]) -> None:
+        self._client = client
+        self.channels = channels
+        self.timeout = timeout
+        self._q = EventQueue(client.max_queued, client.max_queued_bytes)
+        self._open = False
+        self._error: Optional[BaseException] = None
+
+    @property
+    def dropped(self) -> int:
+        """Items dropped, oldest first, because the queue was full."""
+        return self._q.dropped
+
+    def _check(self) -> None:
+        """A subscription whose connection went (and was not renewed)
+        raises that error on every read."""
+        if self._error is not None:
+            raise self._error
+
+    def _item(self, item: Any) -> bool:
+        """An item taken from the queue: True when it is one to hand out;
+        False when the connection went and the client reconnects (renew
+        by connecting, then read on); else the connection's error."""
+        if not isinstance(item, Closed):
+            return True
+        if item.reconnect and self._open:
+            return False
+        self._error = item.exc
+        raise item.exc
+
+    def _renew_failed(self, e: BaseException) -> None:
+        self._error = e

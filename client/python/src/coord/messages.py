@@ -755,6 +755,27 @@ class Router:
     def watch(self, key: Any, w: Any) -> None:
         self.watches.setdefault(name_key(key), []).append(w)
 
+    def add_sub(self, channel: Any, sub: Any) -> bool:
+        """Routes a channel's items to sub too; True when it is the
+        channel's first subscription (the broker is to be asked)."""
+        subs = self.subs.setdefault(name_key(channel), [])
+        subs.append(sub)
+        return len(subs) == 1
+
+    def remove_sub(self, sub: Any, channels: List[Any]) -> List[Any]:
+        """Routes the channels' items to sub no more; the channels left
+        without a subscription (the broker is to be told)."""
+        last = []
+        for ch in channels:
+            k = name_key(ch)
+            subs = self.subs.get(k)
+            if subs and sub in subs:
+                subs.remove(sub)
+                if not subs:
+                    del self.subs[k]
+                    last.append(ch)
+        return last
+
     def dispatch(self, ev: Event) -> None:
         b = ev.body
         if ev.name == "flight.updated":
