@@ -21,19 +21,18 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import socket
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Tuple, Union
 
-from . import messages as m
-from .core import (DEFAULT_MAX_FRAME, DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES,
-                   DEFAULT_REQUEST_TIMEOUT, Core, Event, EventQueue, Reply)
-from .errors import ConnectError, ConnectionLost, CoordError, NotFound, ProtocolError, Refused
+from . import calls, messages as m
+from .calls import ClientBase
+from .core import (DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES, DEFAULT_REQUEST_TIMEOUT, Core,
+                   Reply)
+from .errors import ConnectError, ConnectionLost, CoordError, NotFound, ProtocolError
 from .handles import (UNREACHABLE, Closed, FlightHandle, Join, LeaderTerm, LockHandle, Once,
-                      Result, SubscriptionBase, check_request_timeout, no_reply, owner_failure)
+                      Result, SubscriptionBase, no_reply, owner_failure)
 from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MAX_BACKOFF, MIN_HELLO_TIMEOUT,
-                    MAX_SPAWNS, autostart, check_peer, check_socket_path, default_socket_path,
-                    instance_id, program_name)
+                    MAX_SPAWNS, autostart, check_peer, check_socket_path, instance_id)
 
 GiveBack = Callable[[Reply], Optional["_ACall"]]
 
@@ -442,36 +441,44 @@ class _FlightAPI:
         return await f.fail(code, message, retryable, keep, retry_after)
 
     async def list(self) -> List[m.FlightEntry]:
-        return m.flight_list(await self._c.call("flight.list"))
+        """The scope's running flights (``FlightEntry``)."""
+        return await self._c._do(calls.flight_list())
 
     async def disable(self, prefix: m.Name = "") -> None:
-        await self._c.call("flight.disable", prefix=m.name(prefix, "prefix"))
+        """The kill switch: every new join of a key starting with prefix
+        ("" = every key of the scope) owns a flight of its own at once
+        (``bypass``).  Durable; announced on ``-flights``."""
+        await self._c._do(calls.flight_disable(prefix))
 
     async def enable(self, prefix: m.Name = "") -> None:
-        await self._c.call("flight.enable", prefix=m.name(prefix, "prefix"))
+        """Ends ``disable(prefix)``."""
+        await self._c._do(calls.flight_enable(prefix))
 
     async def disabled(self) -> List[Union[str, bytes]]:
-        return m.prefixes(await self._c.call("flight.disabled"))
+        """The disabled prefixes of the scope."""
+        return await self._c._do(calls.flight_disabled())
 
 
 class _RecordAPI:
+    """``c.records``: the stored completion records of the scope."""
+
     def __init__(self, client: "Client") -> None:
         self._c = client
 
     async def get(self, key: m.Name) -> Optional[m.Record]:
-        k = m.name(key, "key")
-        try:
-            return m.record(k, await self._c.call("record.get", key=k))
-        except NotFound:
-            return None
+        """The record of key (``Record``), None when there is none."""
+        return await self._c._do(calls.record_get(key))
 
     async def list(self, prefix: m.Name = "", limit: Optional[int] = None
                    ) -> List[m.RecordEntry]:
-        return m.record_list(await self._c.call("record.list",
-                                                prefix=m.name(prefix, "prefix"), limit=limit))
+        """The records whose keys start with prefix (``RecordEntry``)."""
+        return await self._c._do(calls.record_list(prefix, limit))
 
     async def purge(self, prefix: m.Name = "") -> m.Purged:
-        return m.purged(await self._c.call("record.purge", prefix=m.name(prefix, "prefix")))
+        """Deletes the records whose keys start with prefix and ends their
+        running flights; returns the number deleted (``.fenced``: the
+        flights ended)."""
+        return await self._c._do(calls.record_purge(prefix))
 
 
 class Leadership(LeaderTerm):
@@ -612,51 +619,55 @@ class _LeaderAPI:
                      max_hold: Any = m.OMIT, steal: Any = m.OMIT, mode: Any = m.OMIT,
                      fallback: Any = m.OMIT, canonical_fence: Any = m.OMIT,
                      force: bool = False) -> m.Descriptor:
-        return m.descriptor(await self._c.call("leader.define", **m.define(
+        """Changes the stored descriptor field by field: a field left out
+        (``coord.OMIT``, the default) keeps its value, None returns it to
+        its default, a value replaces it.  Returns the descriptor."""
+        return await self._c._do(calls.leader_define(
             workstream, protocol=protocol, max_hold=max_hold, steal=steal, mode=mode,
-            fallback=fallback, canonical_fence=canonical_fence, force=force)))
+            fallback=fallback, canonical_fence=canonical_fence, force=force))
 
     async def describe(self, workstream: m.Name) -> m.Descriptor:
-        return m.descriptor(await self._c.call("leader.describe",
-                                               workstream=m.name(workstream, "workstream")))
+        """The stored descriptor; ``NotFound`` when never defined."""
+        return await self._c._do(calls.leader_describe(workstream))
 
     async def info(self, workstream: m.Name) -> m.LeaderInfo:
-        return m.leader_info(await self._c.call("leader.info",
-                                                workstream=m.name(workstream, "workstream")))
+        """The workstream now (``LeaderInfo``): who leads, the generation,
+        the mode, the pin."""
+        return await self._c._do(calls.leader_info(workstream))
 
     async def history(self, workstream: m.Name, limit: Optional[int] = None) -> m.Page:
-        return m.history(await self._c.call("leader.history",
-                                            workstream=m.name(workstream, "workstream"),
-                                            limit=m.limit(limit)))
+        """The last terms (``Term``), newest first."""
+        return await self._c._do(calls.leader_history(workstream, limit))
 
     async def pending(self, workstream: m.Name, limit: Optional[int] = None) -> m.Page:
-        return m.pending(await self._c.call("leader.pending",
-                                            workstream=m.name(workstream, "workstream"),
-                                            limit=m.limit(limit)))
+        """The claimed, unsettled ops (``PendingOp``), oldest first."""
+        return await self._c._do(calls.leader_pending(workstream, limit))
 
     async def check(self, workstream: m.Name, generation: int) -> m.Check:
-        return m.check(await self._c.call("leader.check", **m.term(workstream, generation)))
+        """Whether ``generation`` is live now (``Fenced`` if not): for a
+        service acting on a leader's behalf; a check, not a lock."""
+        return await self._c._do(calls.leader_check(workstream, generation))
 
     async def drain(self, workstream: m.Name, generation: Optional[int] = None) -> None:
+        """Asks the leader to drain (it gets ``leader.drain``, reason
+        "requested"); ``generation`` defaults to the live one."""
         if generation is None:
             generation = (await self.info(workstream)).live_generation or 0
-        await self._c.call("leader.drain", **m.term(workstream, generation))
+        await self._c._do(calls.leader_drain(workstream, generation))
 
     async def read(self, workstream: m.Name, key: m.Name) -> Optional[Tuple[bytes, int]]:
-        try:
-            b = await self._c.call("leader.read", workstream=m.name(workstream, "workstream"),
-                                   key=m.name(key, "key"))
-        except NotFound:
-            return None
-        return m.as_bytes(b.get("value")), m.uint(b, "generation")
+        """(value, generation that wrote it) of a committed key; None when
+        unset."""
+        return await self._c._do(calls.leader_read(workstream, key))
 
     async def disable(self, workstream: m.Name) -> int:
-        return m.uint(await self._c.call("leader.disable",
-                                         workstream=m.name(workstream, "workstream")),
-                      "generation")
+        """The kill switch: fences the leader and refuses campaigns
+        without ``incident``; returns the fenced generation (0: none)."""
+        return await self._c._do(calls.leader_disable(workstream))
 
     async def enable(self, workstream: m.Name) -> None:
-        await self._c.call("leader.enable", workstream=m.name(workstream, "workstream"))
+        """Ends ``disable``."""
+        await self._c._do(calls.leader_enable(workstream))
 
 
 class Subscription(SubscriptionBase):
@@ -741,10 +752,6 @@ class Subscription(SubscriptionBase):
         await self.close()
 
 
-class _HelloDropped(ConnectError):
-    """The connection closed before hello was answered."""
-
-
 async def _open_socket(conn: _AConn, path: str, *, autostart_ok: bool, broker: Optional[str],
                        idle_exit: int, timeout: float) -> None:
     check_socket_path(path)
@@ -784,7 +791,7 @@ async def _open_socket(conn: _AConn, path: str, *, autostart_ok: bool, broker: O
         raise
 
 
-class Client:
+class Client(ClientBase):
     """The asyncio client: ``async with coord.aio.Client() as c`` or
     ``c = await coord.aio.connect()``.  Options as ``coord.Client``."""
 
@@ -795,21 +802,11 @@ class Client:
                  request_timeout: Optional[float] = DEFAULT_REQUEST_TIMEOUT,
                  max_queued: int = DEFAULT_MAX_QUEUED,
                  max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES) -> None:
-        self.request_timeout = check_request_timeout(request_timeout)
-        EventQueue(max_queued, max_queued_bytes)       # ValueError early
-        self.max_queued = max_queued
-        self.max_queued_bytes = max_queued_bytes
-        self.socket_path = socket or default_socket_path()
-        self.scope = m.name(scope, "scope")
-        self.client_name = client or program_name()
-        self.autostart = autostart
-        self.broker_path = broker
-        self.connect_timeout = connect_timeout
-        self.idle_exit = idle_exit
-        self.reconnect = reconnect
-        self._router = m.Router()
+        super().__init__(socket, scope=scope, client=client, autostart=autostart, broker=broker,
+                         connect_timeout=connect_timeout, idle_exit=idle_exit,
+                         reconnect=reconnect, request_timeout=request_timeout,
+                         max_queued=max_queued, max_queued_bytes=max_queued_bytes)
         self._conn: Optional[_AConn] = None
-        self._closed = False
         self._connecting: Optional[asyncio.Lock] = None
         self.flight = _FlightAPI(self)
         self.records = _RecordAPI(self)
@@ -828,7 +825,7 @@ class Client:
         while True:
             try:
                 return await self._open_once()
-            except _HelloDropped:
+            except calls.HelloDropped:
                 if time.monotonic() >= deadline:
                     raise
                 await asyncio.sleep(0.01)
@@ -853,23 +850,13 @@ class Client:
             r = await asyncio.wait_for(asyncio.shield(call.fut), hello_timeout)
         except asyncio.TimeoutError:
             await conn.shutdown()
-            raise ConnectError(f"the broker did not answer hello: timed out after "
-                               f"{hello_timeout:g} s") from None
+            raise calls.hello_timeout(hello_timeout) from None
         except CoordError as e:
             await conn.shutdown()
-            bye = conn.core.bye
-            if bye is not None and not bye.ok and bye.code != "SHUTTING_DOWN":
-                raise Refused(bye.code, bye.body.get("message")) from None
-            if isinstance(e, ConnectionLost):
-                raise _HelloDropped(f"hello: {e}") from None
-            raise ConnectError(f"hello: {e}") from None
+            raise calls.hello_failed(conn.core.bye, e) from None
         if not r.ok:
             await conn.shutdown()
-            raise Refused(r.code, r.body.get("message"))
-        conn.conn_id = m.uint(r.body, "conn")
-        conn.epoch = m.uint(r.body, "epoch")
-        conn.broker = str(r.get("broker", ""))
-        mf = m.uint(r.body, "max_frame")
+        mf = self._hello(conn, r)
         if mf:
             try:
                 conn.core.set_max_frame(mf)
@@ -904,22 +891,6 @@ class Client:
         if conn is self._conn:
             self._router.connection_lost(exc, keep_subs=self.reconnect and not self._closed)
 
-    @property
-    def connected(self) -> bool:
-        return self._conn is not None and self._conn.alive
-
-    @property
-    def conn_id(self) -> int:
-        return self._conn.conn_id if self._conn else 0
-
-    @property
-    def epoch(self) -> int:
-        return self._conn.epoch if self._conn else 0
-
-    @property
-    def broker_version(self) -> str:
-        return self._conn.broker if self._conn else ""
-
     async def close(self) -> None:
         self._closed = True
         c = self._conn
@@ -933,10 +904,21 @@ class Client:
         await self.close()
 
     async def call(self, op: str, **fields: Any) -> Dict[str, Any]:
+        """Any request (fields as on the wire, None left out); the reply's
+        map, or the error for its code raised."""
         r = await (await self._ensure()).call(op, fields)
         if not r.ok:
             raise r.error()
         return r.body
+
+    async def _do(self, q: calls.Req) -> Any:
+        try:
+            body = await self.call(q.op, **q.fields)
+        except NotFound:
+            if q.absent:
+                return None
+            raise
+        return q.parse(body)
 
     async def ping(self) -> float:
         t = time.monotonic()
@@ -944,7 +926,9 @@ class Client:
         return time.monotonic() - t
 
     async def stats(self) -> m.Stats:
-        return m.Stats(await self.call("stats"))
+        """The broker's counters (a dict); ``.latency`` has the latency
+        percentiles as ``Latency`` (seconds)."""
+        return await self._do(calls.stats())
 
     def lock(self, name: m.Name, mode: str = "exclusive", *, timeout: Optional[float] = None,
              lease: Optional[float] = None, steal: bool = False) -> Lock:
@@ -956,7 +940,8 @@ class Client:
         return lk if await lk.acquire(if_available=True) else None
 
     async def locks(self) -> m.LockState:
-        return m.lock_state(await self.call("lock.query"))
+        """Held and waiting locks of the scope (``lock.query``)."""
+        return await self._do(calls.locks())
 
     async def once(self, key: m.Name, fn: Callable[[Flight], Awaitable[m.Payload]], *,
                    ttl: float = 30.0, wait: Optional[float] = None, keep: Optional[float] = None,
@@ -1005,8 +990,8 @@ class Client:
             return o.owned(f, out)
 
     async def publish(self, channel: m.Name, data: m.Payload) -> int:
-        return m.uint(await self.call("sub.publish", channel=m.name(channel, "channel"),
-                                      data=m.payload(data)), "delivered")
+        """Sends data to the scope's other subscribers; returns how many."""
+        return await self._do(calls.publish(channel, data))
 
     def subscribe(self, *channels: m.Name, timeout: Optional[float] = None) -> Subscription:
         if not channels:
@@ -1014,8 +999,7 @@ class Client:
         return Subscription(self, [m.name(ch, "channel") for ch in channels], timeout)
 
     def watch(self, *channels: str, timeout: Optional[float] = None) -> Subscription:
-        return self.subscribe(*(channels or ("-locks", "-flights", "-leaders")),
-                              timeout=timeout)
+        return self.subscribe(*calls.watched(channels), timeout=timeout)
 
     async def _subscribe(self, sub: Subscription) -> None:
         conn = await self._ensure()

@@ -32,14 +32,15 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
-from . import messages as m
+from . import calls, messages as m
+from .calls import ClientBase
 from .core import (DEFAULT_MAX_FRAME, DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES,
-                   DEFAULT_REQUEST_TIMEOUT, Core, Event, EventQueue, Reply)
-from .errors import ConnectError, ConnectionLost, CoordError, NotFound, ProtocolError, Refused
+                   DEFAULT_REQUEST_TIMEOUT, Core, Event, Reply)
+from .errors import ConnectionLost, CoordError, NotFound, ProtocolError
 from .handles import (UNREACHABLE, Closed, FlightHandle, Join, LeaderTerm, LockHandle, Once,
-                      Result, SubscriptionBase, check_request_timeout, no_reply, owner_failure)
-from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MIN_HELLO_TIMEOUT,
-                    default_socket_path, instance_id, open_socket, program_name)
+                      Result, SubscriptionBase, no_reply, owner_failure)
+from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MIN_HELLO_TIMEOUT, instance_id,
+                    open_socket)
 
 Callback = Callable[["_Call", Optional[Reply], Optional[BaseException]], None]
 
@@ -105,10 +106,6 @@ class _Call:
             raise self.exc
         assert self.reply is not None
         return self.reply
-
-
-class _HelloDropped(ConnectError):
-    """The connection closed before hello was answered."""
 
 
 class _Conn:
@@ -425,21 +422,23 @@ class _FlightAPI:
         return f.fail(code, message, retryable, keep, retry_after)
 
     def list(self) -> List[m.FlightEntry]:
-        return m.flight_list(self._c.call("flight.list"))
+        """The scope's running flights (``FlightEntry``)."""
+        return self._c._do(calls.flight_list())
 
     def disable(self, prefix: m.Name = "") -> None:
         """The kill switch: every new join of a key starting with prefix
         ("" = every key of the scope) owns a flight of its own at once
         (``bypass``: no deduplication, no record written).  Durable;
         announced on ``-flights``."""
-        self._c.call("flight.disable", prefix=m.name(prefix, "prefix"))
+        self._c._do(calls.flight_disable(prefix))
 
     def enable(self, prefix: m.Name = "") -> None:
-        self._c.call("flight.enable", prefix=m.name(prefix, "prefix"))
+        """Ends ``disable(prefix)``."""
+        self._c._do(calls.flight_enable(prefix))
 
     def disabled(self) -> List[Union[str, bytes]]:
         """The disabled prefixes of the scope."""
-        return m.prefixes(self._c.call("flight.disabled"))
+        return self._c._do(calls.flight_disabled())
 
 
 class _RecordAPI:
@@ -449,18 +448,18 @@ class _RecordAPI:
         self._c = client
 
     def get(self, key: m.Name) -> Optional[m.Record]:
-        k = m.name(key, "key")
-        try:
-            return m.record(k, self._c.call("record.get", key=k))
-        except NotFound:
-            return None
+        """The record of key (``Record``), None when there is none."""
+        return self._c._do(calls.record_get(key))
 
     def list(self, prefix: m.Name = "", limit: Optional[int] = None) -> List[m.RecordEntry]:
-        return m.record_list(self._c.call("record.list", prefix=m.name(prefix, "prefix"),
-                                          limit=limit))
+        """The records whose keys start with prefix (``RecordEntry``)."""
+        return self._c._do(calls.record_list(prefix, limit))
 
     def purge(self, prefix: m.Name = "") -> m.Purged:
-        return m.purged(self._c.call("record.purge", prefix=m.name(prefix, "prefix")))
+        """Deletes the records whose keys start with prefix and ends their
+        running flights; returns the number deleted (``.fenced``: the
+        flights ended)."""
+        return self._c._do(calls.record_purge(prefix))
 
 
 class Leadership(LeaderTerm):
@@ -603,56 +602,52 @@ class _LeaderAPI:
         """Changes the stored descriptor field by field: a field left out
         (``coord.OMIT``, the default) keeps its value, None returns it to
         its default, a value replaces it.  Returns the descriptor."""
-        return m.descriptor(self._c.call("leader.define", **m.define(
+        return self._c._do(calls.leader_define(
             workstream, protocol=protocol, max_hold=max_hold, steal=steal, mode=mode,
-            fallback=fallback, canonical_fence=canonical_fence, force=force)))
+            fallback=fallback, canonical_fence=canonical_fence, force=force))
 
     def describe(self, workstream: m.Name) -> m.Descriptor:
         """The stored descriptor; ``NotFound`` when never defined."""
-        return m.descriptor(self._c.call("leader.describe",
-                                         workstream=m.name(workstream, "workstream")))
+        return self._c._do(calls.leader_describe(workstream))
 
     def info(self, workstream: m.Name) -> m.LeaderInfo:
-        return m.leader_info(self._c.call("leader.info",
-                                          workstream=m.name(workstream, "workstream")))
+        """The workstream now (``LeaderInfo``): who leads, the generation,
+        the mode, the pin."""
+        return self._c._do(calls.leader_info(workstream))
 
     def history(self, workstream: m.Name, limit: Optional[int] = None) -> m.Page:
         """The last terms (``Term``), newest first."""
-        return m.history(self._c.call("leader.history",
-                                      workstream=m.name(workstream, "workstream"),
-                                      limit=m.limit(limit)))
+        return self._c._do(calls.leader_history(workstream, limit))
 
     def pending(self, workstream: m.Name, limit: Optional[int] = None) -> m.Page:
-        return m.pending(self._c.call("leader.pending",
-                                      workstream=m.name(workstream, "workstream"),
-                                      limit=m.limit(limit)))
+        """The claimed, unsettled ops (``PendingOp``), oldest first."""
+        return self._c._do(calls.leader_pending(workstream, limit))
 
     def check(self, workstream: m.Name, generation: int) -> m.Check:
         """Whether ``generation`` is live now (``Fenced`` if not): for a
         service acting on a leader's behalf; a check, not a lock."""
-        return m.check(self._c.call("leader.check", **m.term(workstream, generation)))
+        return self._c._do(calls.leader_check(workstream, generation))
 
     def drain(self, workstream: m.Name, generation: Optional[int] = None) -> None:
         """Asks the leader to drain (it gets ``leader.drain``, reason
         "requested"); ``generation`` defaults to the live one."""
         if generation is None:
             generation = self.info(workstream).live_generation or 0
-        self._c.call("leader.drain", **m.term(workstream, generation))
+        self._c._do(calls.leader_drain(workstream, generation))
 
     def read(self, workstream: m.Name, key: m.Name) -> Optional[Tuple[bytes, int]]:
-        try:
-            b = self._c.call("leader.read", workstream=m.name(workstream, "workstream"),
-                             key=m.name(key, "key"))
-        except NotFound:
-            return None
-        return m.as_bytes(b.get("value")), m.uint(b, "generation")
+        """(value, generation that wrote it) of a committed key; None when
+        unset."""
+        return self._c._do(calls.leader_read(workstream, key))
 
     def disable(self, workstream: m.Name) -> int:
-        return m.uint(self._c.call("leader.disable",
-                                   workstream=m.name(workstream, "workstream")), "generation")
+        """The kill switch: fences the leader and refuses campaigns
+        without ``incident``; returns the fenced generation (0: none)."""
+        return self._c._do(calls.leader_disable(workstream))
 
     def enable(self, workstream: m.Name) -> None:
-        self._c.call("leader.enable", workstream=m.name(workstream, "workstream"))
+        """Ends ``disable``."""
+        self._c._do(calls.leader_enable(workstream))
 
 
 class Subscription(SubscriptionBase):
@@ -737,7 +732,7 @@ class Subscription(SubscriptionBase):
         self.close()
 
 
-class Client:
+class Client(ClientBase):
     """A connection to the per-user broker.
 
     ``socket``: the path (default ``$COORD_SOCKET``, ...); ``scope``
@@ -761,24 +756,14 @@ class Client:
                  request_timeout: Optional[float] = DEFAULT_REQUEST_TIMEOUT,
                  max_queued: int = DEFAULT_MAX_QUEUED,
                  max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES) -> None:
-        self.request_timeout = check_request_timeout(request_timeout)
-        EventQueue(max_queued, max_queued_bytes)       # ValueError early
-        self.max_queued = max_queued
-        self.max_queued_bytes = max_queued_bytes
-        self.socket_path = socket or default_socket_path()
-        self.scope = m.name(scope, "scope")
-        self.client_name = client or program_name()
-        self.autostart = autostart
-        self.broker_path = broker
-        self.connect_timeout = connect_timeout
-        self.idle_exit = idle_exit
-        self.reconnect = reconnect
-        self._router = m.Router()
+        super().__init__(socket, scope=scope, client=client, autostart=autostart, broker=broker,
+                         connect_timeout=connect_timeout, idle_exit=idle_exit,
+                         reconnect=reconnect, request_timeout=request_timeout,
+                         max_queued=max_queued, max_queued_bytes=max_queued_bytes)
+        self._conn: Optional[_Conn] = None
         self._ticker = _Ticker()
         self._mu = threading.RLock()            # state; never held while waiting
         self._connect_mu = threading.Lock()     # one connect at a time
-        self._conn: Optional[_Conn] = None
-        self._closed = False
         self.flight = _FlightAPI(self)
         self.records = _RecordAPI(self)
         self.leader = _LeaderAPI(self)
@@ -796,7 +781,7 @@ class Client:
         while True:
             try:
                 return self._open_once()
-            except _HelloDropped:
+            except calls.HelloDropped:
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.01)
@@ -822,25 +807,15 @@ class Client:
         hello_timeout = max(self.connect_timeout, MIN_HELLO_TIMEOUT)
         if not call._ev.wait(hello_timeout):
             conn.shutdown()
-            raise ConnectError(f"the broker did not answer hello: timed out after "
-                               f"{hello_timeout:g} s")
+            raise calls.hello_timeout(hello_timeout)
         try:
             r = call.wait()
         except CoordError as e:
             conn.shutdown()
-            bye = conn.core.bye
-            if bye is not None and not bye.ok and bye.code != "SHUTTING_DOWN":
-                raise Refused(bye.code, bye.body.get("message")) from None
-            if isinstance(e, ConnectionLost):
-                raise _HelloDropped(f"hello: {e}") from None
-            raise ConnectError(f"hello: {e}") from None
+            raise calls.hello_failed(conn.core.bye, e) from None
         if not r.ok:
             conn.shutdown()
-            raise Refused(r.code, r.body.get("message"))
-        conn.conn_id = m.uint(r.body, "conn")
-        conn.epoch = m.uint(r.body, "epoch")
-        conn.broker = str(r.get("broker", ""))
-        mf = m.uint(r.body, "max_frame")
+        mf = self._hello(conn, r)
         if mf:
             try:
                 with conn.core_mu:
@@ -895,24 +870,8 @@ class Client:
             self._router.dispatch(ev)
 
     @property
-    def connected(self) -> bool:
-        c = self._conn
-        return c is not None and c.alive
-
-    @property
-    def conn_id(self) -> int:
-        return self._conn.conn_id if self._conn else 0
-
-    @property
-    def epoch(self) -> int:
-        return self._conn.epoch if self._conn else 0
-
-    @property
-    def broker_version(self) -> str:
-        return self._conn.broker if self._conn else ""
-
-    @property
     def max_frame(self) -> int:
+        """The largest frame the broker takes (from hello)."""
         return self._conn.core.max_frame if self._conn else DEFAULT_MAX_FRAME
 
     def close(self) -> None:
@@ -941,6 +900,15 @@ class Client:
             raise r.error()
         return r.body
 
+    def _do(self, q: calls.Req) -> Any:
+        try:
+            body = self.call(q.op, **q.fields)
+        except NotFound:
+            if q.absent:
+                return None
+            raise
+        return q.parse(body)
+
     def ping(self) -> float:
         t = time.monotonic()
         self.call("ping")
@@ -949,7 +917,7 @@ class Client:
     def stats(self) -> m.Stats:
         """The broker's counters (a dict); ``.latency`` has the latency
         percentiles as ``Latency`` (seconds)."""
-        return m.Stats(self.call("stats"))
+        return self._do(calls.stats())
 
     # ---- locks ----
 
@@ -968,7 +936,7 @@ class Client:
 
     def locks(self) -> m.LockState:
         """Held and waiting locks of the scope (``lock.query``)."""
-        return m.lock_state(self.call("lock.query"))
+        return self._do(calls.locks())
 
     # ---- single-flight ----
 
@@ -1036,8 +1004,7 @@ class Client:
 
     def publish(self, channel: m.Name, data: m.Payload) -> int:
         """Sends data to the scope's other subscribers; returns how many."""
-        return m.uint(self.call("sub.publish", channel=m.name(channel, "channel"),
-                                data=m.payload(data)), "delivered")
+        return self._do(calls.publish(channel, data))
 
     def subscribe(self, *channels: m.Name, timeout: Optional[float] = None) -> Subscription:
         """``with c.subscribe("news") as sub: for msg in sub: ...``"""
@@ -1048,8 +1015,7 @@ class Client:
     def watch(self, *channels: str, timeout: Optional[float] = None) -> Subscription:
         """Lifecycle events of the broker's channels (default all three:
         ``-locks``, ``-flights``, ``-leaders``)."""
-        return self.subscribe(*(channels or ("-locks", "-flights", "-leaders")),
-                              timeout=timeout)
+        return self.subscribe(*calls.watched(channels), timeout=timeout)
 
     def _subscribe(self, sub: Subscription) -> None:
         conn = self._ensure()
