@@ -22,7 +22,8 @@ import asyncio
 import errno
 import os
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Tuple, Union
+from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, List, Literal, Optional, Tuple,
+                    TypeVar, Union)
 
 from . import calls, messages as m
 from .calls import ClientBase
@@ -34,7 +35,8 @@ from .handles import (UNREACHABLE, Closed, FlightHandle, Join, LeaderTerm, LockH
 from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MAX_BACKOFF, MIN_HELLO_TIMEOUT,
                     MAX_SPAWNS, autostart, check_peer, check_socket_path, instance_id)
 
-GiveBack = Callable[[Reply], Optional["_ACall"]]
+T = TypeVar("T")
+GiveBack = Callable[[Reply], Any]      # a call to wait for, or None
 
 
 class _ACall:
@@ -291,7 +293,7 @@ async def _stop(task: Optional["asyncio.Task[None]"]) -> None:
 
 
 async def _renew(conn: _AConn, op: str, fields: Dict[str, Any],
-                 left: float) -> Union[Reply, None, bool]:
+                 left: float) -> Union[Reply, None, Literal[False]]:
     """A renewal sent from a lease's task: its reply; None when no reply
     came within ``left`` seconds (the lease's end: try again); False when
     it could not be sent or the connection went (the task ends)."""
@@ -312,6 +314,8 @@ class Lock(LockHandle):
     ``ConnectionLost``... when it cannot) and releases it.  ``lost`` (an
     ``asyncio.Event``) is set when the lock is stolen, expires or its
     connection goes; the lease renews in a task of its own."""
+
+    _client: "Client"
 
     lost: asyncio.Event
 
@@ -393,6 +397,8 @@ class Flight(FlightHandle):
     ``fail``, ``check()``.  ``aborted`` is an ``asyncio.Event``,
     ``updated`` an ``asyncio.Future``."""
 
+    _client: "Client"
+
     aborted: asyncio.Event
     updated: Optional["asyncio.Future[m.Updated]"]
 
@@ -423,8 +429,13 @@ class _FlightAPI:
                    wait: Optional[float] = None, max_age: Optional[float] = None,
                    abort_when_orphaned: bool = False, stale: Optional[float] = None,
                    notify: bool = False) -> Flight:
-        j = Join(key, ttl=ttl, wait=wait, max_age=max_age,
-                 abort_when_orphaned=abort_when_orphaned, stale=stale, notify=notify)
+        """Joins the flight of key; returns when the role is settled (see
+        ``coord.Client.flight.join``).  Cancelling the task that waits
+        sends ``cancel`` (an ownership that crossed it is failed as
+        retryable)."""
+        j: Join[Flight] = Join(key, ttl=ttl, wait=wait, max_age=max_age,
+                               abort_when_orphaned=abort_when_orphaned, stale=stale,
+                               notify=notify)
         c = self._c
         conn = await c._ensure()
         call = conn.send("flight.join", j.fields,
@@ -434,10 +445,12 @@ class _FlightAPI:
                                     j.limit(c.request_timeout)))
 
     async def complete(self, f: Flight, result: m.Payload, keep: Optional[float] = None) -> int:
+        """``f.complete(result, keep)``."""
         return await f.complete(result, keep)
 
     async def fail(self, f: Flight, code: str, message: str = "", retryable: bool = False,
                    keep: Optional[float] = None, retry_after: Optional[float] = None) -> int:
+        """``f.fail(code, message, retryable, keep, retry_after)``."""
         return await f.fail(code, message, retryable, keep, retry_after)
 
     async def list(self) -> List[m.FlightEntry]:
@@ -487,6 +500,8 @@ class Leadership(LeaderTerm):
     (raising ``Timeout``, ``Disabled``, ``ProtocolPinned``... when not
     elected) and resigns.  ``lost`` and ``drain_requested`` are
     ``asyncio.Event``s; the lease renews in a task of its own."""
+
+    _client: "Client"
 
     lost: asyncio.Event
     drain_requested: asyncio.Event
@@ -542,7 +557,7 @@ class Leadership(LeaderTerm):
                 return
 
     async def _call(self, op: str, fields: Dict[str, Any],
-                    parse: Callable[[Dict[str, Any]], Any]) -> Any:
+                    parse: Callable[[Dict[str, Any]], T]) -> T:
         f = self._fields(**fields)
         return self._reply(await self._conn.call(op, f), parse)
 
@@ -612,6 +627,10 @@ class _LeaderAPI:
     def __call__(self, workstream: m.Name, *, lease: Optional[float] = m.DEFAULT_LEASE,
                  steal: bool = False, timeout: Optional[float] = None,
                  protocol: Optional[str] = None, incident: Optional[str] = None) -> Leadership:
+        """A Leadership handle of workstream (not campaigning yet): ``async with``
+        campaigns and resigns.  ``lease`` seconds (renewed every third),
+        ``steal`` breaks the leader, ``timeout`` (None: wait, 0: only if
+        free now), ``protocol`` "name@N", ``incident`` a steal's reason."""
         return Leadership(self._c, workstream, lease=lease, steal=steal, timeout=timeout,
                           protocol=protocol, incident=incident)
 
@@ -813,6 +832,7 @@ class Client(ClientBase):
         self.leader = _LeaderAPI(self)
 
     async def connect(self) -> "Client":
+        """Connects now (else the first call does); returns self."""
         await self._ensure()
         return self
 
@@ -892,6 +912,8 @@ class Client(ClientBase):
             self._router.connection_lost(exc, keep_subs=self.reconnect and not self._closed)
 
     async def close(self) -> None:
+        """Closes the connection: the broker releases our locks, resigns
+        our leaderships, passes our flights on."""
         self._closed = True
         c = self._conn
         if c is not None:
@@ -911,16 +933,17 @@ class Client(ClientBase):
             raise r.error()
         return r.body
 
-    async def _do(self, q: calls.Req) -> Any:
+    async def _do(self, q: "calls.Req[T]") -> T:
         try:
             body = await self.call(q.op, **q.fields)
         except NotFound:
             if q.absent:
-                return None
+                return q.missing()
             raise
         return q.parse(body)
 
     async def ping(self) -> float:
+        """A round trip to the broker; its time in seconds."""
         t = time.monotonic()
         await self.call("ping")
         return time.monotonic() - t
@@ -932,10 +955,14 @@ class Client(ClientBase):
 
     def lock(self, name: m.Name, mode: str = "exclusive", *, timeout: Optional[float] = None,
              lease: Optional[float] = None, steal: bool = False) -> Lock:
+        """A lock handle; ``async with`` acquires it.  ``timeout`` seconds
+        (None: wait forever, 0: only if free now), ``lease`` seconds
+        renewed while held (None: no lease), ``steal`` breaks the holders."""
         return Lock(self, name, mode, timeout=timeout, lease=lease, steal=steal)
 
     async def try_lock(self, name: m.Name, mode: str = "exclusive", *,
                        lease: Optional[float] = None) -> Optional[Lock]:
+        """The lock, held, if it is free now; else None."""
         lk = Lock(self, name, mode, lease=lease)
         return lk if await lk.acquire(if_available=True) else None
 
@@ -994,11 +1021,14 @@ class Client(ClientBase):
         return await self._do(calls.publish(channel, data))
 
     def subscribe(self, *channels: m.Name, timeout: Optional[float] = None) -> Subscription:
+        """``async with c.subscribe("news") as sub: async for msg in sub: ...``"""
         if not channels:
             raise TypeError("subscribe needs a channel")
         return Subscription(self, [m.name(ch, "channel") for ch in channels], timeout)
 
     def watch(self, *channels: str, timeout: Optional[float] = None) -> Subscription:
+        """Lifecycle events of the broker's channels (default all three:
+        ``-locks``, ``-flights``, ``-leaders``)."""
         return self.subscribe(*calls.watched(channels), timeout=timeout)
 
     async def _subscribe(self, sub: Subscription) -> None:
@@ -1028,6 +1058,7 @@ class Client(ClientBase):
     async def try_leader(self, workstream: m.Name, *, lease: Optional[float] = m.DEFAULT_LEASE,
                          protocol: Optional[str] = None, incident: Optional[str] = None
                          ) -> Optional[Leadership]:
+        """Leadership if nobody leads now, else None."""
         lead = Leadership(self, workstream, lease=lease, protocol=protocol, incident=incident)
         return lead if await lead.campaign(if_available=True) else None
 

@@ -6,7 +6,7 @@ own way (``Client._do``: blocking, or awaited); a call's request and what
 its reply means are written once, here."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, NamedTuple, Optional
+from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, TypeVar, Union, cast
 
 from . import messages as m
 from .core import EventQueue, Reply
@@ -15,13 +15,24 @@ from .handles import check_request_timeout
 from .paths import default_socket_path, program_name
 
 
-class Req(NamedTuple):
+T = TypeVar("T")
+
+
+class Req(Generic[T]):
     """One request and what its reply means: ``parse(body)``; with
-    ``absent``, ``NotFound`` answers None."""
-    op: str
-    fields: Dict[str, Any]
-    parse: Callable[[Dict[str, Any]], Any]
-    absent: bool = False
+    ``absent``, ``NotFound`` answers None (T is then Optional)."""
+    __slots__ = ("op", "fields", "parse", "absent")
+
+    def __init__(self, op: str, fields: Dict[str, Any], parse: Callable[[Dict[str, Any]], T],
+                 absent: bool = False) -> None:
+        self.op = op
+        self.fields = fields
+        self.parse = parse
+        self.absent = absent
+
+    def missing(self) -> T:
+        """What an ``absent`` request answers to ``NotFound``: None."""
+        return cast(T, None)
 
 
 def _nothing(body: Dict[str, Any]) -> None:
@@ -38,15 +49,15 @@ def _ws(workstream: m.Name) -> Dict[str, Any]:
 
 # ---- the client ----
 
-def stats() -> Req:
+def stats() -> "Req[m.Stats]":
     return Req("stats", {}, m.Stats)
 
 
-def locks() -> Req:
+def locks() -> "Req[m.LockState]":
     return Req("lock.query", {}, m.lock_state)
 
 
-def publish(channel: m.Name, data: m.Payload) -> Req:
+def publish(channel: m.Name, data: m.Payload) -> "Req[int]":
     return Req("sub.publish", {"channel": m.name(channel, "channel"), "data": m.payload(data)},
                _delivered)
 
@@ -58,76 +69,76 @@ def watched(channels: Any) -> Any:
 
 # ---- c.flight, c.records ----
 
-def flight_list() -> Req:
+def flight_list() -> "Req[List[m.FlightEntry]]":
     return Req("flight.list", {}, m.flight_list)
 
 
-def flight_disable(prefix: m.Name) -> Req:
+def flight_disable(prefix: m.Name) -> "Req[None]":
     return Req("flight.disable", {"prefix": m.name(prefix, "prefix")}, _nothing)
 
 
-def flight_enable(prefix: m.Name) -> Req:
+def flight_enable(prefix: m.Name) -> "Req[None]":
     return Req("flight.enable", {"prefix": m.name(prefix, "prefix")}, _nothing)
 
 
-def flight_disabled() -> Req:
+def flight_disabled() -> "Req[List[Union[str, bytes]]]":
     return Req("flight.disabled", {}, m.prefixes)
 
 
-def record_get(key: m.Name) -> Req:
+def record_get(key: m.Name) -> "Req[Optional[m.Record]]":
     k = m.name(key, "key")
     return Req("record.get", {"key": k}, lambda b: m.record(k, b), absent=True)
 
 
-def record_list(prefix: m.Name, limit: Optional[int]) -> Req:
+def record_list(prefix: m.Name, limit: Optional[int]) -> "Req[List[m.RecordEntry]]":
     return Req("record.list", {"prefix": m.name(prefix, "prefix"), "limit": limit},
                m.record_list)
 
 
-def record_purge(prefix: m.Name) -> Req:
+def record_purge(prefix: m.Name) -> "Req[m.Purged]":
     return Req("record.purge", {"prefix": m.name(prefix, "prefix")}, m.purged)
 
 
 # ---- c.leader ----
 
-def leader_define(workstream: m.Name, **fields: Any) -> Req:
+def leader_define(workstream: m.Name, **fields: Any) -> "Req[m.Descriptor]":
     return Req("leader.define", m.define(workstream, **fields), m.descriptor)
 
 
-def leader_describe(workstream: m.Name) -> Req:
+def leader_describe(workstream: m.Name) -> "Req[m.Descriptor]":
     return Req("leader.describe", _ws(workstream), m.descriptor)
 
 
-def leader_info(workstream: m.Name) -> Req:
+def leader_info(workstream: m.Name) -> "Req[m.LeaderInfo]":
     return Req("leader.info", _ws(workstream), m.leader_info)
 
 
-def leader_history(workstream: m.Name, limit: Optional[int]) -> Req:
+def leader_history(workstream: m.Name, limit: Optional[int]) -> "Req[m.Page]":
     return Req("leader.history", dict(_ws(workstream), limit=m.limit(limit)), m.history)
 
 
-def leader_pending(workstream: m.Name, limit: Optional[int]) -> Req:
+def leader_pending(workstream: m.Name, limit: Optional[int]) -> "Req[m.Page]":
     return Req("leader.pending", dict(_ws(workstream), limit=m.limit(limit)), m.pending)
 
 
-def leader_check(workstream: m.Name, generation: int) -> Req:
+def leader_check(workstream: m.Name, generation: int) -> "Req[m.Check]":
     return Req("leader.check", m.term(workstream, generation), m.check)
 
 
-def leader_drain(workstream: m.Name, generation: int) -> Req:
+def leader_drain(workstream: m.Name, generation: int) -> "Req[None]":
     return Req("leader.drain", m.term(workstream, generation), _nothing)
 
 
-def leader_read(workstream: m.Name, key: m.Name) -> Req:
+def leader_read(workstream: m.Name, key: m.Name) -> "Req[Optional[Tuple[bytes, int]]]":
     return Req("leader.read", dict(_ws(workstream), key=m.name(key, "key")),
                lambda b: (m.as_bytes(b.get("value")), m.uint(b, "generation")), absent=True)
 
 
-def leader_disable(workstream: m.Name) -> Req:
+def leader_disable(workstream: m.Name) -> "Req[int]":
     return Req("leader.disable", _ws(workstream), lambda b: m.uint(b, "generation"))
 
 
-def leader_enable(workstream: m.Name) -> Req:
+def leader_enable(workstream: m.Name) -> "Req[None]":
     return Req("leader.enable", _ws(workstream), _nothing)
 
 

@@ -30,7 +30,7 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar, Union
 
 from . import calls, messages as m
 from .calls import ClientBase
@@ -42,6 +42,7 @@ from .handles import (UNREACHABLE, Closed, FlightHandle, Join, LeaderTerm, LockH
 from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MIN_HELLO_TIMEOUT, instance_id,
                     open_socket)
 
+T = TypeVar("T")
 Callback = Callable[["_Call", Optional[Reply], Optional[BaseException]], None]
 
 
@@ -60,7 +61,7 @@ class _Call:
         self.exc: Optional[BaseException] = None
         self.hook = hook
         self.callback = callback
-        self._abandon: Optional[Callable[[Reply], None]] = None
+        self._abandon: Optional[Callable[[Reply], Any]] = None
         self.rid = 0
 
     def _complete(self, reply: Reply) -> None:
@@ -85,7 +86,7 @@ class _Call:
         if self.callback is not None:
             self.callback(self, None, exc)
 
-    def abandon(self, fn: Callable[[Reply], None]) -> None:
+    def abandon(self, fn: Callable[[Reply], Any]) -> None:
         """Nobody waits any more: fn(reply) hands back what the reply
         grants, now if it already came, else when it comes."""
         with self._mu:
@@ -246,7 +247,7 @@ class _Ticker:
             t.join(5)
 
 
-def _wait(conn: _Conn, call: _Call, owner: Any, give_back: Callable[[Reply], None],
+def _wait(conn: _Conn, call: _Call, owner: Any, give_back: Callable[[Reply], Any],
           op: str, limit: Optional[float]) -> Reply:
     """Waits for a call that may wait long (limit: seconds, None for as
     long as it takes); on an interruption, or the limit passed, sends
@@ -269,6 +270,8 @@ class Lock(LockHandle):
     without the lock) and releases it.  ``lost`` (a ``threading.Event``) is
     set when the lock is stolen, expires or its connection goes; the lease
     renews from the client's ticker thread."""
+
+    _client: "Client"
 
     lost: threading.Event
 
@@ -355,6 +358,8 @@ class Flight(FlightHandle):
     an owner's ``complete`` / ``fail``, ``check()``.  ``aborted`` is a
     ``threading.Event``, ``updated`` a ``concurrent.futures.Future``."""
 
+    _client: "Client"
+
     aborted: threading.Event
     updated: Optional["concurrent.futures.Future[m.Updated]"]
 
@@ -404,8 +409,9 @@ class _FlightAPI:
         nobody revalidates it, makes this caller the owner of its
         revalidation (``f.stale`` holds it); ``notify``: a caller served
         stale gets ``f.updated`` resolved when the revalidation ends."""
-        j = Join(key, ttl=ttl, wait=wait, max_age=max_age,
-                 abort_when_orphaned=abort_when_orphaned, stale=stale, notify=notify)
+        j: Join[Flight] = Join(key, ttl=ttl, wait=wait, max_age=max_age,
+                               abort_when_orphaned=abort_when_orphaned, stale=stale,
+                               notify=notify)
         c = self._c
         conn = c._ensure()
         call = conn.send("flight.join", j.fields,
@@ -415,10 +421,12 @@ class _FlightAPI:
                               j.limit(c.request_timeout)))
 
     def complete(self, f: Flight, result: m.Payload, keep: Optional[float] = None) -> int:
+        """``f.complete(result, keep)``."""
         return f.complete(result, keep)
 
     def fail(self, f: Flight, code: str, message: str = "", retryable: bool = False,
              keep: Optional[float] = None, retry_after: Optional[float] = None) -> int:
+        """``f.fail(code, message, retryable, keep, retry_after)``."""
         return f.fail(code, message, retryable, keep, retry_after)
 
     def list(self) -> List[m.FlightEntry]:
@@ -473,6 +481,8 @@ class Leadership(LeaderTerm):
     follows ``leader.mode``.  Both are ``threading.Event``s; the lease
     renews from the client's ticker thread."""
 
+    _client: "Client"
+
     lost: threading.Event
     drain_requested: threading.Event
 
@@ -517,8 +527,8 @@ class Leadership(LeaderTerm):
             return
         self._client._ticker.at(self._next_tick(), self._tick)
 
-    def _call(self, op: str, fields: Dict[str, Any], parse: Callable[[Dict[str, Any]], Any]
-              ) -> Any:
+    def _call(self, op: str, fields: Dict[str, Any], parse: Callable[[Dict[str, Any]], T]
+              ) -> T:
         f = self._fields(**fields)
         return self._reply(self._conn.call(op, f), parse)
 
@@ -593,6 +603,10 @@ class _LeaderAPI:
     def __call__(self, workstream: m.Name, *, lease: Optional[float] = m.DEFAULT_LEASE,
                  steal: bool = False, timeout: Optional[float] = None,
                  protocol: Optional[str] = None, incident: Optional[str] = None) -> Leadership:
+        """A Leadership handle of workstream (not campaigning yet): ``with``
+        campaigns and resigns.  ``lease`` seconds (renewed every third),
+        ``steal`` breaks the leader, ``timeout`` (None: wait, 0: only if
+        free now), ``protocol`` "name@N", ``incident`` a steal's reason."""
         return Leadership(self._c, workstream, lease=lease, steal=steal, timeout=timeout,
                           protocol=protocol, incident=incident)
 
@@ -900,16 +914,17 @@ class Client(ClientBase):
             raise r.error()
         return r.body
 
-    def _do(self, q: calls.Req) -> Any:
+    def _do(self, q: "calls.Req[T]") -> T:
         try:
             body = self.call(q.op, **q.fields)
         except NotFound:
             if q.absent:
-                return None
+                return q.missing()
             raise
         return q.parse(body)
 
     def ping(self) -> float:
+        """A round trip to the broker; its time in seconds."""
         t = time.monotonic()
         self.call("ping")
         return time.monotonic() - t

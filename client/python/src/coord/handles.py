@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import enum
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, TypeVar
 
 from . import messages as m
 from .core import EventQueue, Reply
 from .errors import (Aborted, Backoff, ConnectError, ConnectionLost, CoordError, Fenced,
                      FlightFailed, LeadershipLost, LockLost, RetryAfter, ShuttingDown, Timeout)
+
+T = TypeVar("T")
 
 # What "the broker cannot be reached" means for once(fallback="run").
 UNREACHABLE = (ConnectError, ConnectionLost, ShuttingDown)
@@ -439,7 +441,7 @@ class LeaderTerm:
             return False
         return True
 
-    def _reply(self, r: Reply, parse: Callable[[Dict[str, Any]], Any]) -> Any:
+    def _reply(self, r: Reply, parse: Callable[[Dict[str, Any]], T]) -> T:
         """A term call's reply parsed; its error raised (FENCED: the term
         is lost)."""
         if not r.ok:
@@ -540,14 +542,17 @@ class Result(bytes):
 
     @property
     def value(self) -> bytes:
+        """The result as plain ``bytes``."""
         return bytes(self)
 
     @property
     def stale(self) -> bool:
+        """``source == "stale"``: a stored result past ``max_age``."""
         return self.source == "stale"
 
     @property
     def local(self) -> bool:
+        """``source == "local"``: fn ran here without the broker."""
         return self.source == "local"
 
     def __repr__(self) -> str:
@@ -629,7 +634,10 @@ class FlightHandle:
         return f"<coord.Flight {self.key!r} {self.role} fence={self.fence}>"
 
 
-class Join:
+F = TypeVar("F", bound=FlightHandle)
+
+
+class Join(Generic[F]):
     """One ``flight.join``: its request, the reply's hook (where the reply
     is read: an owner's flight is registered for ``flight.abort``, a
     follower served stale with ``notify`` gets ``updated`` and a watch)
@@ -644,12 +652,12 @@ class Join:
         self.fields = m.flight_join(self.key, ttl=ttl, wait=wait, max_age=max_age,
                                     abort_when_orphaned=abort_when_orphaned, stale=stale,
                                     notify=notify)
-        self._got: List[Any] = []
+        self._got: List[F] = []
 
     def limit(self, request_timeout: Optional[float]) -> Optional[float]:
         return backstop(self.wait, request_timeout)
 
-    def hook(self, client: Any, conn: Any, flight: Callable[[m.Joined], Any],
+    def hook(self, client: Any, conn: Any, flight: Callable[[m.Joined], F],
              future: Callable[[], Any]) -> Callable[[Reply], None]:
         def hook(r: Reply) -> None:
             if r.ok:
@@ -674,7 +682,7 @@ class Join:
             return None
         return give_back
 
-    def joined(self, r: Reply) -> Any:
+    def joined(self, r: Reply) -> F:
         """The settled flight; the refusal's error."""
         if not r.ok:
             raise wait_error(r, f"flight {self.key!r}: no result", self.wait)

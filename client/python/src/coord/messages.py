@@ -407,7 +407,7 @@ def _num(d: Dict[str, Any], k: str) -> float:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
 
 
-class Stats(dict):
+class Stats(Dict[str, Any]):
     """``stats()``: the broker's map as it came, plus ``latency``: the
     named latencies (lock_wait, lock_hold, flight_run, follower_wait,
     leader_transition) as ``Latency``; empty when the broker left them out
@@ -415,6 +415,9 @@ class Stats(dict):
 
     @property
     def latency(self) -> Dict[str, Latency]:
+        """The latency percentiles by name (``lock_wait``, ``lock_hold``,
+        ``flight_run``, ``follower_wait``, ``leader_transition``), in
+        seconds; empty when the broker left them out."""
         lat = self.get("latency")
         if not isinstance(lat, dict):
             return {}
@@ -589,6 +592,7 @@ class Term:
 
     @property
     def live(self) -> bool:
+        """The term has not ended."""
         return self.ended == 0 and self.reason is None
 
 
@@ -716,6 +720,7 @@ class Lifecycle:
         return self.fields[k]
 
     def get(self, k: str, default: Any = None) -> Any:
+        """A field of the event (``name``, ``conn``...), or default."""
         return self.fields.get(k, default)
 
 
