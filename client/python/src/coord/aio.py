@@ -19,7 +19,6 @@ so the error says why.
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
 import time
 from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, List, Literal, Optional, Tuple,
@@ -29,11 +28,11 @@ from . import calls, messages as m
 from .calls import ClientBase
 from .core import (DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES, DEFAULT_REQUEST_TIMEOUT, Core,
                    Reply)
-from .errors import ConnectError, ConnectionLost, CoordError, NotFound, ProtocolError
+from .errors import ConnectionLost, CoordError, NotFound, ProtocolError
 from .handles import (UNREACHABLE, Closed, FlightHandle, Join, LeaderTerm, LockHandle, Once,
                       Result, SubscriptionBase, no_reply, owner_failure)
-from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MAX_BACKOFF, MIN_HELLO_TIMEOUT,
-                    MAX_SPAWNS, autostart, check_peer, check_socket_path, instance_id)
+from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MIN_HELLO_TIMEOUT, Dial, autostart,
+                    check_peer, instance_id)
 
 T = TypeVar("T")
 GiveBack = Callable[[Reply], Any]      # a call to wait for, or None
@@ -773,35 +772,17 @@ class Subscription(SubscriptionBase):
 
 async def _open_socket(conn: _AConn, path: str, *, autostart_ok: bool, broker: Optional[str],
                        idle_exit: int, timeout: float) -> None:
-    check_socket_path(path)
+    d = Dial(path, autostart_ok=autostart_ok, timeout=timeout)
     loop = asyncio.get_running_loop()
-    deadline = time.monotonic() + timeout
-    backoff = 0.001
-    spawned = False
-    spawns = 0
     while True:
         try:
             await loop.create_unix_connection(lambda: conn, path)
             break
         except OSError as e:
-            err = e.errno
-            if err in (errno.ENOENT, errno.ECONNREFUSED):
-                if not autostart_ok:
-                    raise ConnectError(f"no broker at {path}: {e.strerror}") from None
-                if not spawned and spawns < MAX_SPAWNS:
-                    spawned = True
-                    spawns += 1
-                    if await loop.run_in_executor(None, autostart, path, broker, idle_exit,
-                                                  deadline):
-                        continue
-                    spawned = False      # it exited: nobody listens yet, try again
-            elif err not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
-                raise ConnectError(f"cannot connect to {path}: {e.strerror}") from None
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ConnectError(f"no broker answered at {path} within {timeout:g} s")
-            await asyncio.sleep(min(backoff, left))
-            backoff = min(backoff * 2, MAX_BACKOFF)
+            if d.failed(e) and d.started(await loop.run_in_executor(
+                    None, autostart, path, broker, idle_exit, d.deadline)):
+                continue
+            await asyncio.sleep(d.pause(e))
     assert conn.transport is not None
     try:
         check_peer(conn.transport.get_extra_info("socket"), path)
