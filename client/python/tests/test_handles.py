@@ -131,13 +131,14 @@ def test_leader_term_states():
 
 def test_join_and_once_decisions():
     c, conn = FakeClient(), FakeConn()
-    j: Join[FlightHandle] = Join("k", ttl=5.0, wait=None, max_age=None,
-                                 abort_when_orphaned=False, stale=None, notify=False)
-    hook = j.hook(c, conn, lambda jd: FlightHandle(c, conn, jd, threading.Event), list)
-    hook(ok(role="owner", flight=3, fence=11))
-    f = j.joined(ok(role="owner"))
+    j = Join(c, "k", ttl=5.0, wait=None, max_age=None, abort_when_orphaned=False,
+             stale=None, notify=False, future=list,
+             flight=lambda conn, jd: FlightHandle(c, conn, jd, threading.Event))
+    assert j.limit is None                                # waits as long as it takes
+    j._granted(conn, ok(role="owner", flight=3, fence=11), time.monotonic())
+    f = j._joined(ok(role="owner"))
     assert f.role == "owner" and c._router.flights[3] is f
-    j.give_back(c, conn)(ok())                            # the caller gave up
+    j._give_back(conn, ok())                              # the caller gave up
     assert 3 not in c._router.flights and conn.sent[-1][0] == "flight.fail"
     assert conn.sent[-1][1]["retryable"] is True
 

@@ -29,8 +29,8 @@ from .calls import ClientBase
 from .core import (DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES, DEFAULT_REQUEST_TIMEOUT, Core,
                    Reply)
 from .errors import ConnectionLost, CoordError, NotFound, ProtocolError
-from .handles import (UNREACHABLE, Closed, FlightHandle, Join, LeaderTerm, LockHandle, Once,
-                      Result, SubscriptionBase, no_reply, owner_failure)
+from .handles import (UNREACHABLE, Closed, FlightHandle, Grantee, Join, LeaderTerm, LockHandle,
+                      Once, Result, SubscriptionBase, no_reply, owner_failure)
 from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MIN_HELLO_TIMEOUT, Dial, autostart,
                     check_peer, instance_id)
 
@@ -282,6 +282,17 @@ async def _wait(conn: _AConn, call: _ACall, owner: Any, give_back: GiveBack,
         owner._waiting = None
 
 
+async def _granting(client: "Client", owner: Grantee, op: str, fields: Dict[str, Any],
+                    limit: Optional[float]) -> Reply:
+    """A request that waits for a grant (lock, join, campaign): connects,
+    sends it with ``owner._granted`` as its hook, waits (``_wait``) with
+    ``owner._give_back`` for a grant that comes too late."""
+    conn = await client._ensure()
+    owner._begin()
+    call = conn.send(op, fields, hook=lambda r: owner._granted(conn, r, time.monotonic()))
+    return await _wait(conn, call, owner, lambda r: owner._give_back(conn, r), op, limit)
+
+
 async def _stop(task: Optional["asyncio.Task[None]"]) -> None:
     if task is not None and task is not asyncio.current_task() and not task.done():
         task.cancel()
@@ -331,13 +342,8 @@ class Lock(LockHandle):
         Cancelling the task that waits sends ``cancel`` (a grant that
         crossed it is released)."""
         fields, limit = self._acquire_fields(if_available)
-        conn = await self._client._ensure()
-        self._begin()
-        call = conn.send("lock.acquire", fields,
-                         hook=lambda r: self._granted(conn, r, time.monotonic()))
-        if not self._acquired(await _wait(conn, call, self,
-                                          lambda r: self._give_back(conn, r),
-                                          "lock.acquire", limit)):
+        if not self._acquired(await _granting(self._client, self, "lock.acquire", fields,
+                                              limit)):
             return False
         if self.lease:
             self._renewer = asyncio.get_running_loop().create_task(self._renew_loop())
@@ -422,7 +428,6 @@ class Flight(FlightHandle):
 class _FlightAPI:
     def __init__(self, client: "Client") -> None:
         self._c = client
-        self._waiting: Optional[Tuple[_AConn, _ACall]] = None
 
     async def join(self, key: m.Name, *, ttl: Optional[float] = 30.0,
                    wait: Optional[float] = None, max_age: Optional[float] = None,
@@ -432,16 +437,12 @@ class _FlightAPI:
         ``coord.Client.flight.join``).  Cancelling the task that waits
         sends ``cancel`` (an ownership that crossed it is failed as
         retryable)."""
-        j: Join[Flight] = Join(key, ttl=ttl, wait=wait, max_age=max_age,
-                               abort_when_orphaned=abort_when_orphaned, stale=stale,
-                               notify=notify)
         c = self._c
-        conn = await c._ensure()
-        call = conn.send("flight.join", j.fields,
-                         hook=j.hook(c, conn, lambda jd: Flight(c, conn, jd),
-                                     conn.loop.create_future))
-        return j.joined(await _wait(conn, call, self, j.give_back(c, conn), "flight.join",
-                                    j.limit(c.request_timeout)))
+        j = Join(c, key, ttl=ttl, wait=wait, max_age=max_age,
+                 abort_when_orphaned=abort_when_orphaned, stale=stale, notify=notify,
+                 flight=lambda conn, jd: Flight(c, conn, jd),
+                 future=lambda conn: conn.loop.create_future())
+        return j._joined(await _granting(c, j, "flight.join", j.fields, j.limit))
 
     async def complete(self, f: Flight, result: m.Payload, keep: Optional[float] = None) -> int:
         """``f.complete(result, keep)``."""
@@ -519,13 +520,9 @@ class Leadership(LeaderTerm):
         Cancelling the task that waits sends ``cancel`` (a grant that
         crossed it is resigned)."""
         fields = self._campaign_fields(if_available)
-        conn = await self._client._ensure()
-        self._begin()
-        call = conn.send("leader.campaign", fields,
-                         hook=lambda r: self._granted(conn, r, time.monotonic()))
         try:
-            r = await _wait(conn, call, self, lambda r: self._give_back(conn, r),
-                            "leader.campaign", self._campaign_limit(fields))
+            r = await _granting(self._client, self, "leader.campaign", fields,
+                                self._campaign_limit(fields))
         except BaseException:
             self._refused(None)
             raise

@@ -37,8 +37,8 @@ from .calls import ClientBase
 from .core import (DEFAULT_MAX_FRAME, DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES,
                    DEFAULT_REQUEST_TIMEOUT, Core, Event, Reply)
 from .errors import ConnectionLost, CoordError, NotFound, ProtocolError
-from .handles import (UNREACHABLE, Closed, FlightHandle, Join, LeaderTerm, LockHandle, Once,
-                      Result, SubscriptionBase, no_reply, owner_failure)
+from .handles import (UNREACHABLE, Closed, FlightHandle, Grantee, Join, LeaderTerm, LockHandle,
+                      Once, Result, SubscriptionBase, no_reply, owner_failure)
 from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MIN_HELLO_TIMEOUT, instance_id,
                     open_socket)
 
@@ -264,6 +264,17 @@ def _wait(conn: _Conn, call: _Call, owner: Any, give_back: Callable[[Reply], Any
         owner._waiting = None
 
 
+def _granting(client: "Client", owner: Grantee, op: str, fields: Dict[str, Any],
+              limit: Optional[float]) -> Reply:
+    """A request that waits for a grant (lock, join, campaign): connects,
+    sends it with ``owner._granted`` as its hook, waits (``_wait``) with
+    ``owner._give_back`` for a grant that comes too late."""
+    conn = client._ensure()
+    owner._begin()
+    call = conn.send(op, fields, hook=lambda r: owner._granted(conn, r, time.monotonic()))
+    return _wait(conn, call, owner, lambda r: owner._give_back(conn, r), op, limit)
+
+
 class Lock(LockHandle):
     """A lock on ``name``; ``with`` acquires it (raising ``Timeout``,
     ``Aborted``, ``ConnectionLost``... when it cannot: the block never runs
@@ -285,12 +296,7 @@ class Lock(LockHandle):
         """Waits for the lock (up to ``timeout``); True once held.  With
         ``if_available`` (or ``timeout=0``) returns False at once when busy."""
         fields, limit = self._acquire_fields(if_available)
-        conn = self._client._ensure()
-        self._begin()
-        call = conn.send("lock.acquire", fields,
-                         hook=lambda r: self._granted(conn, r, time.monotonic()))
-        if not self._acquired(_wait(conn, call, self, lambda r: self._give_back(conn, r),
-                                    "lock.acquire", limit)):
+        if not self._acquired(_granting(self._client, self, "lock.acquire", fields, limit)):
             return False
         if self.lease:
             self._client._ticker.at(self._next_tick(), self._tick)
@@ -397,7 +403,6 @@ class _FlightAPI:
 
     def __init__(self, client: "Client") -> None:
         self._c = client
-        self._waiting: Optional[Tuple[_Conn, _Call]] = None
 
     def join(self, key: m.Name, *, ttl: Optional[float] = 30.0, wait: Optional[float] = None,
              max_age: Optional[float] = None, abort_when_orphaned: bool = False,
@@ -409,16 +414,12 @@ class _FlightAPI:
         nobody revalidates it, makes this caller the owner of its
         revalidation (``f.stale`` holds it); ``notify``: a caller served
         stale gets ``f.updated`` resolved when the revalidation ends."""
-        j: Join[Flight] = Join(key, ttl=ttl, wait=wait, max_age=max_age,
-                               abort_when_orphaned=abort_when_orphaned, stale=stale,
-                               notify=notify)
         c = self._c
-        conn = c._ensure()
-        call = conn.send("flight.join", j.fields,
-                         hook=j.hook(c, conn, lambda jd: Flight(c, conn, jd),
-                                     concurrent.futures.Future))
-        return j.joined(_wait(conn, call, self, j.give_back(c, conn), "flight.join",
-                              j.limit(c.request_timeout)))
+        j = Join(c, key, ttl=ttl, wait=wait, max_age=max_age,
+                 abort_when_orphaned=abort_when_orphaned, stale=stale, notify=notify,
+                 flight=lambda conn, jd: Flight(c, conn, jd),
+                 future=lambda conn: concurrent.futures.Future())
+        return j._joined(_granting(c, j, "flight.join", j.fields, j.limit))
 
     def complete(self, f: Flight, result: m.Payload, keep: Optional[float] = None) -> int:
         """``f.complete(result, keep)``."""
@@ -497,13 +498,9 @@ class Leadership(LeaderTerm):
         """Waits to be elected (up to ``timeout``); True once leading.  With
         ``if_available`` (or ``timeout=0``) False at once when led."""
         fields = self._campaign_fields(if_available)
-        conn = self._client._ensure()
-        self._begin()
-        call = conn.send("leader.campaign", fields,
-                         hook=lambda r: self._granted(conn, r, time.monotonic()))
         try:
-            r = _wait(conn, call, self, lambda r: self._give_back(conn, r), "leader.campaign",
-                      self._campaign_limit(fields))
+            r = _granting(self._client, self, "leader.campaign", fields,
+                          self._campaign_limit(fields))
         except BaseException:
             self._refused(None)
             raise

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 import time
-from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, Generic, List, Optional, Protocol, Tuple, TypeVar
 
 from . import messages as m
 from .core import EventQueue, Reply
@@ -64,6 +64,19 @@ def wait_error(r: Reply, what: str, seconds: Optional[float]) -> CoordError:
     if r.code == "TIMEOUT" and seconds:
         return Timeout(f"{what}: timed out after {seconds:g} s")
     return r.error()
+
+
+class Grantee(Protocol):
+    """What waits for a grant (a lock, a campaign, a join): the clients'
+    ``_granting`` sends its request with ``_granted`` as the reply's hook
+    and hands a grant that came too late to ``_give_back``."""
+    _waiting: Optional[Tuple[Any, Any]]
+
+    def _begin(self) -> None: ...
+
+    def _granted(self, conn: Any, r: Reply, arrived: float) -> None: ...
+
+    def _give_back(self, conn: Any, r: Reply) -> Any: ...
 
 
 def cancel_waiting(owner: Any) -> bool:
@@ -638,51 +651,57 @@ F = TypeVar("F", bound=FlightHandle)
 
 
 class Join(Generic[F]):
-    """One ``flight.join``: its request, the reply's hook (where the reply
-    is read: an owner's flight is registered for ``flight.abort``, a
-    follower served stale with ``notify`` gets ``updated`` and a watch)
-    and the give-back of an ownership nobody waits for any more."""
+    """One ``flight.join``: its request, the reply's hook (``_granted``,
+    where the reply is read: an owner's flight is registered for
+    ``flight.abort``, a follower served stale with ``notify`` gets
+    ``updated`` and a watch) and the give-back of an ownership nobody
+    waits for any more.  ``flight`` makes the client's Flight, ``future``
+    its future of ``updated``."""
 
-    def __init__(self, key: m.Name, *, ttl: Optional[float], wait: Optional[float],
-                 max_age: Optional[float], abort_when_orphaned: bool, stale: Optional[float],
-                 notify: bool) -> None:
+    def __init__(self, client: Any, key: m.Name, *, ttl: Optional[float],
+                 wait: Optional[float], max_age: Optional[float], abort_when_orphaned: bool,
+                 stale: Optional[float], notify: bool, flight: Callable[[Any, m.Joined], F],
+                 future: Callable[[Any], Any]) -> None:
+        self._client = client
         self.key = m.name(key, "key")
         self.wait = wait
         self.notify = notify
         self.fields = m.flight_join(self.key, ttl=ttl, wait=wait, max_age=max_age,
                                     abort_when_orphaned=abort_when_orphaned, stale=stale,
                                     notify=notify)
+        self._flight = flight
+        self._future = future
         self._got: List[F] = []
+        self._waiting: Optional[Tuple[Any, Any]] = None
 
-    def limit(self, request_timeout: Optional[float]) -> Optional[float]:
-        return backstop(self.wait, request_timeout)
+    @property
+    def limit(self) -> Optional[float]:
+        return backstop(self.wait, self._client.request_timeout)
 
-    def hook(self, client: Any, conn: Any, flight: Callable[[m.Joined], F],
-             future: Callable[[], Any]) -> Callable[[Reply], None]:
-        def hook(r: Reply) -> None:
-            if r.ok:
-                f = flight(m.joined(self.key, r.body))
-                if f.role == "owner":
-                    client._router.flights[f.flight] = f
-                elif self.notify and f.stale is not None and f.revalidating:
-                    f.updated = future()
-                    client._router.watch(self.key, f)
-                self._got.append(f)
-        return hook
+    def _begin(self) -> None:
+        pass
 
-    def give_back(self, client: Any, conn: Any) -> Callable[[Reply], Any]:
-        def give_back(r: Reply) -> Any:
-            if self._got and self._got[0].role == "owner":
-                f = self._got[0]
-                client._router.flights.pop(f.flight, None)
-                return conn.fire("flight.fail", {"flight": f.flight, "fence": f.fence,
-                                                 "error": {"code": "ABORTED",
-                                                           "message": "the owner gave up"},
-                                                 "retryable": True})
-            return None
-        return give_back
+    def _granted(self, conn: Any, r: Reply, arrived: float) -> None:
+        if r.ok:
+            f = self._flight(conn, m.joined(self.key, r.body))
+            if f.role == "owner":
+                self._client._router.flights[f.flight] = f
+            elif self.notify and f.stale is not None and f.revalidating:
+                f.updated = self._future(conn)
+                self._client._router.watch(self.key, f)
+            self._got.append(f)
 
-    def joined(self, r: Reply) -> F:
+    def _give_back(self, conn: Any, r: Reply) -> Any:
+        if self._got and self._got[0].role == "owner":
+            f = self._got[0]
+            self._client._router.flights.pop(f.flight, None)
+            return conn.fire("flight.fail", {"flight": f.flight, "fence": f.fence,
+                                             "error": {"code": "ABORTED",
+                                                       "message": "the owner gave up"},
+                                             "retryable": True})
+        return None
+
+    def _joined(self, r: Reply) -> F:
         """The settled flight; the refusal's error."""
         if not r.ok:
             raise wait_error(r, f"flight {self.key!r}: no result", self.wait)
