@@ -326,7 +326,6 @@ class Lock(LockHandle):
     connection goes; the lease renews in a task of its own."""
 
     _client: "Client"
-
     lost: asyncio.Event
 
     def __init__(self, client: "Client", name: m.Name, mode: str = "exclusive", *,
@@ -403,7 +402,6 @@ class Flight(FlightHandle):
     ``updated`` an ``asyncio.Future``."""
 
     _client: "Client"
-
     aborted: asyncio.Event
     updated: Optional["asyncio.Future[m.Updated]"]
 
@@ -502,7 +500,6 @@ class Leadership(LeaderTerm):
     ``asyncio.Event``s; the lease renews in a task of its own."""
 
     _client: "Client"
-
     lost: asyncio.Event
     drain_requested: asyncio.Event
 

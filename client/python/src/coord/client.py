@@ -283,7 +283,6 @@ class Lock(LockHandle):
     renews from the client's ticker thread."""
 
     _client: "Client"
-
     lost: threading.Event
 
     def __init__(self, client: "Client", name: m.Name, mode: str = "exclusive", *,
@@ -365,7 +364,6 @@ class Flight(FlightHandle):
     ``threading.Event``, ``updated`` a ``concurrent.futures.Future``."""
 
     _client: "Client"
-
     aborted: threading.Event
     updated: Optional["concurrent.futures.Future[m.Updated]"]
 
@@ -483,7 +481,6 @@ class Leadership(LeaderTerm):
     renews from the client's ticker thread."""
 
     _client: "Client"
-
     lost: threading.Event
     drain_requested: threading.Event
 
