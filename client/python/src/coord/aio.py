@@ -867,13 +867,9 @@ class Client(ClientBase):
         if self._connecting is None:
             self._connecting = asyncio.Lock()
         async with self._connecting:
-            c = self._conn
-            if c is not None and c.alive:
+            c = self._usable()
+            if c is not None:
                 return c
-            if self._closed:
-                raise ConnectionLost("the client is closed")
-            if c is not None and not self.reconnect:
-                raise ConnectionLost(f"not connected: {c.error}")
             c = await self._open()
             self._conn = c
             for ch in list(self._router.subs):
@@ -883,8 +879,7 @@ class Client(ClientBase):
             return c
 
     def _conn_lost(self, conn: _AConn, exc: BaseException) -> None:
-        if conn is self._conn:
-            self._router.connection_lost(exc, keep_subs=self.reconnect and not self._closed)
+        self._lost(conn, exc)
 
     async def close(self) -> None:
         """Closes the connection: the broker releases our locks, resigns

@@ -186,6 +186,25 @@ class ClientBase:
         self._conn: Any = None
         self._closed = False
 
+    def _usable(self) -> Any:
+        """The live connection; None when one is to be opened (the first,
+        or after a loss with ``reconnect``); ``ConnectionLost`` when the
+        client is closed, or lost its connection without ``reconnect``."""
+        c = self._conn
+        if c is not None and c.alive:
+            return c
+        if self._closed:
+            raise ConnectionLost("the client is closed")
+        if c is not None and not self.reconnect:
+            raise ConnectionLost(f"not connected: {c.error}")
+        return None
+
+    def _lost(self, conn: Any, exc: BaseException) -> None:
+        """A connection ended: if it is the client's, what it held is lost
+        (subscriptions are kept to be renewed when the client reconnects)."""
+        if conn is self._conn:
+            self._router.connection_lost(exc, keep_subs=self.reconnect and not self._closed)
+
     def _hello(self, conn: Any, r: Reply) -> int:
         """hello's answer: the connection's facts; the ``max_frame`` it
         announced (0: none)."""

@@ -839,13 +839,9 @@ class Client(ClientBase):
             return c
         with self._connect_mu:
             with self._mu:
-                c = self._conn
-                if c is not None and c.alive:
+                c = self._usable()
+                if c is not None:
                     return c
-                if self._closed:
-                    raise ConnectionLost("the client is closed")
-                if c is not None and not self.reconnect:
-                    raise ConnectionLost(f"not connected: {c.error}")
             c = self._open()            # no _mu: its reader may need it
             with self._mu:
                 if self._closed:
@@ -869,9 +865,7 @@ class Client(ClientBase):
     def _conn_lost(self, conn: _Conn, exc: BaseException) -> None:
         with self._mu:
             conn.lost_seen = True
-            if conn is not self._conn:
-                return
-            self._router.connection_lost(exc, keep_subs=self.reconnect and not self._closed)
+            self._lost(conn, exc)
 
     def _dispatch(self, ev: Event) -> None:
         with self._mu:
