@@ -15,7 +15,9 @@ their errors in the caller's terms.
 
 The connection a handle holds (``_conn``) is the client's kind; all a
 handle sends itself goes through ``conn.fire(op, fields)`` (send, do not
-wait, ignore errors; returns the call or None)."""
+wait, ignore errors; returns the call or None).  What waits for a grant
+(a lock, a join, a campaign) is a ``Grantee``: each client's
+``_granting`` sends its request and waits the client's way."""
 from __future__ import annotations
 
 import enum
