@@ -23,6 +23,7 @@ BUILD_DIR="${BUILD_DIR:-build}"
 PKGS=(meson ninja-build pkg-config gcc libuv1-dev libmsgpack-dev liblmdb-dev
       libssl-dev libcurl4-openssl-dev libjansson-dev
       python3-msgpack python3-pytest
+      mypy            # the Python client's API is checked with mypy --strict (test_api.py)
       python3-venv    # the install test installs the Python package as the README says
       python3-prometheus-client tmux   # cli-observe: a real metrics parser, a real terminal
       mandoc          # the man pages' lint test

@@ -1,11 +1,12 @@
 """run.py - the meson test 'python-client': checks that the Debian packages
-the tests need are there (failing, not skipping, when they are not), then
-runs pytest -q on tests/."""
+the tests need are there (msgpack, pytest, mypy: failing, not skipping,
+when they are not), then runs pytest -q on tests/."""
 import os
 import sys
 
 missing = []
-for mod, pkg in (("msgpack", "python3-msgpack"), ("pytest", "python3-pytest")):
+for mod, pkg in (("msgpack", "python3-msgpack"), ("pytest", "python3-pytest"),
+                 ("mypy", "mypy")):           # test_api.py type-checks the package
     try:
         __import__(mod)
     except ImportError:

@@ -19,26 +19,24 @@ so the error says why.
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
-import socket
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Tuple, Union
+from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, List, Literal, Optional, Tuple,
+                    TypeVar, Union)
 
-from . import messages as m
-from .core import (DEFAULT_MAX_FRAME, DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES,
-                   DEFAULT_REQUEST_TIMEOUT, Core, Event, EventQueue, Reply)
-from .client import _UNREACHABLE, _fail_fields
-from .errors import (Aborted, Backoff, ConnectError, ConnectionLost, CoordError,
-                     FlightFailed, LockLost, NotFound, ProtocolError, Refused, Timeout)
-from .handles import (LeaderTerm, Result, State, backstop, check_request_timeout,
-                      no_reply, owner_failure, wait_error)
-from .handles import after_timeout, check_fallback, fallback_cause
-from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MAX_BACKOFF, MIN_HELLO_TIMEOUT,
-                    MAX_SPAWNS, autostart, check_peer, check_socket_path, default_socket_path,
-                    instance_id, program_name)
+from . import calls, messages as m
+from .calls import ClientBase
+from .core import (DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES, DEFAULT_REQUEST_TIMEOUT, Core,
+                   Reply)
+from .errors import ConnectionLost, CoordError, NotFound, ProtocolError
+from .handles import (FALLBACK_ERRORS, UNREACHABLE, Closed, FlightHandle, Grantee, Join,
+                      LeaderTerm, LockHandle, Once, Result, SubscriptionBase, no_reply,
+                      owner_failure)
+from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MIN_HELLO_TIMEOUT, Dial, autostart,
+                    check_peer, instance_id)
 
-GiveBack = Callable[[Reply], Optional["_ACall"]]
+T = TypeVar("T")
+GiveBack = Callable[[Reply], Any]      # a call to wait for, or None
 
 
 class _ACall:
@@ -285,12 +283,15 @@ async def _wait(conn: _AConn, call: _ACall, owner: Any, give_back: GiveBack,
         owner._waiting = None
 
 
-def _cancel_waiting(owner: Any) -> bool:
-    w = owner._waiting
-    if w is None:
-        return False
-    w[0].fire("cancel", {"target": w[1].rid})
-    return True
+async def _granting(client: "Client", owner: Grantee, op: str, fields: Dict[str, Any],
+                    limit: Optional[float]) -> Reply:
+    """A request that waits for a grant (lock, join, campaign): connects,
+    sends it with ``owner._granted`` as its hook, waits (``_wait``) with
+    ``owner._give_back`` for a grant that comes too late."""
+    conn = await client._ensure()
+    owner._begin()
+    call = conn.send(op, fields, hook=lambda r: owner._granted(conn, r, time.monotonic()))
+    return await _wait(conn, call, owner, lambda r: owner._give_back(conn, r), op, limit)
 
 
 async def _stop(task: Optional["asyncio.Task[None]"]) -> None:
@@ -302,84 +303,53 @@ async def _stop(task: Optional["asyncio.Task[None]"]) -> None:
             pass
 
 
-class Lock:
-    """asyncio form of ``coord.Lock``: ``async with c.lock(name) as lk``."""
+async def _renew(conn: _AConn, op: str, fields: Dict[str, Any],
+                 left: float) -> Union[Reply, None, Literal[False]]:
+    """A renewal sent from a lease's task: its reply; None when no reply
+    came within ``left`` seconds (the lease's end: try again); False when
+    it could not be sent or the connection went (the task ends)."""
+    call = conn.fire(op, fields)
+    if call is None:
+        return False
+    try:
+        return await asyncio.wait_for(asyncio.shield(call.fut), max(0.001, left))
+    except asyncio.TimeoutError:
+        return None
+    except CoordError:
+        return False
+
+
+class Lock(LockHandle):
+    """A lock on ``name``, the asyncio form of ``coord.Lock``: ``async with
+    c.lock(name) as lk`` acquires it (raising ``Timeout``, ``Aborted``,
+    ``ConnectionLost``... when it cannot) and releases it.  ``lost`` (an
+    ``asyncio.Event``) is set when the lock is stolen, expires or its
+    connection goes; the lease renews in a task of its own."""
+
+    _client: "Client"
+    lost: asyncio.Event
 
     def __init__(self, client: "Client", name: m.Name, mode: str = "exclusive", *,
                  timeout: Optional[float] = None, lease: Optional[float] = None,
                  steal: bool = False) -> None:
-        self._client = client
-        self.name = m.name(name)
-        self.mode = mode
-        self.timeout = timeout
-        self.lease = lease
-        self.steal = steal
-        self.token: Optional[int] = None
-        self.id: Optional[int] = None
-        self.lost = asyncio.Event()
-        self.lost_reason: Optional[str] = None
-        self._held = False
-        self._conn: Optional[_AConn] = None
-        self._deadline = 0.0
+        super().__init__(client, name, mode, timeout=timeout, lease=lease, steal=steal,
+                         event=asyncio.Event)
         self._renewer: Optional["asyncio.Task[None]"] = None
-        self._waiting: Optional[Tuple[_AConn, _ACall]] = None
-        m.lock_acquire(self.name, mode, steal=steal, timeout=timeout, lease=lease)
-
-    @property
-    def held(self) -> bool:
-        return self._held
 
     async def acquire(self, *, if_available: bool = False) -> bool:
-        if self._held:
-            raise RuntimeError("lock already held by this handle")
-        try_once = if_available or self.timeout == 0
-        fields = m.lock_acquire(self.name, self.mode, if_available=try_once,
-                                steal=self.steal, timeout=None if try_once else self.timeout,
-                                lease=self.lease)
-        conn = await self._client._ensure()
-        self.lost.clear()
-        self.lost_reason = None
-        call = conn.send("lock.acquire", fields, hook=lambda r: self._granted(conn, r, time.monotonic()))
-        reply = await _wait(conn, call, self, lambda r: self._give_back(conn, r), "lock.acquire",
-                            backstop(0 if try_once else self.timeout,
-                                     self._client.request_timeout))
-        if not reply.ok:
-            raise wait_error(reply, f"lock {self.name!r} not granted", self.timeout)
-        if not reply.get("granted"):
+        """Waits for the lock (up to ``timeout``); True once held.  With
+        ``if_available`` (or ``timeout=0``) returns False at once when busy.
+        Cancelling the task that waits sends ``cancel`` (a grant that
+        crossed it is released)."""
+        fields, limit = self._acquire_fields(if_available)
+        if not self._acquired(await _granting(self._client, self, "lock.acquire", fields,
+                                              limit)):
             return False
         if self.lease:
             self._renewer = asyncio.get_running_loop().create_task(self._renew_loop())
         return True
 
-    def _granted(self, conn: _AConn, r: Reply, arrived: float) -> None:
-        if r.ok and r.get("granted"):
-            self.id = m.uint(r.body, "lock")
-            self.token = m.uint(r.body, "token")
-            self._conn = conn
-            self._held = True
-            self._deadline = arrived + (self.lease or 0)
-            self._client._router.locks[self.id] = self
-
-    def _give_back(self, conn: _AConn, r: Reply) -> Optional[_ACall]:
-        if r.ok and r.get("granted"):
-            self._forget()
-            return conn.fire("lock.release", {"lock": m.uint(r.body, "lock")})
-        return None
-
-    def cancel(self) -> bool:
-        return _cancel_waiting(self)
-
-    def _forget(self) -> None:
-        self._held = False
-        if self.id is not None:
-            self._client._router.locks.pop(self.id, None)
-
-    def _lost(self, reason: str) -> None:
-        if not self._held:
-            return
-        self._forget()
-        self.lost_reason = reason
-        self.lost.set()
+    def _stop_renewal(self) -> None:
         t = self._renewer
         if t is not None and t is not asyncio.current_task():
             t.cancel()
@@ -393,126 +363,70 @@ class Lock:
             if not self._held:
                 return
             now = time.monotonic()
-            if now >= self._deadline:
-                lock_id = self.id
-                self._lost("expired")
-                conn.fire("lock.release", {"lock": lock_id})
+            if self._expired(conn, now):
                 return
-            call = conn.fire("lock.renew", {"lock": self.id, "lease_ms": m.ms(lease, "lease")})
-            if call is None:
+            r = await _renew(conn, "lock.renew", self._renewal(), self._deadline - now)
+            if r is False:
                 return
-            try:
-                r = await asyncio.wait_for(asyncio.shield(call.fut),
-                                           max(0.001, self._deadline - now))
-            except asyncio.TimeoutError:
-                continue
-            except CoordError:
-                return
-            if r.ok:
-                self._deadline = max(self._deadline, now + lease)
-            elif r.code == "UNKNOWN_LOCK":
-                self._lost("expired")
+            if r is not None and not self._renewed(r, now, lease):
                 return
 
     async def release(self) -> None:
-        conn = self._conn
-        if not self._held or conn is None:
+        """Releases the lock (nothing when it is not held any more).  The
+        name is free for others once this returns."""
+        held = self._release()
+        if held is None:
             return
-        lock_id = self.id
-        self._forget()
         await _stop(self._renewer)
         try:
-            r = await conn.call("lock.release", {"lock": lock_id})
+            r = await held[0].call("lock.release", {"lock": held[1]})
         except ConnectionLost:
             return
-        if not r.ok and r.code != "UNKNOWN_LOCK":
-            raise r.error()
-
-    def check(self) -> None:
-        if self.lost.is_set():
-            raise LockLost(f"lock {self.name!r} lost: {self.lost_reason}")
-        if not self._held:
-            raise LockLost(f"lock {self.name!r} is not held")
+        self._released(r)
 
     async def __aenter__(self) -> "Lock":
         if not await self.acquire():
-            raise Timeout(f"lock {self.name!r} is busy")
+            raise self._busy()
         return self
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
         lost = self.lost.is_set()
         await self.release()
         if lost and et is None:
-            raise LockLost(f"lock {self.name!r} was lost while the block ran: "
-                           f"{self.lost_reason}")
+            raise self._lost_error()
 
 
-class Flight:
-    """asyncio form of ``coord.Flight`` (``updated`` is an
-    ``asyncio.Future``)."""
+class Flight(FlightHandle):
+    """The settled role of a join, the asyncio form of ``coord.Flight``
+    (see ``FlightHandle`` for the fields): an owner's ``complete`` /
+    ``fail``, ``check()``.  ``aborted`` is an ``asyncio.Event``,
+    ``updated`` an ``asyncio.Future``."""
+
+    _client: "Client"
+    aborted: asyncio.Event
+    updated: Optional["asyncio.Future[m.Updated]"]
 
     def __init__(self, client: "Client", conn: Optional[_AConn], j: m.Joined) -> None:
-        self._client = client
-        self._conn = conn
-        self.role = j.role
-        self.key = j.key
-        self.flight = j.flight
-        self.fence = j.fence
-        self.result = j.result
-        self.error = j.error
-        self.retryable = j.retryable
-        self.age = j.age
-        self.source = j.source
-        self.stale = j.stale
-        self.revalidating = j.revalidating
-        self.bypass = j.bypass
-        self.superseded = j.superseded
-        self.version = j.version
-        self.retry_after = j.retry_after
-        self.updated: Optional["asyncio.Future[m.Updated]"] = None
-        self.aborted = asyncio.Event()
-        self.abort_reason: Optional[str] = None
-
-    def _updated(self, u: m.Updated) -> None:
-        if self.updated is not None and not self.updated.done():
-            self.updated.set_result(u)
-
-    def _watch_lost(self, exc: BaseException) -> None:
-        if self.updated is not None and not self.updated.done():
-            self.updated.set_exception(exc)
-            self.updated.exception()      # retrieved: no "never retrieved" warning
-
-    def _abort(self, reason: str) -> None:
-        self.abort_reason = reason
-        self.aborted.set()
-
-    def check(self) -> None:
-        if self.aborted.is_set():
-            raise Aborted(f"flight {self.key!r} aborted: {self.abort_reason}")
-
-    async def _end(self, op: str, fields: Dict[str, Any]) -> int:
-        if self.role != "owner" or self._conn is None:
-            raise RuntimeError("only the owner completes or fails a flight")
-        self._client._router.flights.pop(self.flight, None)
-        r = await self._conn.call(op, dict(flight=self.flight, fence=self.fence, **fields))
-        if not r.ok:
-            raise r.error()
-        return m.uint(r.body, "delivered")
+        super().__init__(client, conn, j, asyncio.Event)
 
     async def complete(self, result: m.Payload, keep: Optional[float] = None) -> int:
-        return await self._end("flight.complete", {"result": m.payload(result, "result"),
-                                                   "keep_ms": m.ms(keep, "keep")})
+        """Delivers result to the followers (and stores it ``keep``
+        seconds); returns how many got it.  ``Fenced`` when too late."""
+        fields = self._end(m.flight_complete(result, keep))
+        return self._ended(await self._conn.call("flight.complete", fields))
 
     async def fail(self, code: str, message: str = "", retryable: bool = False,
                    keep: Optional[float] = None, retry_after: Optional[float] = None) -> int:
-        return await self._end("flight.fail", _fail_fields(code, message, retryable, keep,
-                                                           retry_after))
+        """Fails the flight; ``retry_after`` seconds (needs ``retryable``)
+        starts a backoff: joins of the key get this failure at once for
+        that long."""
+        fields = self._end(m.flight_fail(code, message, retryable, keep, retry_after))
+        return self._ended(await self._conn.call("flight.fail", fields))
 
 
 class _FlightAPI:
     def __init__(self, client: "Client") -> None:
         self._c = client
-        self._waiting: Optional[Tuple[_AConn, _ACall]] = None
 
     async def join(self, key: m.Name, *, ttl: Optional[float] = 30.0,
                    wait: Optional[float] = None, max_age: Optional[float] = None,
@@ -520,141 +434,107 @@ class _FlightAPI:
                    notify: bool = False, supersede: bool = False, priority: int = 0,
                    version: Optional[m.Name] = None,
                    other_version: Optional[str] = None) -> Flight:
-        k = m.name(key, "key")
-        fields = m.flight_join(k, ttl=ttl, wait=wait, max_age=max_age,
-                               abort_when_orphaned=abort_when_orphaned, stale=stale,
-                               notify=notify, supersede=supersede, priority=priority,
-                               version=version, other_version=other_version)
+        """Joins the flight of key; returns when the role is settled (see
+        ``coord.Client.flight.join``: ``supersede`` or a higher
+        ``priority`` takes a running flight over, ``version`` and
+        ``other_version`` keep the flights of code versions apart or
+        not).  Cancelling the task that waits sends ``cancel`` (an
+        ownership that crossed it is failed as retryable)."""
         c = self._c
-        conn = await c._ensure()
-        box: List[Flight] = []
-
-        def hook(r: Reply) -> None:
-            if r.ok:
-                f = Flight(c, conn, m.joined(k, r.body))
-                if f.role == "owner":
-                    c._router.flights[f.flight] = f
-                elif notify and f.stale is not None and f.revalidating:
-                    f.updated = conn.loop.create_future()
-                    c._router.watch(k, f)
-                box.append(f)
-
-        def give_back(r: Reply) -> Optional[_ACall]:
-            if box and box[0].role == "owner":
-                c._router.flights.pop(box[0].flight, None)
-                return conn.fire("flight.fail", {"flight": box[0].flight, "fence": box[0].fence,
-                                                 "error": {"code": "ABORTED",
-                                                           "message": "the owner gave up"},
-                                                 "retryable": True})
-            return None
-        call = conn.send("flight.join", fields, hook=hook)
-        r = await _wait(conn, call, self, give_back, "flight.join",
-                        backstop(wait, c.request_timeout))
-        if not r.ok:
-            raise wait_error(r, f"flight {k!r}: no result", wait)
-        return box[0]
+        j = Join(c, key, ttl=ttl, wait=wait, max_age=max_age,
+                 abort_when_orphaned=abort_when_orphaned, stale=stale, notify=notify,
+                 flight=lambda conn, jd: Flight(c, conn, jd),
+                 future=lambda conn: conn.loop.create_future(), supersede=supersede,
+                 priority=priority, version=version, other_version=other_version)
+        return j._joined(await _granting(c, j, "flight.join", j.fields, j.limit))
 
     async def complete(self, f: Flight, result: m.Payload, keep: Optional[float] = None) -> int:
+        """``f.complete(result, keep)``."""
         return await f.complete(result, keep)
 
     async def fail(self, f: Flight, code: str, message: str = "", retryable: bool = False,
                    keep: Optional[float] = None, retry_after: Optional[float] = None) -> int:
+        """``f.fail(code, message, retryable, keep, retry_after)``."""
         return await f.fail(code, message, retryable, keep, retry_after)
 
     async def list(self) -> List[m.FlightEntry]:
-        return m.flight_list(await self._c.call("flight.list"))
+        """The scope's running flights (``FlightEntry``)."""
+        return await self._c._do(calls.flight_list())
 
     async def disable(self, prefix: m.Name = "") -> None:
-        await self._c.call("flight.disable", prefix=m.name(prefix, "prefix"))
+        """The kill switch: every new join of a key starting with prefix
+        ("" = every key of the scope) owns a flight of its own at once
+        (``bypass``).  Durable; announced on ``-flights``."""
+        await self._c._do(calls.flight_disable(prefix))
 
     async def enable(self, prefix: m.Name = "") -> None:
-        await self._c.call("flight.enable", prefix=m.name(prefix, "prefix"))
+        """Ends ``disable(prefix)``."""
+        await self._c._do(calls.flight_enable(prefix))
 
     async def disabled(self) -> List[Union[str, bytes]]:
-        return m.prefixes(await self._c.call("flight.disabled"))
+        """The disabled prefixes of the scope."""
+        return await self._c._do(calls.flight_disabled())
 
 
 class _RecordAPI:
+    """``c.records``: the stored completion records of the scope."""
+
     def __init__(self, client: "Client") -> None:
         self._c = client
 
     async def get(self, key: m.Name) -> Optional[m.Record]:
-        k = m.name(key, "key")
-        try:
-            return m.record(k, await self._c.call("record.get", key=k))
-        except NotFound:
-            return None
+        """The record of key (``Record``), None when there is none."""
+        return await self._c._do(calls.record_get(key))
 
     async def list(self, prefix: m.Name = "", limit: Optional[int] = None
                    ) -> List[m.RecordEntry]:
-        return m.record_list(await self._c.call("record.list",
-                                                prefix=m.name(prefix, "prefix"), limit=limit))
+        """The records whose keys start with prefix (``RecordEntry``)."""
+        return await self._c._do(calls.record_list(prefix, limit))
 
     async def purge(self, prefix: m.Name = "") -> m.Purged:
-        return m.purged(await self._c.call("record.purge", prefix=m.name(prefix, "prefix")))
+        """Deletes the records whose keys start with prefix and ends their
+        running flights; returns the number deleted (``.fenced``: the
+        flights ended)."""
+        return await self._c._do(calls.record_purge(prefix))
 
 
 class Leadership(LeaderTerm):
-    """asyncio form of ``coord.Leadership``: ``async with c.leader(ws)``;
-    ``lost`` and ``drain_requested`` are ``asyncio.Event``s."""
+    """Leadership of a workstream, the asyncio form of
+    ``coord.Leadership``: ``async with c.leader(ws) as lead`` campaigns
+    (raising ``Timeout``, ``Disabled``, ``ProtocolPinned``... when not
+    elected) and resigns.  ``lost`` and ``drain_requested`` are
+    ``asyncio.Event``s; the lease renews in a task of its own."""
 
-    def __init__(self, client: "Client", workstream: m.Name, *, lease: Optional[float] = m.DEFAULT_LEASE,
-                 steal: bool = False, timeout: Optional[float] = None,
-                 protocol: Optional[str] = None, incident: Optional[str] = None) -> None:
-        super().__init__(workstream, lease=lease, steal=steal, timeout=timeout,
+    _client: "Client"
+    lost: asyncio.Event
+    drain_requested: asyncio.Event
+
+    def __init__(self, client: "Client", workstream: m.Name, *,
+                 lease: Optional[float] = m.DEFAULT_LEASE, steal: bool = False,
+                 timeout: Optional[float] = None, protocol: Optional[str] = None,
+                 incident: Optional[str] = None) -> None:
+        super().__init__(client, workstream, lease=lease, steal=steal, timeout=timeout,
                          protocol=protocol, incident=incident, event=asyncio.Event)
-        self._client = client
-        self._conn: Optional[_AConn] = None
         self._renewer: Optional["asyncio.Task[None]"] = None
-        self._waiting: Optional[Tuple[_AConn, _ACall]] = None
 
     async def campaign(self, *, if_available: bool = False) -> bool:
+        """Waits to be elected (up to ``timeout``); True once leading.  With
+        ``if_available`` (or ``timeout=0``) False at once when led.
+        Cancelling the task that waits sends ``cancel`` (a grant that
+        crossed it is resigned)."""
         fields = self._campaign_fields(if_available)
-        conn = await self._client._ensure()
-        self._begin()
-        call = conn.send("leader.campaign", fields, hook=lambda r: self._granted(conn, r, time.monotonic()))
         try:
-            r = await _wait(conn, call, self, lambda r: self._give_back(conn, r),
-                            "leader.campaign",
-                            backstop(0 if fields.get("if_available") else self.timeout,
-                                     self._client.request_timeout))
+            r = await _granting(self._client, self, "leader.campaign", fields,
+                                self._campaign_limit(fields))
         except BaseException:
             self._refused(None)
             raise
-        if not r.ok:
-            self._refused(r)
-            raise wait_error(r, f"{self.workstream!r}: not elected", self.timeout)
-        if not r.get("granted"):
-            self._refused(r)
+        if not self._elected(r):
             return False
         self._renewer = asyncio.get_running_loop().create_task(self._renew_loop())
         return True
 
-    def _granted(self, conn: _AConn, r: Reply, arrived: float) -> None:
-        if self._grant(r, arrived):
-            self._conn = conn
-            self._client._router.leaders[self.key] = self
-
-    def _give_back(self, conn: _AConn, r: Reply) -> Optional[_ACall]:
-        if r.ok and r.get("granted"):
-            self._forget()
-            self.state = State.ABORTED
-            return conn.fire("leader.resign", m.term(self.workstream,
-                                                     m.uint(r.body, "generation")))
-        return None
-
-    def cancel(self) -> bool:
-        return _cancel_waiting(self)
-
-    def _forget(self) -> None:
-        if self.generation is not None:
-            self._client._router.leaders.pop(self.key, None)
-
-    def _lost(self, reason: str, incident: Optional[str] = None) -> None:
-        if not self.leading:
-            return
-        self._forget()
-        self._end(reason, incident)
+    def _stop_renewal(self) -> None:
         t = self._renewer
         if t is not None and t is not asyncio.current_task():
             t.cancel()
@@ -667,76 +547,67 @@ class Leadership(LeaderTerm):
             if not self.leading:
                 return
             now = time.monotonic()
-            if now >= self._deadline:
-                self._lost("expired")
+            if self._expired(now):
                 return
-            call = conn.fire("leader.renew", self._fields())
-            if call is None:
+            r = await _renew(conn, "leader.renew", self._fields(), self._deadline - now)
+            if r is False:
                 return
-            try:
-                r = await asyncio.wait_for(asyncio.shield(call.fut),
-                                           max(0.001, self._deadline - now))
-            except asyncio.TimeoutError:
-                continue
-            except CoordError:
-                return
-            if r.ok:
-                self._renewed(r, now)
-            elif r.code == "FENCED":
-                self._lost("fenced")
+            if r is not None and not self._renew_reply(r, now):
                 return
 
     async def _call(self, op: str, fields: Dict[str, Any],
-                    parse: Callable[[Dict[str, Any]], Any]) -> Any:
+                    parse: Callable[[Dict[str, Any]], T]) -> T:
         f = self._fields(**fields)
-        assert self._conn is not None
-        r = await self._conn.call(op, f)
-        if not r.ok:
-            if r.code == "FENCED":
-                self._lost("fenced")
-            raise r.error()
-        return parse(r.body)
+        return self._reply(await self._conn.call(op, f), parse)
 
     async def commit(self, op_id: m.Name, key: Optional[m.Name] = None,
                      value: Optional[m.Payload] = None) -> m.Commit:
+        """Applies key=value (or, without key, records that op_id's effect
+        happened) once per op_id, and settles its claim (see
+        ``coord.Leadership.commit``)."""
         return await self._call("leader.commit", m.commit(op_id, key, value), m.commit_result)
 
     async def claim(self, op_id: m.Name) -> m.Claim:
+        """Claims op_id for this generation before doing its external
+        effect (see ``coord.Leadership.claim``)."""
         k = m.name(op_id, "op_id")
         return await self._call("leader.claim", {"op_id": k}, lambda b: m.claim(k, b))
 
     async def abandon(self, op_id: m.Name, reason: str) -> m.Abandon:
+        """Settles op_id as never to be done (``reason``: 1..256 bytes)."""
         return await self._call("leader.abandon", m.abandon(op_id, reason), m.abandon_result)
 
     async def drain(self) -> None:
+        """Announces the term is finishing: new claims get ``Draining``;
+        commits and abandons still work; ``resign`` ends it."""
         await self._call("leader.drain", {}, lambda b: None)
         self._drained()
 
     async def pending(self, limit: Optional[int] = None) -> m.Page:
+        """The workstream's claimed, unsettled ops (``PendingOp``), oldest
+        first: a new leader reconciles each one."""
         return await self._client.leader.pending(self.workstream, limit)
 
     async def read(self, key: m.Name) -> Optional[bytes]:
+        """The workstream's committed value of key (None when unset)."""
         got = await self._client.leader.read(self.workstream, key)
         return got[0] if got else None
 
     async def resign(self) -> None:
-        if not self.leading or self._conn is None:
+        """Ends the term (nothing when it is over already)."""
+        term = self._resign()
+        if term is None:
             return
-        conn = self._conn
-        f = m.term(self.workstream, self.generation)
-        self._forget()
-        self._end(None)
         await _stop(self._renewer)
         try:
-            r = await conn.call("leader.resign", f)
+            r = await term[0].call("leader.resign", term[1])
         except ConnectionLost:
             return
-        if not r.ok and r.code != "FENCED":
-            raise r.error()
+        self._resigned(r)
 
     async def __aenter__(self) -> "Leadership":
         if not await self.campaign():
-            raise Timeout(f"{self.workstream!r} has a leader")
+            raise self._busy()
         return self
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
@@ -755,6 +626,10 @@ class _LeaderAPI:
     def __call__(self, workstream: m.Name, *, lease: Optional[float] = m.DEFAULT_LEASE,
                  steal: bool = False, timeout: Optional[float] = None,
                  protocol: Optional[str] = None, incident: Optional[str] = None) -> Leadership:
+        """A Leadership handle of workstream (not campaigning yet): ``async with``
+        campaigns and resigns.  ``lease`` seconds (renewed every third),
+        ``steal`` breaks the leader, ``timeout`` (None: wait, 0: only if
+        free now), ``protocol`` "name@N", ``incident`` a steal's reason."""
         return Leadership(self._c, workstream, lease=lease, steal=steal, timeout=timeout,
                           protocol=protocol, incident=incident)
 
@@ -762,79 +637,72 @@ class _LeaderAPI:
                      max_hold: Any = m.OMIT, steal: Any = m.OMIT, mode: Any = m.OMIT,
                      fallback: Any = m.OMIT, canonical_fence: Any = m.OMIT,
                      force: bool = False) -> m.Descriptor:
-        return m.descriptor(await self._c.call("leader.define", **m.define(
+        """Changes the stored descriptor field by field: a field left out
+        (``coord.OMIT``, the default) keeps its value, None returns it to
+        its default, a value replaces it.  Returns the descriptor."""
+        return await self._c._do(calls.leader_define(
             workstream, protocol=protocol, max_hold=max_hold, steal=steal, mode=mode,
-            fallback=fallback, canonical_fence=canonical_fence, force=force)))
+            fallback=fallback, canonical_fence=canonical_fence, force=force))
 
     async def describe(self, workstream: m.Name) -> m.Descriptor:
-        return m.descriptor(await self._c.call("leader.describe",
-                                               workstream=m.name(workstream, "workstream")))
+        """The stored descriptor; ``NotFound`` when never defined."""
+        return await self._c._do(calls.leader_describe(workstream))
 
     async def info(self, workstream: m.Name) -> m.LeaderInfo:
-        return m.leader_info(await self._c.call("leader.info",
-                                                workstream=m.name(workstream, "workstream")))
+        """The workstream now (``LeaderInfo``): who leads, the generation,
+        the mode, the pin."""
+        return await self._c._do(calls.leader_info(workstream))
 
     async def history(self, workstream: m.Name, limit: Optional[int] = None) -> m.Page:
-        return m.history(await self._c.call("leader.history",
-                                            workstream=m.name(workstream, "workstream"),
-                                            limit=m.limit(limit)))
+        """The last terms (``Term``), newest first."""
+        return await self._c._do(calls.leader_history(workstream, limit))
 
     async def pending(self, workstream: m.Name, limit: Optional[int] = None) -> m.Page:
-        return m.pending(await self._c.call("leader.pending",
-                                            workstream=m.name(workstream, "workstream"),
-                                            limit=m.limit(limit)))
+        """The claimed, unsettled ops (``PendingOp``), oldest first."""
+        return await self._c._do(calls.leader_pending(workstream, limit))
 
     async def check(self, workstream: m.Name, generation: int) -> m.Check:
-        return m.check(await self._c.call("leader.check", **m.term(workstream, generation)))
+        """Whether ``generation`` is live now (``Fenced`` if not): for a
+        service acting on a leader's behalf; a check, not a lock."""
+        return await self._c._do(calls.leader_check(workstream, generation))
 
     async def drain(self, workstream: m.Name, generation: Optional[int] = None) -> None:
+        """Asks the leader to drain (it gets ``leader.drain``, reason
+        "requested"); ``generation`` defaults to the live one."""
         if generation is None:
             generation = (await self.info(workstream)).live_generation or 0
-        await self._c.call("leader.drain", **m.term(workstream, generation))
+        await self._c._do(calls.leader_drain(workstream, generation))
 
     async def read(self, workstream: m.Name, key: m.Name) -> Optional[Tuple[bytes, int]]:
-        try:
-            b = await self._c.call("leader.read", workstream=m.name(workstream, "workstream"),
-                                   key=m.name(key, "key"))
-        except NotFound:
-            return None
-        return m.as_bytes(b.get("value")), m.uint(b, "generation")
+        """(value, generation that wrote it) of a committed key; None when
+        unset."""
+        return await self._c._do(calls.leader_read(workstream, key))
 
     async def disable(self, workstream: m.Name) -> int:
-        return m.uint(await self._c.call("leader.disable",
-                                         workstream=m.name(workstream, "workstream")),
-                      "generation")
+        """The kill switch: fences the leader and refuses campaigns
+        without ``incident``; returns the fenced generation (0: none)."""
+        return await self._c._do(calls.leader_disable(workstream))
 
     async def enable(self, workstream: m.Name) -> None:
-        await self._c.call("leader.enable", workstream=m.name(workstream, "workstream"))
+        """Ends ``disable``."""
+        await self._c._do(calls.leader_enable(workstream))
 
 
-class _Closed:
-    def __init__(self, exc: BaseException, reconnect: bool) -> None:
-        self.exc = exc
-        self.reconnect = reconnect
-
-
-class Subscription:
-    """``async with c.subscribe(ch) as sub: async for msg in sub``."""
+class Subscription(SubscriptionBase):
+    """Messages of one or more channels, the asyncio form of
+    ``coord.Subscription``: ``async with c.subscribe(ch) as sub: async for
+    msg in sub``; with ``timeout`` the loop ends once no item came for that
+    long.  Items wait in a bounded queue (``dropped`` counts the oldest
+    dropped when it was full)."""
 
     def __init__(self, client: "Client", channels: List[Union[str, bytes]],
                  timeout: Optional[float] = None) -> None:
-        self._client = client
-        self.channels = channels
-        self.timeout = timeout
-        self._q = EventQueue(client.max_queued, client.max_queued_bytes)
+        super().__init__(client, channels, timeout)
         self._ready = asyncio.Event()
-        self._open = False
-        self._error: Optional[BaseException] = None
-
-    @property
-    def dropped(self) -> int:
-        """Items dropped, oldest first, because the queue was full."""
-        return self._q.dropped
 
     @property
     def queued(self) -> int:
+        """Items waiting to be read."""
         return len(self._q)
 
     def _push(self, item: Any, size: int = 0) -> None:
@@ -842,7 +710,7 @@ class Subscription:
         self._ready.set()
 
     def _closed(self, exc: BaseException, reconnect: bool) -> None:
-        self._q.push(_Closed(exc, reconnect))
+        self._q.push(Closed(exc, reconnect))
         self._ready.set()
 
     async def _take(self) -> Any:
@@ -852,19 +720,21 @@ class Subscription:
         return self._q.pop()
 
     async def open(self) -> "Subscription":
+        """Subscribes (``async with`` does it); returns self."""
         if not self._open:
             await self._client._subscribe(self)
             self._open = True
         return self
 
     async def close(self) -> None:
+        """Unsubscribes (``async with`` does it on leaving)."""
         if self._open:
             self._open = False
             await self._client._unsubscribe(self)
 
     async def get(self, timeout: Optional[float] = None) -> Any:
-        if self._error is not None:
-            raise self._error
+        """The next item, or None when timeout passed first."""
+        self._check()
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
@@ -878,17 +748,13 @@ class Subscription:
                                                   max(0.0, deadline - loop.time()))
             except asyncio.TimeoutError:
                 return None
-            if not isinstance(item, _Closed):
+            if self._item(item):
                 return item
-            if item.reconnect and self._open:
-                try:
-                    await self._client._ensure()
-                    continue
-                except CoordError as e:
-                    self._error = e
-                    raise
-            self._error = item.exc
-            raise item.exc
+            try:
+                await self._client._ensure()
+            except CoordError as e:
+                self._renew_failed(e)
+                raise
 
     async def __aiter__(self) -> AsyncIterator[Any]:
         while True:
@@ -904,41 +770,19 @@ class Subscription:
         await self.close()
 
 
-class _HelloDropped(ConnectError):
-    """The connection closed before hello was answered."""
-
-
 async def _open_socket(conn: _AConn, path: str, *, autostart_ok: bool, broker: Optional[str],
                        idle_exit: int, timeout: float) -> None:
-    check_socket_path(path)
+    d = Dial(path, autostart_ok=autostart_ok, timeout=timeout)
     loop = asyncio.get_running_loop()
-    deadline = time.monotonic() + timeout
-    backoff = 0.001
-    spawned = False
-    spawns = 0
     while True:
         try:
             await loop.create_unix_connection(lambda: conn, path)
             break
         except OSError as e:
-            err = e.errno
-            if err in (errno.ENOENT, errno.ECONNREFUSED):
-                if not autostart_ok:
-                    raise ConnectError(f"no broker at {path}: {e.strerror}") from None
-                if not spawned and spawns < MAX_SPAWNS:
-                    spawned = True
-                    spawns += 1
-                    if await loop.run_in_executor(None, autostart, path, broker, idle_exit,
-                                                  deadline):
-                        continue
-                    spawned = False      # it exited: nobody listens yet, try again
-            elif err not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
-                raise ConnectError(f"cannot connect to {path}: {e.strerror}") from None
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ConnectError(f"no broker answered at {path} within {timeout:g} s")
-            await asyncio.sleep(min(backoff, left))
-            backoff = min(backoff * 2, MAX_BACKOFF)
+            if d.failed(e) and d.started(await loop.run_in_executor(
+                    None, autostart, path, broker, idle_exit, d.deadline)):
+                continue
+            await asyncio.sleep(d.pause(e))
     assert conn.transport is not None
     try:
         check_peer(conn.transport.get_extra_info("socket"), path)
@@ -947,7 +791,7 @@ async def _open_socket(conn: _AConn, path: str, *, autostart_ok: bool, broker: O
         raise
 
 
-class Client:
+class Client(ClientBase):
     """The asyncio client: ``async with coord.aio.Client() as c`` or
     ``c = await coord.aio.connect()``.  Options as ``coord.Client``."""
 
@@ -958,27 +802,18 @@ class Client:
                  request_timeout: Optional[float] = DEFAULT_REQUEST_TIMEOUT,
                  max_queued: int = DEFAULT_MAX_QUEUED,
                  max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES) -> None:
-        self.request_timeout = check_request_timeout(request_timeout)
-        EventQueue(max_queued, max_queued_bytes)       # ValueError early
-        self.max_queued = max_queued
-        self.max_queued_bytes = max_queued_bytes
-        self.socket_path = socket or default_socket_path()
-        self.scope = m.name(scope, "scope")
-        self.client_name = client or program_name()
-        self.autostart = autostart
-        self.broker_path = broker
-        self.connect_timeout = connect_timeout
-        self.idle_exit = idle_exit
-        self.reconnect = reconnect
-        self._router = m.Router()
+        super().__init__(socket, scope=scope, client=client, autostart=autostart, broker=broker,
+                         connect_timeout=connect_timeout, idle_exit=idle_exit,
+                         reconnect=reconnect, request_timeout=request_timeout,
+                         max_queued=max_queued, max_queued_bytes=max_queued_bytes)
         self._conn: Optional[_AConn] = None
-        self._closed = False
         self._connecting: Optional[asyncio.Lock] = None
         self.flight = _FlightAPI(self)
         self.records = _RecordAPI(self)
         self.leader = _LeaderAPI(self)
 
     async def connect(self) -> "Client":
+        """Connects now (else the first call does); returns self."""
         await self._ensure()
         return self
 
@@ -991,7 +826,7 @@ class Client:
         while True:
             try:
                 return await self._open_once()
-            except _HelloDropped:
+            except calls.HelloDropped:
                 if time.monotonic() >= deadline:
                     raise
                 await asyncio.sleep(0.01)
@@ -1016,23 +851,13 @@ class Client:
             r = await asyncio.wait_for(asyncio.shield(call.fut), hello_timeout)
         except asyncio.TimeoutError:
             await conn.shutdown()
-            raise ConnectError(f"the broker did not answer hello: timed out after "
-                               f"{hello_timeout:g} s") from None
+            raise calls.hello_timeout(hello_timeout) from None
         except CoordError as e:
             await conn.shutdown()
-            bye = conn.core.bye
-            if bye is not None and not bye.ok and bye.code != "SHUTTING_DOWN":
-                raise Refused(bye.code, bye.body.get("message")) from None
-            if isinstance(e, ConnectionLost):
-                raise _HelloDropped(f"hello: {e}") from None
-            raise ConnectError(f"hello: {e}") from None
+            raise calls.hello_failed(conn.core.bye, e) from None
         if not r.ok:
             await conn.shutdown()
-            raise Refused(r.code, r.body.get("message"))
-        conn.conn_id = m.uint(r.body, "conn")
-        conn.epoch = m.uint(r.body, "epoch")
-        conn.broker = str(r.get("broker", ""))
-        mf = m.uint(r.body, "max_frame")
+        mf = self._hello(conn, r)
         if mf:
             try:
                 conn.core.set_max_frame(mf)
@@ -1048,13 +873,9 @@ class Client:
         if self._connecting is None:
             self._connecting = asyncio.Lock()
         async with self._connecting:
-            c = self._conn
-            if c is not None and c.alive:
+            c = self._usable()
+            if c is not None:
                 return c
-            if self._closed:
-                raise ConnectionLost("the client is closed")
-            if c is not None and not self.reconnect:
-                raise ConnectionLost(f"not connected: {c.error}")
             c = await self._open()
             self._conn = c
             for ch in list(self._router.subs):
@@ -1064,26 +885,11 @@ class Client:
             return c
 
     def _conn_lost(self, conn: _AConn, exc: BaseException) -> None:
-        if conn is self._conn:
-            self._router.connection_lost(exc, keep_subs=self.reconnect and not self._closed)
-
-    @property
-    def connected(self) -> bool:
-        return self._conn is not None and self._conn.alive
-
-    @property
-    def conn_id(self) -> int:
-        return self._conn.conn_id if self._conn else 0
-
-    @property
-    def epoch(self) -> int:
-        return self._conn.epoch if self._conn else 0
-
-    @property
-    def broker_version(self) -> str:
-        return self._conn.broker if self._conn else ""
+        self._lost(conn, exc)
 
     async def close(self) -> None:
+        """Closes the connection: the broker releases our locks, resigns
+        our leaderships, passes our flights on."""
         self._closed = True
         c = self._conn
         if c is not None:
@@ -1096,30 +902,49 @@ class Client:
         await self.close()
 
     async def call(self, op: str, **fields: Any) -> Dict[str, Any]:
+        """Any request (fields as on the wire, None left out); the reply's
+        map, or the error for its code raised."""
         r = await (await self._ensure()).call(op, fields)
         if not r.ok:
             raise r.error()
         return r.body
 
+    async def _do(self, q: "calls.Req[T]") -> T:
+        try:
+            body = await self.call(q.op, **q.fields)
+        except NotFound:
+            if q.absent:
+                return q.missing()
+            raise
+        return q.parse(body)
+
     async def ping(self) -> float:
+        """A round trip to the broker; its time in seconds."""
         t = time.monotonic()
         await self.call("ping")
         return time.monotonic() - t
 
     async def stats(self) -> m.Stats:
-        return m.Stats(await self.call("stats"))
+        """The broker's counters (a dict); ``.latency`` has the latency
+        percentiles as ``Latency`` (seconds)."""
+        return await self._do(calls.stats())
 
     def lock(self, name: m.Name, mode: str = "exclusive", *, timeout: Optional[float] = None,
              lease: Optional[float] = None, steal: bool = False) -> Lock:
+        """A lock handle; ``async with`` acquires it.  ``timeout`` seconds
+        (None: wait forever, 0: only if free now), ``lease`` seconds
+        renewed while held (None: no lease), ``steal`` breaks the holders."""
         return Lock(self, name, mode, timeout=timeout, lease=lease, steal=steal)
 
     async def try_lock(self, name: m.Name, mode: str = "exclusive", *,
                        lease: Optional[float] = None) -> Optional[Lock]:
+        """The lock, held, if it is free now; else None."""
         lk = Lock(self, name, mode, lease=lease)
         return lk if await lk.acquire(if_available=True) else None
 
     async def locks(self) -> m.LockState:
-        return m.lock_state(await self.call("lock.query"))
+        """Held and waiting locks of the scope (``lock.query``)."""
+        return await self._do(calls.locks())
 
     async def once(self, key: m.Name, fn: Callable[[Flight], Awaitable[m.Payload]], *,
                    ttl: float = 30.0, wait: Optional[float] = None, keep: Optional[float] = None,
@@ -1129,64 +954,35 @@ class Client:
                    abort_when_orphaned: bool = False, supersede: bool = False,
                    priority: int = 0, version: Optional[m.Name] = None,
                    other_version: Optional[str] = None) -> Result:
-        """As ``coord.Client.once``; fn is a coroutine function, and a
-        ``notify`` function (plain or coroutine) runs on the loop."""
-        check_fallback(fallback)
-        k = m.name(key, "key")
-        store = keep + stale if keep and stale else keep
-        deadline = None if wait is None else time.monotonic() + wait
-        tries = 0
-        retried = False
+        """As ``coord.Client.once`` (``fallback`` "fail", "run" or "retry";
+        ``supersede``, ``priority``, ``version``, ``other_version`` as on
+        ``flight.join``); fn is a coroutine function, and a ``notify``
+        function (plain or coroutine) runs on the loop."""
+        o = Once(key, ttl=ttl, wait=wait, keep=keep, max_age=max_age, stale=stale,
+                 notify=notify, fallback=fallback, retries=retries,
+                 abort_when_orphaned=abort_when_orphaned, supersede=supersede,
+                 priority=priority, version=version, other_version=other_version)
         while True:
-            left = None if deadline is None else max(0.001, deadline - time.monotonic())
             try:
-                f = await self.flight.join(k, ttl=ttl, wait=left,
-                                           max_age=keep if max_age is None else max_age,
-                                           abort_when_orphaned=abort_when_orphaned,
-                                           stale=stale, notify=bool(notify),
-                                           supersede=supersede and not retried,
-                                           priority=priority, version=version,
-                                           other_version=other_version)
-            except Timeout as e:
-                act = after_timeout(fallback, retried)
-                if act == "raise":
-                    raise
-                if act == "retry":
-                    retried = True
-                    deadline = None if wait is None else time.monotonic() + wait
+                f = await self.flight.join(o.key, **o.join())
+            except FALLBACK_ERRORS as e:
+                if o.fall_back(e):
                     continue
-                r = await self._run_local(k, fn, e)
-                r.retried = retried
+                return o.ran_alone(await fn(Flight(self, None, o.local_flight())), e, o.retried)
+            if f.role in ("result", "failed"):
+                r = o.follow(f, _notify_task)
+                if r is None:
+                    continue
                 return r
-            except _UNREACHABLE as e:
-                if fallback == "fail":
-                    raise
-                return await self._run_local(k, fn, e)
-            if f.role == "result":
-                if f.updated is not None and callable(notify):
-                    f.updated.add_done_callback(_notify_task(notify))
-                return Result(f.result or b"", "stale" if f.stale else f.source,
-                              fence=f.fence, age=f.age, revalidating=f.revalidating,
-                              updated=f.updated, retried=retried)
-            if f.role == "failed":
-                assert f.error is not None
-                if f.retry_after is not None:
-                    raise Backoff(f.error.code, f.error.message, f.retry_after,
-                                  f.source or "live")
-                if f.retryable and tries < retries and (deadline is None
-                                                        or time.monotonic() < deadline):
-                    tries += 1
-                    continue
-                raise FlightFailed(f.error.code, f.error.message, f.retryable)
             try:
                 out = m.payload(await fn(f), "result")
             except BaseException as e:
+                # sent, not awaited: a cancelled task cannot wait; an
+                # exception waits for the failure to be delivered
                 code, msg, retryable, retry_after = owner_failure(e)
                 assert f._conn is not None
-                call = f._conn.fire("flight.fail", dict(flight=f.flight, fence=f.fence,
-                                                        **_fail_fields(code, msg, retryable,
-                                                                       None, retry_after)))
-                self._router.flights.pop(f.flight, None)
+                call = f._conn.fire("flight.fail", f._end(
+                    m.flight_fail(code, msg, retryable, None, retry_after)))
                 if call is not None and isinstance(e, Exception):
                     try:
                         await call.fut
@@ -1194,42 +990,32 @@ class Client:
                         pass
                 raise
             try:
-                await f.complete(out, store)
-            except _UNREACHABLE as e:
-                if fallback == "fail":
+                await f.complete(out, o.store)
+            except UNREACHABLE as e:
+                if not o.local:
                     raise
-                return Result(out, "local", reason=f"ran as the owner, then: {e}",
-                              fallback_cause="unreachable")
-            return Result(out, "bypass" if f.bypass else "owner", fence=f.fence,
-                          retried=retried, superseded=f.superseded)
-
-    async def _run_local(self, key: Union[str, bytes],
-                         fn: Callable[[Flight], Awaitable[m.Payload]],
-                         why: BaseException) -> Result:
-        f = Flight(self, None, m.Joined(role="local", key=key, fence=0))
-        return Result(m.payload(await fn(f), "result"), "local", reason=str(why),
-                      fallback_cause=fallback_cause(why))
+                return o.completed_alone(out, e)
+            return o.owned(f, out)
 
     async def publish(self, channel: m.Name, data: m.Payload) -> int:
-        return m.uint(await self.call("sub.publish", channel=m.name(channel, "channel"),
-                                      data=m.payload(data)), "delivered")
+        """Sends data to the scope's other subscribers; returns how many."""
+        return await self._do(calls.publish(channel, data))
 
     def subscribe(self, *channels: m.Name, timeout: Optional[float] = None) -> Subscription:
+        """``async with c.subscribe("news") as sub: async for msg in sub: ...``"""
         if not channels:
             raise TypeError("subscribe needs a channel")
         return Subscription(self, [m.name(ch, "channel") for ch in channels], timeout)
 
     def watch(self, *channels: str, timeout: Optional[float] = None) -> Subscription:
-        return self.subscribe(*(channels or ("-locks", "-flights", "-leaders")),
-                              timeout=timeout)
+        """Lifecycle events of the broker's channels (default all three:
+        ``-locks``, ``-flights``, ``-leaders``)."""
+        return self.subscribe(*calls.watched(channels), timeout=timeout)
 
     async def _subscribe(self, sub: Subscription) -> None:
         conn = await self._ensure()
         for ch in sub.channels:
-            subs = self._router.subs.setdefault(m.name_key(ch), [])
-            first = not subs
-            subs.append(sub)
-            if first:
+            if self._router.add_sub(ch, sub):
                 try:
                     r = await conn.call("sub.subscribe", {"channel": ch})
                 except BaseException:
@@ -1240,15 +1026,7 @@ class Client:
                     raise r.error()
 
     async def _unsubscribe(self, sub: Subscription) -> None:
-        last = []
-        for ch in sub.channels:
-            k = m.name_key(ch)
-            subs = self._router.subs.get(k)
-            if subs and sub in subs:
-                subs.remove(sub)
-                if not subs:
-                    del self._router.subs[k]
-                    last.append(ch)
+        last = self._router.remove_sub(sub, sub.channels)
         conn = self._conn
         if conn is None or not conn.alive:
             return
@@ -1261,6 +1039,7 @@ class Client:
     async def try_leader(self, workstream: m.Name, *, lease: Optional[float] = m.DEFAULT_LEASE,
                          protocol: Optional[str] = None, incident: Optional[str] = None
                          ) -> Optional[Leadership]:
+        """Leadership if nobody leads now, else None."""
         lead = Leadership(self, workstream, lease=lease, protocol=protocol, incident=incident)
         return lead if await lead.campaign(if_available=True) else None
 

@@ -30,19 +30,20 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar, Union
 
-from . import messages as m
+from . import calls, messages as m
+from .calls import ClientBase
 from .core import (DEFAULT_MAX_FRAME, DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES,
-                   DEFAULT_REQUEST_TIMEOUT, Core, Event, EventQueue, Reply)
-from .errors import (Backoff, ConnectError, ConnectionLost, CoordError, FlightFailed,
-                     LockLost, NotFound, ProtocolError, Refused, ShuttingDown, Timeout)
-from .handles import (LeaderTerm, Result, State, backstop, check_request_timeout,
-                      no_reply, owner_failure, wait_error)
-from .handles import after_timeout, check_fallback, fallback_cause
-from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MIN_HELLO_TIMEOUT,
-                    default_socket_path, instance_id, open_socket, program_name)
+                   DEFAULT_REQUEST_TIMEOUT, Core, Event, Reply)
+from .errors import ConnectionLost, CoordError, NotFound, ProtocolError
+from .handles import (FALLBACK_ERRORS, UNREACHABLE, Closed, FlightHandle, Grantee, Join,
+                      LeaderTerm, LockHandle, Once, Result, SubscriptionBase, no_reply,
+                      owner_failure)
+from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MIN_HELLO_TIMEOUT, instance_id,
+                    open_socket)
 
+T = TypeVar("T")
 Callback = Callable[["_Call", Optional[Reply], Optional[BaseException]], None]
 
 
@@ -61,7 +62,7 @@ class _Call:
         self.exc: Optional[BaseException] = None
         self.hook = hook
         self.callback = callback
-        self._abandon: Optional[Callable[[Reply], None]] = None
+        self._abandon: Optional[Callable[[Reply], Any]] = None
         self.rid = 0
 
     def _complete(self, reply: Reply) -> None:
@@ -86,7 +87,7 @@ class _Call:
         if self.callback is not None:
             self.callback(self, None, exc)
 
-    def abandon(self, fn: Callable[[Reply], None]) -> None:
+    def abandon(self, fn: Callable[[Reply], Any]) -> None:
         """Nobody waits any more: fn(reply) hands back what the reply
         grants, now if it already came, else when it comes."""
         with self._mu:
@@ -107,10 +108,6 @@ class _Call:
             raise self.exc
         assert self.reply is not None
         return self.reply
-
-
-class _HelloDropped(ConnectError):
-    """The connection closed before hello was answered."""
 
 
 class _Conn:
@@ -143,6 +140,14 @@ class _Conn:
             except OSError:
                 pass      # the reader sees the close and fails the call
         return call
+
+    def fire(self, op: str, fields: Dict[str, Any],
+             callback: Optional[Callback] = None) -> Optional[_Call]:
+        """Sends without waiting; errors are ignored (None: not sent)."""
+        try:
+            return self.send(op, fields, callback=callback)
+        except CoordError:
+            return None
 
     def call(self, op: str, fields: Dict[str, Any],
              hook: Optional[Callable[[Reply], None]] = None) -> Reply:
@@ -243,7 +248,7 @@ class _Ticker:
             t.join(5)
 
 
-def _wait(conn: _Conn, call: _Call, owner: Any, give_back: Callable[[Reply], None],
+def _wait(conn: _Conn, call: _Call, owner: Any, give_back: Callable[[Reply], Any],
           op: str, limit: Optional[float]) -> Reply:
     """Waits for a call that may wait long (limit: seconds, None for as
     long as it takes); on an interruption, or the limit passed, sends
@@ -253,144 +258,63 @@ def _wait(conn: _Conn, call: _Call, owner: Any, give_back: Callable[[Reply], Non
         return call.wait(limit, op)
     except BaseException:
         if call.reply is None and call.exc is None:
-            _send_cancel(conn, call.rid)
+            conn.fire("cancel", {"target": call.rid})
             call.abandon(give_back)
         raise
     finally:
         owner._waiting = None
 
 
-def _send_cancel(conn: _Conn, rid: int) -> None:
-    try:
-        conn.send("cancel", {"target": rid}, callback=lambda *a: None)
-    except CoordError:
-        pass
+def _granting(client: "Client", owner: Grantee, op: str, fields: Dict[str, Any],
+              limit: Optional[float]) -> Reply:
+    """A request that waits for a grant (lock, join, campaign): connects,
+    sends it with ``owner._granted`` as its hook, waits (``_wait``) with
+    ``owner._give_back`` for a grant that comes too late."""
+    conn = client._ensure()
+    owner._begin()
+    call = conn.send(op, fields, hook=lambda r: owner._granted(conn, r, time.monotonic()))
+    return _wait(conn, call, owner, lambda r: owner._give_back(conn, r), op, limit)
 
 
-def _cancel_waiting(owner: Any) -> bool:
-    w = owner._waiting
-    if w is None:
-        return False
-    _send_cancel(w[0], w[1].rid)
-    return True
-
-
-class Lock:
+class Lock(LockHandle):
     """A lock on ``name``; ``with`` acquires it (raising ``Timeout``,
     ``Aborted``, ``ConnectionLost``... when it cannot: the block never runs
-    without the lock) and releases it.  ``lost`` is set when the lock is
-    stolen, expires or its connection goes."""
+    without the lock) and releases it.  ``lost`` (a ``threading.Event``) is
+    set when the lock is stolen, expires or its connection goes; the lease
+    renews from the client's ticker thread."""
+
+    _client: "Client"
+    lost: threading.Event
 
     def __init__(self, client: "Client", name: m.Name, mode: str = "exclusive", *,
                  timeout: Optional[float] = None, lease: Optional[float] = None,
                  steal: bool = False) -> None:
-        self._client = client
-        self.name = m.name(name)
-        self.mode = mode
-        self.timeout = timeout
-        self.lease = lease
-        self.steal = steal
-        self.token: Optional[int] = None
-        self.id: Optional[int] = None
-        self.lost = threading.Event()
-        self.lost_reason: Optional[str] = None
-        self._held = False
-        self._conn: Optional[_Conn] = None
-        self._deadline = 0.0
-        self._waiting: Optional[Tuple[_Conn, _Call]] = None
-        m.lock_acquire(self.name, mode, steal=steal, timeout=timeout, lease=lease)
-
-    @property
-    def held(self) -> bool:
-        return self._held
+        super().__init__(client, name, mode, timeout=timeout, lease=lease, steal=steal,
+                         event=threading.Event)
 
     def acquire(self, *, if_available: bool = False) -> bool:
         """Waits for the lock (up to ``timeout``); True once held.  With
         ``if_available`` (or ``timeout=0``) returns False at once when busy."""
-        if self._held:
-            raise RuntimeError("lock already held by this handle")
-        try_once = if_available or self.timeout == 0
-        fields = m.lock_acquire(self.name, self.mode, if_available=try_once,
-                                steal=self.steal,
-                                timeout=None if try_once else self.timeout,
-                                lease=self.lease)
-        conn = self._client._ensure()
-        self.lost.clear()
-        self.lost_reason = None
-        call = conn.send("lock.acquire", fields, hook=lambda r: self._granted(conn, r, time.monotonic()))
-        reply = _wait(conn, call, self, lambda r: self._give_back(conn, r), "lock.acquire",
-                      backstop(0 if try_once else self.timeout, self._client.request_timeout))
-        if not reply.ok:
-            raise wait_error(reply, f"lock {self.name!r} not granted", self.timeout)
-        if not reply.get("granted"):
+        fields, limit = self._acquire_fields(if_available)
+        if not self._acquired(_granting(self._client, self, "lock.acquire", fields, limit)):
             return False
         if self.lease:
             self._client._ticker.at(self._next_tick(), self._tick)
         return True
-
-    def _granted(self, conn: _Conn, r: Reply, arrived: float) -> None:
-        if r.ok and r.get("granted"):
-            self.id = m.uint(r.body, "lock")
-            self.token = m.uint(r.body, "token")
-            self._conn = conn
-            self._held = True
-            self._deadline = arrived + (self.lease or 0)
-            self._client._router.locks[self.id] = self
-
-    def _give_back(self, conn: _Conn, r: Reply) -> None:
-        if r.ok and r.get("granted"):
-            self._forget()
-            try:
-                conn.send("lock.release", {"lock": m.uint(r.body, "lock")},
-                          callback=lambda *a: None)
-            except CoordError:
-                pass
-
-    def cancel(self) -> bool:
-        """From another thread: abort a waiting acquire (it raises
-        ``Aborted``).  False when nothing waits."""
-        return _cancel_waiting(self)
-
-    def _forget(self) -> None:
-        self._held = False
-        if self.id is not None:
-            self._client._router.locks.pop(self.id, None)
-
-    def _lost(self, reason: str) -> None:
-        if not self._held:
-            return
-        self._forget()
-        self.lost_reason = reason
-        self.lost.set()
-
-    def _next_tick(self) -> float:
-        assert self.lease
-        return min(time.monotonic() + self.lease / 3.0, self._deadline)
 
     def _tick(self) -> None:
         conn = self._conn
         if not self._held or conn is None or not self.lease:
             return
         now = time.monotonic()
-        if now >= self._deadline:
-            lock_id = self.id
-            self._lost("expired")
-            try:
-                conn.send("lock.release", {"lock": lock_id}, callback=lambda *a: None)
-            except CoordError:
-                pass
+        if self._expired(conn, now):
             return
         lease = self.lease
 
         def done(_c: _Call, r: Optional[Reply], _e: Optional[BaseException]) -> None:
-            if r is not None and r.ok:
-                self._deadline = max(self._deadline, now + lease)
-            elif r is not None and r.code == "UNKNOWN_LOCK":
-                self._lost("expired")
-        try:
-            conn.send("lock.renew", {"lock": self.id, "lease_ms": m.ms(lease, "lease")},
-                      callback=done)
-        except CoordError:
+            if r is not None:
+                self._renewed(r, now, lease)
+        if conn.fire("lock.renew", self._renewal(), callback=done) is None:
             return
         self._client._ticker.at(self._next_tick(), self._tick)
 
@@ -414,129 +338,52 @@ class Lock:
     def release(self) -> None:
         """Releases the lock (nothing when it is not held any more).  The
         name is free for others once this returns."""
-        conn = self._conn
-        if not self._held or conn is None:
+        held = self._release()
+        if held is None:
             return
-        lock_id = self.id
-        self._forget()
         try:
-            r = conn.call("lock.release", {"lock": lock_id})
+            r = held[0].call("lock.release", {"lock": held[1]})
         except ConnectionLost:
             return
-        if not r.ok and r.code != "UNKNOWN_LOCK":
-            raise r.error()
-
-    def check(self) -> None:
-        """Raises ``LockLost`` if the lock is not held any more."""
-        if self.lost.is_set():
-            raise LockLost(f"lock {self.name!r} lost: {self.lost_reason}")
-        if not self._held:
-            raise LockLost(f"lock {self.name!r} is not held")
+        self._released(r)
 
     def __enter__(self) -> "Lock":
         if not self.acquire():
-            raise Timeout(f"lock {self.name!r} is busy")
+            raise self._busy()
         return self
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
         lost = self.lost.is_set()
         self.release()
         if lost and et is None:
-            raise LockLost(f"lock {self.name!r} was lost while the block ran: "
-                           f"{self.lost_reason}")
-
-    def __repr__(self) -> str:
-        return f"<coord.Lock {self.name!r} {self.mode} token={self.token} held={self._held}>"
+            raise self._lost_error()
 
 
-class Flight:
-    """The settled role of a join.  As the owner (``role == "owner"``):
-    ``fence``, ``aborted`` (set on ``flight.abort``: deadline, orphaned,
-    connection lost), ``complete`` and ``fail``; ``stale`` (a ``Stale``)
-    when this owner revalidates a stale record, ``bypass`` when the key's
-    prefix is disabled (no deduplication, no record).  As a result:
-    ``result``, ``source``, ``age``, and ``stale`` / ``revalidating`` /
-    ``updated`` (a ``concurrent.futures.Future`` of the ``Updated``, with
-    ``notify``) when it was served stale.  Failed: ``error``,
-    ``retryable``, ``retry_after`` (seconds, in a backoff).  ``role ==
-    "local"``: ``once(fallback="run")`` runs fn without the broker."""
+class Flight(FlightHandle):
+    """The settled role of a join (see ``FlightHandle`` for the fields):
+    an owner's ``complete`` / ``fail``, ``check()``.  ``aborted`` is a
+    ``threading.Event``, ``updated`` a ``concurrent.futures.Future``."""
+
+    _client: "Client"
+    aborted: threading.Event
+    updated: Optional["concurrent.futures.Future[m.Updated]"]
 
     def __init__(self, client: "Client", conn: Optional[_Conn], j: m.Joined) -> None:
-        self._client = client
-        self._conn = conn
-        self.role = j.role
-        self.key = j.key
-        self.flight = j.flight
-        self.fence = j.fence
-        self.result = j.result
-        self.error = j.error
-        self.retryable = j.retryable
-        self.age = j.age
-        self.source = j.source
-        self.stale = j.stale
-        self.revalidating = j.revalidating
-        self.bypass = j.bypass
-        self.superseded = j.superseded
-        self.version = j.version
-        self.retry_after = j.retry_after
-        self.updated: Optional["concurrent.futures.Future[m.Updated]"] = None
-        self.aborted = threading.Event()
-        self.abort_reason: Optional[str] = None
-        self.done = False
-
-    def _updated(self, u: m.Updated) -> None:
-        if self.updated is not None and not self.updated.done():
-            self.updated.set_result(u)
-
-    def _watch_lost(self, exc: BaseException) -> None:
-        if self.updated is not None and not self.updated.done():
-            self.updated.set_exception(exc)
-
-    def _abort(self, reason: str) -> None:
-        self.abort_reason = reason
-        self.aborted.set()
-
-    def check(self) -> None:
-        """Raises ``Aborted`` once the broker told the owner to stop."""
-        if self.aborted.is_set():
-            from .errors import Aborted
-            raise Aborted(f"flight {self.key!r} aborted: {self.abort_reason}")
-
-    def _end(self, op: str, fields: Dict[str, Any]) -> int:
-        if self.role != "owner" or self._conn is None:
-            raise RuntimeError("only the owner completes or fails a flight")
-        self.done = True
-        self._client._router.flights.pop(self.flight, None)
-        r = self._conn.call(op, dict(flight=self.flight, fence=self.fence, **fields))
-        if not r.ok:
-            raise r.error()
-        return m.uint(r.body, "delivered")
+        super().__init__(client, conn, j, threading.Event)
 
     def complete(self, result: m.Payload, keep: Optional[float] = None) -> int:
         """Delivers result to the followers (and stores it ``keep``
         seconds); returns how many got it.  ``Fenced`` when too late."""
-        return self._end("flight.complete", {"result": m.payload(result, "result"),
-                                             "keep_ms": m.ms(keep, "keep")})
+        fields = self._end(m.flight_complete(result, keep))
+        return self._ended(self._conn.call("flight.complete", fields))
 
     def fail(self, code: str, message: str = "", retryable: bool = False,
              keep: Optional[float] = None, retry_after: Optional[float] = None) -> int:
         """Fails the flight; ``retry_after`` seconds (needs ``retryable``)
         starts a backoff: joins of the key get this failure at once for
         that long."""
-        return self._end("flight.fail", _fail_fields(code, message, retryable, keep,
-                                                     retry_after))
-
-    def __repr__(self) -> str:
-        return f"<coord.Flight {self.key!r} {self.role} fence={self.fence}>"
-
-
-def _fail_fields(code: str, message: str, retryable: bool, keep: Optional[float],
-                 retry_after: Optional[float]) -> Dict[str, Any]:
-    if retry_after is not None and not retryable:
-        raise ValueError("retry_after needs retryable=True")
-    return {"error": {"code": code, "message": message}, "retryable": retryable,
-            "retry_after_ms": m.ms(retry_after, "retry_after") or None,
-            "keep_ms": m.ms(keep, "keep")}
+        fields = self._end(m.flight_fail(code, message, retryable, keep, retry_after))
+        return self._ended(self._conn.call("flight.fail", fields))
 
 
 def _notify_thread(fn: Callable[[m.Updated], Any]) -> Callable[[Any], None]:
@@ -550,16 +397,11 @@ def _notify_thread(fn: Callable[[m.Updated], Any]) -> Callable[[Any], None]:
     return done
 
 
-# What "the broker cannot be reached" means for once(fallback="run").
-_UNREACHABLE = (ConnectError, ConnectionLost, ShuttingDown)
-
-
 class _FlightAPI:
     """``c.flight``: the single-flight calls one by one."""
 
     def __init__(self, client: "Client") -> None:
         self._c = client
-        self._waiting: Optional[Tuple[_Conn, _Call]] = None
 
     def join(self, key: m.Name, *, ttl: Optional[float] = 30.0, wait: Optional[float] = None,
              max_age: Optional[float] = None, abort_when_orphaned: bool = False,
@@ -572,66 +414,51 @@ class _FlightAPI:
         more is served at once (``f.stale``, ``f.revalidating``) or, when
         nobody revalidates it, makes this caller the owner of its
         revalidation (``f.stale`` holds it); ``notify``: a caller served
-        stale gets ``f.updated`` resolved when the revalidation ends."""
-        k = m.name(key, "key")
-        fields = m.flight_join(k, ttl=ttl, wait=wait, max_age=max_age,
-                               abort_when_orphaned=abort_when_orphaned, stale=stale,
-                               notify=notify, supersede=supersede, priority=priority,
-                               version=version, other_version=other_version)
+        stale gets ``f.updated`` resolved when the revalidation ends.
+
+        ``supersede`` (or a ``priority`` above the running owner's) takes
+        a running flight over: this caller owns it (``f.superseded`` is
+        the old owner's fence, which is fenced from then on).
+        ``version`` (at most 64 bytes): the version of the code that runs
+        the work (``f.version``, in records and events); ``other_version``
+        "follow" (the default) follows a running flight of another
+        version, "own" runs one of its own and takes no record of another
+        version."""
         c = self._c
-        conn = c._ensure()
-        box: List[Flight] = []
-
-        def hook(r: Reply) -> None:
-            if r.ok:
-                f = Flight(c, conn, m.joined(k, r.body))
-                if f.role == "owner":
-                    c._router.flights[f.flight] = f
-                elif notify and f.stale is not None and f.revalidating:
-                    f.updated = concurrent.futures.Future()
-                    c._router.watch(k, f)
-                box.append(f)
-
-        def give_back(r: Reply) -> None:
-            if box and box[0].role == "owner":
-                c._router.flights.pop(box[0].flight, None)
-                try:
-                    conn.send("flight.fail", {"flight": box[0].flight, "fence": box[0].fence,
-                                              "error": {"code": "ABORTED",
-                                                        "message": "the owner gave up"},
-                                              "retryable": True}, callback=lambda *a: None)
-                except CoordError:
-                    pass
-        call = conn.send("flight.join", fields, hook=hook)
-        r = _wait(conn, call, self, give_back, "flight.join",
-                  backstop(wait, c.request_timeout))
-        if not r.ok:
-            raise wait_error(r, f"flight {k!r}: no result", wait)
-        return box[0]
+        j = Join(c, key, ttl=ttl, wait=wait, max_age=max_age,
+                 abort_when_orphaned=abort_when_orphaned, stale=stale, notify=notify,
+                 flight=lambda conn, jd: Flight(c, conn, jd),
+                 future=lambda conn: concurrent.futures.Future(), supersede=supersede,
+                 priority=priority, version=version, other_version=other_version)
+        return j._joined(_granting(c, j, "flight.join", j.fields, j.limit))
 
     def complete(self, f: Flight, result: m.Payload, keep: Optional[float] = None) -> int:
+        """``f.complete(result, keep)``."""
         return f.complete(result, keep)
 
     def fail(self, f: Flight, code: str, message: str = "", retryable: bool = False,
              keep: Optional[float] = None, retry_after: Optional[float] = None) -> int:
+        """``f.fail(code, message, retryable, keep, retry_after)``."""
         return f.fail(code, message, retryable, keep, retry_after)
 
     def list(self) -> List[m.FlightEntry]:
-        return m.flight_list(self._c.call("flight.list"))
+        """The scope's running flights (``FlightEntry``)."""
+        return self._c._do(calls.flight_list())
 
     def disable(self, prefix: m.Name = "") -> None:
         """The kill switch: every new join of a key starting with prefix
         ("" = every key of the scope) owns a flight of its own at once
         (``bypass``: no deduplication, no record written).  Durable;
         announced on ``-flights``."""
-        self._c.call("flight.disable", prefix=m.name(prefix, "prefix"))
+        self._c._do(calls.flight_disable(prefix))
 
     def enable(self, prefix: m.Name = "") -> None:
-        self._c.call("flight.enable", prefix=m.name(prefix, "prefix"))
+        """Ends ``disable(prefix)``."""
+        self._c._do(calls.flight_enable(prefix))
 
     def disabled(self) -> List[Union[str, bytes]]:
         """The disabled prefixes of the scope."""
-        return m.prefixes(self._c.call("flight.disabled"))
+        return self._c._do(calls.flight_disabled())
 
 
 class _RecordAPI:
@@ -641,18 +468,18 @@ class _RecordAPI:
         self._c = client
 
     def get(self, key: m.Name) -> Optional[m.Record]:
-        k = m.name(key, "key")
-        try:
-            return m.record(k, self._c.call("record.get", key=k))
-        except NotFound:
-            return None
+        """The record of key (``Record``), None when there is none."""
+        return self._c._do(calls.record_get(key))
 
     def list(self, prefix: m.Name = "", limit: Optional[int] = None) -> List[m.RecordEntry]:
-        return m.record_list(self._c.call("record.list", prefix=m.name(prefix, "prefix"),
-                                          limit=limit))
+        """The records whose keys start with prefix (``RecordEntry``)."""
+        return self._c._do(calls.record_list(prefix, limit))
 
     def purge(self, prefix: m.Name = "") -> m.Purged:
-        return m.purged(self._c.call("record.purge", prefix=m.name(prefix, "prefix")))
+        """Deletes the records whose keys start with prefix and ends their
+        running flights; returns the number deleted (``.fenced``: the
+        flights ended)."""
+        return self._c._do(calls.record_purge(prefix))
 
 
 class Leadership(LeaderTerm):
@@ -663,98 +490,54 @@ class Leadership(LeaderTerm):
     workstream is disabled, a max hold fences it or the connection goes;
     the term's calls then raise ``Fenced``.  ``drain_requested`` is set by
     ``leader.drain`` (``drain_reason``: requested, max_hold); ``mode``
-    follows ``leader.mode``."""
+    follows ``leader.mode``.  Both are ``threading.Event``s; the lease
+    renews from the client's ticker thread."""
 
-    def __init__(self, client: "Client", workstream: m.Name, *, lease: Optional[float] = m.DEFAULT_LEASE,
-                 steal: bool = False, timeout: Optional[float] = None,
-                 protocol: Optional[str] = None, incident: Optional[str] = None) -> None:
-        super().__init__(workstream, lease=lease, steal=steal, timeout=timeout,
+    _client: "Client"
+    lost: threading.Event
+    drain_requested: threading.Event
+
+    def __init__(self, client: "Client", workstream: m.Name, *,
+                 lease: Optional[float] = m.DEFAULT_LEASE, steal: bool = False,
+                 timeout: Optional[float] = None, protocol: Optional[str] = None,
+                 incident: Optional[str] = None) -> None:
+        super().__init__(client, workstream, lease=lease, steal=steal, timeout=timeout,
                          protocol=protocol, incident=incident, event=threading.Event)
-        self._client = client
-        self._conn: Optional[_Conn] = None
-        self._waiting: Optional[Tuple[_Conn, _Call]] = None
 
     def campaign(self, *, if_available: bool = False) -> bool:
         """Waits to be elected (up to ``timeout``); True once leading.  With
         ``if_available`` (or ``timeout=0``) False at once when led."""
         fields = self._campaign_fields(if_available)
-        conn = self._client._ensure()
-        self._begin()
-        call = conn.send("leader.campaign", fields, hook=lambda r: self._granted(conn, r, time.monotonic()))
         try:
-            r = _wait(conn, call, self, lambda r: self._give_back(conn, r), "leader.campaign",
-                      backstop(0 if fields.get("if_available") else self.timeout,
-                               self._client.request_timeout))
+            r = _granting(self._client, self, "leader.campaign", fields,
+                          self._campaign_limit(fields))
         except BaseException:
             self._refused(None)
             raise
-        if not r.ok:
-            self._refused(r)
-            raise wait_error(r, f"{self.workstream!r}: not elected", self.timeout)
-        if not r.get("granted"):
-            self._refused(r)
+        if not self._elected(r):
             return False
         self._client._ticker.at(self._next_tick(), self._tick)
         return True
-
-    def _granted(self, conn: _Conn, r: Reply, arrived: float) -> None:
-        if self._grant(r, arrived):
-            self._conn = conn
-            self._client._router.leaders[self.key] = self
-
-    def _give_back(self, conn: _Conn, r: Reply) -> None:
-        if r.ok and r.get("granted"):
-            self._forget()
-            self.state = State.ABORTED
-            try:
-                conn.send("leader.resign", m.term(self.workstream, m.uint(r.body, "generation")),
-                          callback=lambda *a: None)
-            except CoordError:
-                pass
-
-    def cancel(self) -> bool:
-        """From another thread: abort a waiting campaign."""
-        return _cancel_waiting(self)
-
-    def _forget(self) -> None:
-        if self.generation is not None:
-            self._client._router.leaders.pop(self.key, None)
-
-    def _lost(self, reason: str, incident: Optional[str] = None) -> None:
-        if self.leading:
-            self._forget()
-            self._end(reason, incident)
 
     def _tick(self) -> None:
         conn = self._conn
         if not self.leading or conn is None:
             return
         now = time.monotonic()
-        if now >= self._deadline:
-            self._lost("expired")
+        if self._expired(now):
             return
 
         def done(_c: _Call, r: Optional[Reply], _e: Optional[BaseException]) -> None:
-            if r is not None and r.ok:
-                self._renewed(r, now)
-            elif r is not None and r.code == "FENCED":
-                self._lost("fenced")
-        try:
-            conn.send("leader.renew", self._fields(), callback=done)
-        except CoordError:
+            if r is not None:
+                self._renew_reply(r, now)
+        if conn.fire("leader.renew", self._fields(), callback=done) is None:
             return
         self._client._ticker.at(self._next_tick(), self._tick)
 
-    def _call(self, op: str, fields: Dict[str, Any], parse: Callable[[Dict[str, Any]], Any]
-              ) -> Any:
+    def _call(self, op: str, fields: Dict[str, Any], parse: Callable[[Dict[str, Any]], T]
+              ) -> T:
         f = self._fields(**fields)
-        assert self._conn is not None
-        r = self._conn.call(op, f)
-        if not r.ok:
-            if r.code == "FENCED":
-                self._lost("fenced")
-            raise r.error()
-        return parse(r.body)
+        return self._reply(self._conn.call(op, f), parse)
 
     def commit(self, op_id: m.Name, key: Optional[m.Name] = None,
                value: Optional[m.Payload] = None) -> m.Commit:
@@ -789,27 +572,24 @@ class Leadership(LeaderTerm):
         return self._client.leader.pending(self.workstream, limit)
 
     def read(self, key: m.Name) -> Optional[bytes]:
+        """The workstream's committed value of key (None when unset)."""
         got = self._client.leader.read(self.workstream, key)
         return got[0] if got else None
 
     def resign(self) -> None:
         """Ends the term (nothing when it is over already)."""
-        if not self.leading or self._conn is None:
+        term = self._resign()
+        if term is None:
             return
-        conn = self._conn
-        f = m.term(self.workstream, self.generation)
-        self._forget()
-        self._end(None)
         try:
-            r = conn.call("leader.resign", f)
+            r = term[0].call("leader.resign", term[1])
         except ConnectionLost:
             return
-        if not r.ok and r.code != "FENCED":
-            raise r.error()
+        self._resigned(r)
 
     def __enter__(self) -> "Leadership":
         if not self.campaign():
-            raise Timeout(f"{self.workstream!r} has a leader")
+            raise self._busy()
         return self
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
@@ -830,6 +610,10 @@ class _LeaderAPI:
     def __call__(self, workstream: m.Name, *, lease: Optional[float] = m.DEFAULT_LEASE,
                  steal: bool = False, timeout: Optional[float] = None,
                  protocol: Optional[str] = None, incident: Optional[str] = None) -> Leadership:
+        """A Leadership handle of workstream (not campaigning yet): ``with``
+        campaigns and resigns.  ``lease`` seconds (renewed every third),
+        ``steal`` breaks the leader, ``timeout`` (None: wait, 0: only if
+        free now), ``protocol`` "name@N", ``incident`` a steal's reason."""
         return Leadership(self._c, workstream, lease=lease, steal=steal, timeout=timeout,
                           protocol=protocol, incident=incident)
 
@@ -839,65 +623,55 @@ class _LeaderAPI:
         """Changes the stored descriptor field by field: a field left out
         (``coord.OMIT``, the default) keeps its value, None returns it to
         its default, a value replaces it.  Returns the descriptor."""
-        return m.descriptor(self._c.call("leader.define", **m.define(
+        return self._c._do(calls.leader_define(
             workstream, protocol=protocol, max_hold=max_hold, steal=steal, mode=mode,
-            fallback=fallback, canonical_fence=canonical_fence, force=force)))
+            fallback=fallback, canonical_fence=canonical_fence, force=force))
 
     def describe(self, workstream: m.Name) -> m.Descriptor:
         """The stored descriptor; ``NotFound`` when never defined."""
-        return m.descriptor(self._c.call("leader.describe",
-                                         workstream=m.name(workstream, "workstream")))
+        return self._c._do(calls.leader_describe(workstream))
 
     def info(self, workstream: m.Name) -> m.LeaderInfo:
-        return m.leader_info(self._c.call("leader.info",
-                                          workstream=m.name(workstream, "workstream")))
+        """The workstream now (``LeaderInfo``): who leads, the generation,
+        the mode, the pin."""
+        return self._c._do(calls.leader_info(workstream))
 
     def history(self, workstream: m.Name, limit: Optional[int] = None) -> m.Page:
         """The last terms (``Term``), newest first."""
-        return m.history(self._c.call("leader.history",
-                                      workstream=m.name(workstream, "workstream"),
-                                      limit=m.limit(limit)))
+        return self._c._do(calls.leader_history(workstream, limit))
 
     def pending(self, workstream: m.Name, limit: Optional[int] = None) -> m.Page:
-        return m.pending(self._c.call("leader.pending",
-                                      workstream=m.name(workstream, "workstream"),
-                                      limit=m.limit(limit)))
+        """The claimed, unsettled ops (``PendingOp``), oldest first."""
+        return self._c._do(calls.leader_pending(workstream, limit))
 
     def check(self, workstream: m.Name, generation: int) -> m.Check:
         """Whether ``generation`` is live now (``Fenced`` if not): for a
         service acting on a leader's behalf; a check, not a lock."""
-        return m.check(self._c.call("leader.check", **m.term(workstream, generation)))
+        return self._c._do(calls.leader_check(workstream, generation))
 
     def drain(self, workstream: m.Name, generation: Optional[int] = None) -> None:
         """Asks the leader to drain (it gets ``leader.drain``, reason
         "requested"); ``generation`` defaults to the live one."""
         if generation is None:
             generation = self.info(workstream).live_generation or 0
-        self._c.call("leader.drain", **m.term(workstream, generation))
+        self._c._do(calls.leader_drain(workstream, generation))
 
     def read(self, workstream: m.Name, key: m.Name) -> Optional[Tuple[bytes, int]]:
-        try:
-            b = self._c.call("leader.read", workstream=m.name(workstream, "workstream"),
-                             key=m.name(key, "key"))
-        except NotFound:
-            return None
-        return m.as_bytes(b.get("value")), m.uint(b, "generation")
+        """(value, generation that wrote it) of a committed key; None when
+        unset."""
+        return self._c._do(calls.leader_read(workstream, key))
 
     def disable(self, workstream: m.Name) -> int:
-        return m.uint(self._c.call("leader.disable",
-                                   workstream=m.name(workstream, "workstream")), "generation")
+        """The kill switch: fences the leader and refuses campaigns
+        without ``incident``; returns the fenced generation (0: none)."""
+        return self._c._do(calls.leader_disable(workstream))
 
     def enable(self, workstream: m.Name) -> None:
-        self._c.call("leader.enable", workstream=m.name(workstream, "workstream"))
+        """Ends ``disable``."""
+        self._c._do(calls.leader_enable(workstream))
 
 
-class _Closed:
-    def __init__(self, exc: BaseException, reconnect: bool) -> None:
-        self.exc = exc
-        self.reconnect = reconnect
-
-
-class Subscription:
+class Subscription(SubscriptionBase):
     """Messages of one or more channels.  ``for item in sub`` yields them
     (``Message`` for user channels, ``Lifecycle`` for the broker's); with
     ``timeout`` the loop ends once no item came for that long.  Items wait
@@ -907,18 +681,8 @@ class Subscription:
 
     def __init__(self, client: "Client", channels: List[Union[str, bytes]],
                  timeout: Optional[float] = None) -> None:
-        self._client = client
-        self.channels = channels
-        self.timeout = timeout
-        self._q = EventQueue(client.max_queued, client.max_queued_bytes)
+        super().__init__(client, channels, timeout)
         self._cv = threading.Condition(threading.Lock())
-        self._open = False
-        self._error: Optional[BaseException] = None
-
-    @property
-    def dropped(self) -> int:
-        """Items dropped, oldest first, because the queue was full."""
-        return self._q.dropped
 
     @property
     def queued(self) -> int:
@@ -933,7 +697,7 @@ class Subscription:
 
     def _closed(self, exc: BaseException, reconnect: bool) -> None:
         with self._cv:
-            self._q.push(_Closed(exc, reconnect))
+            self._q.push(Closed(exc, reconnect))
             self._cv.notify()
 
     def _take(self, deadline: Optional[float]) -> Any:
@@ -946,39 +710,36 @@ class Subscription:
             return self._q.pop()
 
     def open(self) -> "Subscription":
+        """Subscribes (``with`` does it); returns self."""
         if not self._open:
             self._client._subscribe(self)
             self._open = True
         return self
 
     def close(self) -> None:
+        """Unsubscribes (``with`` does it on leaving)."""
         if self._open:
             self._open = False
             self._client._unsubscribe(self)
 
     def get(self, timeout: Optional[float] = None) -> Any:
         """The next item, or None when timeout passed first."""
-        if self._error is not None:
-            raise self._error
+        self._check()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
                 item = self._take(deadline)
             except queue.Empty:
                 return None
-            if not isinstance(item, _Closed):
+            if self._item(item):
                 return item
-            if item.reconnect and self._open:
-                try:
-                    self._client._ensure()
-                    continue
-                except CoordError as e:
-                    self._error = e
-                    raise
-            self._error = item.exc
-            raise item.exc
+            try:
+                self._client._ensure()
+            except CoordError as e:
+                self._renew_failed(e)
+                raise
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Any]:
         while True:
             item = self.get(self.timeout)
             if item is None:
@@ -992,7 +753,7 @@ class Subscription:
         self.close()
 
 
-class Client:
+class Client(ClientBase):
     """A connection to the per-user broker.
 
     ``socket``: the path (default ``$COORD_SOCKET``, ...); ``scope``
@@ -1016,24 +777,14 @@ class Client:
                  request_timeout: Optional[float] = DEFAULT_REQUEST_TIMEOUT,
                  max_queued: int = DEFAULT_MAX_QUEUED,
                  max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES) -> None:
-        self.request_timeout = check_request_timeout(request_timeout)
-        EventQueue(max_queued, max_queued_bytes)       # ValueError early
-        self.max_queued = max_queued
-        self.max_queued_bytes = max_queued_bytes
-        self.socket_path = socket or default_socket_path()
-        self.scope = m.name(scope, "scope")
-        self.client_name = client or program_name()
-        self.autostart = autostart
-        self.broker_path = broker
-        self.connect_timeout = connect_timeout
-        self.idle_exit = idle_exit
-        self.reconnect = reconnect
-        self._router = m.Router()
+        super().__init__(socket, scope=scope, client=client, autostart=autostart, broker=broker,
+                         connect_timeout=connect_timeout, idle_exit=idle_exit,
+                         reconnect=reconnect, request_timeout=request_timeout,
+                         max_queued=max_queued, max_queued_bytes=max_queued_bytes)
+        self._conn: Optional[_Conn] = None
         self._ticker = _Ticker()
         self._mu = threading.RLock()            # state; never held while waiting
         self._connect_mu = threading.Lock()     # one connect at a time
-        self._conn: Optional[_Conn] = None
-        self._closed = False
         self.flight = _FlightAPI(self)
         self.records = _RecordAPI(self)
         self.leader = _LeaderAPI(self)
@@ -1051,7 +802,7 @@ class Client:
         while True:
             try:
                 return self._open_once()
-            except _HelloDropped:
+            except calls.HelloDropped:
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.01)
@@ -1077,25 +828,15 @@ class Client:
         hello_timeout = max(self.connect_timeout, MIN_HELLO_TIMEOUT)
         if not call._ev.wait(hello_timeout):
             conn.shutdown()
-            raise ConnectError(f"the broker did not answer hello: timed out after "
-                               f"{hello_timeout:g} s")
+            raise calls.hello_timeout(hello_timeout)
         try:
             r = call.wait()
         except CoordError as e:
             conn.shutdown()
-            bye = conn.core.bye
-            if bye is not None and not bye.ok and bye.code != "SHUTTING_DOWN":
-                raise Refused(bye.code, bye.body.get("message")) from None
-            if isinstance(e, ConnectionLost):
-                raise _HelloDropped(f"hello: {e}") from None
-            raise ConnectError(f"hello: {e}") from None
+            raise calls.hello_failed(conn.core.bye, e) from None
         if not r.ok:
             conn.shutdown()
-            raise Refused(r.code, r.body.get("message"))
-        conn.conn_id = m.uint(r.body, "conn")
-        conn.epoch = m.uint(r.body, "epoch")
-        conn.broker = str(r.get("broker", ""))
-        mf = m.uint(r.body, "max_frame")
+        mf = self._hello(conn, r)
         if mf:
             try:
                 with conn.core_mu:
@@ -1111,13 +852,9 @@ class Client:
             return c
         with self._connect_mu:
             with self._mu:
-                c = self._conn
-                if c is not None and c.alive:
+                c = self._usable()
+                if c is not None:
                     return c
-                if self._closed:
-                    raise ConnectionLost("the client is closed")
-                if c is not None and not self.reconnect:
-                    raise ConnectionLost(f"not connected: {c.error}")
             c = self._open()            # no _mu: its reader may need it
             with self._mu:
                 if self._closed:
@@ -1141,33 +878,15 @@ class Client:
     def _conn_lost(self, conn: _Conn, exc: BaseException) -> None:
         with self._mu:
             conn.lost_seen = True
-            if conn is not self._conn:
-                return
-            self._router.connection_lost(exc, keep_subs=self.reconnect and not self._closed)
+            self._lost(conn, exc)
 
     def _dispatch(self, ev: Event) -> None:
         with self._mu:
             self._router.dispatch(ev)
 
     @property
-    def connected(self) -> bool:
-        c = self._conn
-        return c is not None and c.alive
-
-    @property
-    def conn_id(self) -> int:
-        return self._conn.conn_id if self._conn else 0
-
-    @property
-    def epoch(self) -> int:
-        return self._conn.epoch if self._conn else 0
-
-    @property
-    def broker_version(self) -> str:
-        return self._conn.broker if self._conn else ""
-
-    @property
     def max_frame(self) -> int:
+        """The largest frame the broker takes (from hello)."""
         return self._conn.core.max_frame if self._conn else DEFAULT_MAX_FRAME
 
     def close(self) -> None:
@@ -1196,7 +915,17 @@ class Client:
             raise r.error()
         return r.body
 
+    def _do(self, q: "calls.Req[T]") -> T:
+        try:
+            body = self.call(q.op, **q.fields)
+        except NotFound:
+            if q.absent:
+                return q.missing()
+            raise
+        return q.parse(body)
+
     def ping(self) -> float:
+        """A round trip to the broker; its time in seconds."""
         t = time.monotonic()
         self.call("ping")
         return time.monotonic() - t
@@ -1204,7 +933,7 @@ class Client:
     def stats(self) -> m.Stats:
         """The broker's counters (a dict); ``.latency`` has the latency
         percentiles as ``Latency`` (seconds)."""
-        return m.Stats(self.call("stats"))
+        return self._do(calls.stats())
 
     # ---- locks ----
 
@@ -1223,7 +952,7 @@ class Client:
 
     def locks(self) -> m.LockState:
         """Held and waiting locks of the scope (``lock.query``)."""
-        return m.lock_state(self.call("lock.query"))
+        return self._do(calls.locks())
 
     # ---- single-flight ----
 
@@ -1255,54 +984,31 @@ class Client:
         a retryable failure is retried up to ``retries`` times.
         ``fallback="run"``: when the broker cannot be reached (connect or
         autostart failed, the connection dropped while waiting, the broker
-        shuts down), fn runs here without coordination and the result
-        says ``source == "local"`` and why (``reason``)."""
-        check_fallback(fallback)
-        k = m.name(key, "key")
-        store = keep + stale if keep and stale else keep
-        deadline = None if wait is None else time.monotonic() + wait
-        tries = 0
-        retried = False
+        shuts down) or a follower's ``wait`` passed, fn runs here without
+        coordination and the result says ``source == "local"`` and why
+        (``reason``; ``fallback_cause``: "unreachable" or "timeout").
+        ``fallback="retry"``: as "run", but a follower whose wait passed
+        first joins once more (``result.retried``).
+
+        ``supersede``, ``priority``, ``version`` and ``other_version`` go
+        to the join (see ``flight.join``); an owner that superseded
+        another says whose fence in ``result.superseded``."""
+        o = Once(key, ttl=ttl, wait=wait, keep=keep, max_age=max_age, stale=stale,
+                 notify=notify, fallback=fallback, retries=retries,
+                 abort_when_orphaned=abort_when_orphaned, supersede=supersede,
+                 priority=priority, version=version, other_version=other_version)
         while True:
-            left = None if deadline is None else max(0.001, deadline - time.monotonic())
             try:
-                f = self.flight.join(k, ttl=ttl, wait=left,
-                                     max_age=keep if max_age is None else max_age,
-                                     abort_when_orphaned=abort_when_orphaned, stale=stale,
-                                     notify=bool(notify), supersede=supersede and not retried,
-                                     priority=priority, version=version,
-                                     other_version=other_version)
-            except Timeout as e:
-                act = after_timeout(fallback, retried)
-                if act == "raise":
-                    raise
-                if act == "retry":
-                    retried = True
-                    deadline = None if wait is None else time.monotonic() + wait
+                f = self.flight.join(o.key, **o.join())
+            except FALLBACK_ERRORS as e:
+                if o.fall_back(e):
                     continue
-                r = self._run_local(k, fn, e)
-                r.retried = retried
+                return o.ran_alone(fn(Flight(self, None, o.local_flight())), e, o.retried)
+            if f.role in ("result", "failed"):
+                r = o.follow(f, _notify_thread)
+                if r is None:
+                    continue
                 return r
-            except _UNREACHABLE as e:
-                if fallback == "fail":
-                    raise
-                return self._run_local(k, fn, e)
-            if f.role == "result":
-                if f.updated is not None and callable(notify):
-                    f.updated.add_done_callback(_notify_thread(notify))
-                return Result(f.result or b"", "stale" if f.stale else f.source,
-                              fence=f.fence, age=f.age, revalidating=f.revalidating,
-                              updated=f.updated, retried=retried)
-            if f.role == "failed":
-                assert f.error is not None
-                if f.retry_after is not None:
-                    raise Backoff(f.error.code, f.error.message, f.retry_after,
-                                  f.source or "live")
-                if f.retryable and tries < retries and (deadline is None
-                                                        or time.monotonic() < deadline):
-                    tries += 1
-                    continue
-                raise FlightFailed(f.error.code, f.error.message, f.retryable)
             try:
                 out = m.payload(fn(f), "result")
             except BaseException as e:
@@ -1313,27 +1019,18 @@ class Client:
                     pass
                 raise
             try:
-                f.complete(out, store)
-            except _UNREACHABLE as e:
-                if fallback == "fail":
+                f.complete(out, o.store)
+            except UNREACHABLE as e:
+                if not o.local:
                     raise
-                return Result(out, "local", reason=f"ran as the owner, then: {e}",
-                              fallback_cause="unreachable")
-            return Result(out, "bypass" if f.bypass else "owner", fence=f.fence,
-                          retried=retried, superseded=f.superseded)
-
-    def _run_local(self, key: Union[str, bytes], fn: Callable[[Flight], m.Payload],
-                   why: BaseException) -> Result:
-        f = Flight(self, None, m.Joined(role="local", key=key, fence=0))
-        return Result(m.payload(fn(f), "result"), "local", reason=str(why),
-                      fallback_cause=fallback_cause(why))
+                return o.completed_alone(out, e)
+            return o.owned(f, out)
 
     # ---- channels ----
 
     def publish(self, channel: m.Name, data: m.Payload) -> int:
         """Sends data to the scope's other subscribers; returns how many."""
-        return m.uint(self.call("sub.publish", channel=m.name(channel, "channel"),
-                                data=m.payload(data)), "delivered")
+        return self._do(calls.publish(channel, data))
 
     def subscribe(self, *channels: m.Name, timeout: Optional[float] = None) -> Subscription:
         """``with c.subscribe("news") as sub: for msg in sub: ...``"""
@@ -1344,17 +1041,13 @@ class Client:
     def watch(self, *channels: str, timeout: Optional[float] = None) -> Subscription:
         """Lifecycle events of the broker's channels (default all three:
         ``-locks``, ``-flights``, ``-leaders``)."""
-        return self.subscribe(*(channels or ("-locks", "-flights", "-leaders")),
-                              timeout=timeout)
+        return self.subscribe(*calls.watched(channels), timeout=timeout)
 
     def _subscribe(self, sub: Subscription) -> None:
         conn = self._ensure()
         for ch in sub.channels:
-            k = m.name_key(ch)
             with self._mu:
-                subs = self._router.subs.setdefault(k, [])
-                first = not subs
-                subs.append(sub)
+                first = self._router.add_sub(ch, sub)
             if first:
                 try:
                     r = conn.call("sub.subscribe", {"channel": ch})
@@ -1366,16 +1059,8 @@ class Client:
                     raise r.error()
 
     def _unsubscribe(self, sub: Subscription) -> None:
-        last = []
         with self._mu:
-            for ch in sub.channels:
-                k = m.name_key(ch)
-                subs = self._router.subs.get(k)
-                if subs and sub in subs:
-                    subs.remove(sub)
-                    if not subs:
-                        del self._router.subs[k]
-                        last.append(ch)
+            last = self._router.remove_sub(sub, sub.channels)
             conn = self._conn
         if conn is None or not conn.alive:
             return

@@ -123,7 +123,7 @@ class Event:
 
 def encode_frame(msg: Dict[str, Any]) -> bytes:
     """One frame: length prefix and the packed map."""
-    body = msgpack.packb(msg, use_bin_type=True)
+    body: bytes = msgpack.packb(msg, use_bin_type=True)
     return _LEN.pack(len(body)) + body
 
 
@@ -265,13 +265,13 @@ class Core(Generic[H]):
 
     # ---- receiving ----
 
-    def receive(self, data: bytes) -> List[Item]:
+    def receive(self, data: bytes) -> List[Item[H]]:
         """Feeds bytes; returns the frames that completed, in wire order:
         ``(handle, Reply)`` for a reply, ``(None, Event)`` for an event.
         A rid-0 error is kept as ``bye`` (a close follows).  Raises
         ProtocolError on a broken stream (the connection must then be
         closed); the frames before the broken one are lost with it."""
-        out: List[Item] = []
+        out: List[Item[H]] = []
         for body in self._framer.feed(data):
             msg = decode_body(body)
             if "rid" not in msg:
@@ -287,10 +287,9 @@ class Core(Generic[H]):
             if rid == 0:
                 self.bye = reply      # connection-level error; a close follows
                 continue
-            handle = self._pending.pop(rid, None)
-            if handle is None:
+            if rid not in self._pending:
                 raise ProtocolError(f"reply to rid {rid}, which is not waiting")
-            out.append((handle, reply))
+            out.append((self._pending.pop(rid), reply))
         return out
 
     def close(self) -> List[H]:
@@ -307,7 +306,7 @@ class Core(Generic[H]):
         if self.bye is not None and not self.bye.ok:
             reason = self.bye.error()
             e = ConnectionLost(f"{what}: {reason}")
-            e.reason = reason  # type: ignore[attr-defined]
+            e.reason = reason  # type: ignore[assignment]  # as Refused.reason
             return e
         return ConnectionLost(what)
 

@@ -14,7 +14,7 @@ fake log lines through our exceptions.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+from typing import Callable, Dict, Optional, Type
 
 
 class CoordError(Exception):
@@ -56,7 +56,7 @@ def printable(v: object) -> str:
                    else ch for ch in v)
 
 
-def _wire(code: str):
+def _wire(code: str) -> Callable[[Type[CoordError]], Type[CoordError]]:
     def register(cls: Type[CoordError]) -> Type[CoordError]:
         cls.code = code
         _BY_CODE[code] = cls
@@ -71,12 +71,12 @@ class BadFrame(CoordError):
 
 @_wire("HELLO_REQUIRED")
 class HelloRequired(CoordError):
-    pass
+    """A request came before hello (the client never does this)."""
 
 
 @_wire("PROTO_VERSION")
 class ProtoVersion(CoordError):
-    pass
+    """The broker does not speak protocol v1."""
 
 
 @_wire("BAD_REQUEST")
@@ -86,12 +86,12 @@ class BadRequest(CoordError):
 
 @_wire("UNKNOWN_OP")
 class UnknownOp(CoordError):
-    pass
+    """The broker does not know the request's op (an older broker)."""
 
 
 @_wire("INVALID_OPTIONS")
 class InvalidOptions(CoordError):
-    pass
+    """A value is out of range or the options contradict each other."""
 
 
 @_wire("NAME_RESERVED")
@@ -101,12 +101,12 @@ class NameReserved(CoordError):
 
 @_wire("TOO_LARGE")
 class TooLarge(CoordError):
-    pass
+    """A name, payload or frame is over the broker's size limit."""
 
 
 @_wire("LIMIT")
 class Limit(CoordError):
-    pass
+    """A broker limit was reached (connections, held state, waiters); the message names the flag."""
 
 
 @_wire("ABORTED")
@@ -129,7 +129,7 @@ FencedError = Fenced
 
 @_wire("NOT_FOUND")
 class NotFound(CoordError):
-    pass
+    """No such record, workstream or key."""
 
 
 @_wire("UNKNOWN_LOCK")
@@ -144,12 +144,12 @@ class Disabled(CoordError):
 
 @_wire("STORAGE")
 class Storage(CoordError):
-    pass
+    """The broker could not write or read its durable store."""
 
 
 @_wire("SHUTTING_DOWN")
 class ShuttingDown(CoordError):
-    pass
+    """The broker is shutting down."""
 
 
 @_wire("PROTOCOL_PINNED")
@@ -195,6 +195,8 @@ class Refused(ConnectError):
     ``TOO_LARGE`` for a client name over 256 bytes, ``PROTO_VERSION``...),
     ``reason`` the error of that code (``isinstance(e.reason,
     coord.Limit)``).  ``str(e)`` is ``"LIMIT: too many connections"``."""
+
+    reason: CoordError  # type: ignore[assignment]  # an error here, a reply's reason elsewhere
 
     def __init__(self, code: object, message: object) -> None:
         self.reason = from_reply(code, message)

@@ -1,18 +1,41 @@
-"""handles.py - what the blocking and the asyncio handles share: the
-leadership states and a term's bookkeeping (``LeaderTerm``: everything of
-a Leadership but the I/O), how an owner's exception becomes a flight
-failure, the result of ``once`` (``Result``: bytes that say where they
-came from), and the client's deadlines (``request_timeout``, the backstop
-of a wait) with their errors in the caller's terms."""
+"""handles.py - the handles' state machines, without I/O, shared by the
+blocking (``client.py``) and the asyncio (``aio.py``) client: a lock
+(``LockHandle``), a flight and its join (``FlightHandle``, ``Join``), the
+decisions of ``once`` (``Once``), a campaign and its term (``LeaderTerm``),
+a subscription's queue (``SubscriptionBase``).  Each holds the options,
+the state and what every reply and event does to them; the two clients'
+subclasses add only the sending and the waiting (a reader thread and a
+ticker, or the loop and a task per lease).  A behaviour is fixed here,
+once.
+
+Also: how an owner's exception becomes a flight failure, the result of
+``once`` (``Result``: bytes that say where they came from), and the
+client's deadlines (``request_timeout``, the backstop of a wait) with
+their errors in the caller's terms.
+
+The connection a handle holds (``_conn``) is the client's kind; all a
+handle sends itself goes through ``conn.fire(op, fields)`` (send, do not
+wait, ignore errors; returns the call or None).  What waits for a grant
+(a lock, a join, a campaign) is a ``Grantee``: each client's
+``_granting`` sends its request and waits the client's way."""
 from __future__ import annotations
 
 import enum
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Generic, List, Optional, Protocol, Tuple, TypeVar
 
 from . import messages as m
-from .core import Reply
-from .errors import CoordError, Fenced, FlightFailed, LeadershipLost, RetryAfter, Timeout
+from .core import EventQueue, Reply
+from .errors import (Aborted, Backoff, ConnectError, ConnectionLost, CoordError, Fenced,
+                     FlightFailed, LeadershipLost, LockLost, RetryAfter, ShuttingDown, Timeout)
+
+T = TypeVar("T")
+
+# What "the broker cannot be reached" means for once(fallback="run").
+UNREACHABLE = (ConnectError, ConnectionLost, ShuttingDown)
+# What a join of once may raise that its fallback decides on
+# (``Once.fall_back``): the broker unreachable, or a follower's wait passed.
+FALLBACK_ERRORS = UNREACHABLE + (Timeout,)
 
 
 # ---- deadlines ----
@@ -48,6 +71,184 @@ def wait_error(r: Reply, what: str, seconds: Optional[float]) -> CoordError:
     return r.error()
 
 
+class Grantee(Protocol):
+    """What waits for a grant (a lock, a campaign, a join): the clients'
+    ``_granting`` sends its request with ``_granted`` as the reply's hook
+    and hands a grant that came too late to ``_give_back``."""
+    _waiting: Optional[Tuple[Any, Any]]
+
+    def _begin(self) -> None: ...
+
+    def _granted(self, conn: Any, r: Reply, arrived: float) -> None: ...
+
+    def _give_back(self, conn: Any, r: Reply) -> Any: ...
+
+
+def cancel_waiting(owner: Any) -> bool:
+    """``cancel()`` of a lock, campaign or join: the protocol's ``cancel``
+    for the request ``owner`` waits on; False when nothing waits."""
+    w = owner._waiting
+    if w is None:
+        return False
+    w[0].fire("cancel", {"target": w[1].rid})
+    return True
+
+
+# ---- locks ----
+
+class LockHandle:
+    """A lock handle without I/O: the options, whether it is held (``id``,
+    ``token``), the lease's end, and what the grant, a renewal's reply,
+    ``lock.lost`` and the lease's end do.  ``lost`` is a
+    ``threading.Event`` or an ``asyncio.Event``, whatever ``event``
+    makes."""
+
+    def __init__(self, client: Any, name: m.Name, mode: str, *, timeout: Optional[float],
+                 lease: Optional[float], steal: bool, event: Callable[[], Any]) -> None:
+        self._client = client
+        self.name = m.name(name)
+        self.mode = mode
+        self.timeout = timeout
+        self.lease = lease
+        self.steal = steal
+        self.token: Optional[int] = None
+        self.id: Optional[int] = None
+        self.lost = event()
+        self.lost_reason: Optional[str] = None
+        self._held = False
+        self._conn: Any = None
+        self._deadline = 0.0
+        self._waiting: Optional[Tuple[Any, Any]] = None
+        m.lock_acquire(self.name, mode, steal=steal, timeout=timeout, lease=lease)
+
+    @property
+    def held(self) -> bool:
+        """True from the grant until it is released or lost."""
+        return self._held
+
+    def _acquire_fields(self, if_available: bool) -> Tuple[Dict[str, Any], Optional[float]]:
+        """The ``lock.acquire`` request, and how long to wait for its reply."""
+        if self._held:
+            raise RuntimeError("lock already held by this handle")
+        try_once = if_available or self.timeout == 0
+        fields = m.lock_acquire(self.name, self.mode, if_available=try_once, steal=self.steal,
+                                timeout=None if try_once else self.timeout, lease=self.lease)
+        return fields, backstop(0 if try_once else self.timeout, self._client.request_timeout)
+
+    def _campaign_limit(self, fields: Dict[str, Any]) -> Optional[float]:
+        """How long to wait for the campaign's reply."""
+        return backstop(0 if fields.get("if_available") else self.timeout,
+                        self._client.request_timeout)
+
+    def _begin(self) -> None:
+        self.lost.clear()
+        self.lost_reason = None
+
+    def _granted(self, conn: Any, r: Reply, arrived: float) -> None:
+        """The reply's hook, where it is read: a grant registers the lock
+        before anyone wakes (a ``lock.lost`` right behind it finds it)."""
+        if r.ok and r.get("granted"):
+            self.id = m.uint(r.body, "lock")
+            self.token = m.uint(r.body, "token")
+            self._conn = conn
+            self._held = True
+            self._deadline = arrived + (self.lease or 0)
+            self._client._router.locks[self.id] = self
+
+    def _acquired(self, r: Reply) -> bool:
+        """The acquire's outcome: True when granted, False when busy (try
+        once), else the error."""
+        if not r.ok:
+            raise wait_error(r, f"lock {self.name!r} not granted", self.timeout)
+        return bool(r.get("granted"))
+
+    def _give_back(self, conn: Any, r: Reply) -> Any:
+        """A grant nobody waits for any more (the waiter gave up): released."""
+        if r.ok and r.get("granted"):
+            self._forget()
+            return conn.fire("lock.release", {"lock": m.uint(r.body, "lock")})
+        return None
+
+    def cancel(self) -> bool:
+        """Aborts a waiting ``acquire`` from another thread or task (it
+        raises ``Aborted``).  False when nothing waits."""
+        return cancel_waiting(self)
+
+    def _forget(self) -> None:
+        self._held = False
+        if self.id is not None:
+            self._client._router.locks.pop(self.id, None)
+
+    def _lost(self, reason: str) -> None:
+        """``lock.lost``, the lease's end, the connection gone."""
+        if not self._held:
+            return
+        self._forget()
+        self.lost_reason = reason
+        self.lost.set()
+        self._stop_renewal()
+
+    def _stop_renewal(self) -> None:
+        """The client's hook: the renewal of a lost lock stops."""
+
+    def _next_tick(self) -> float:
+        assert self.lease
+        return min(time.monotonic() + self.lease / 3.0, self._deadline)
+
+    def _expired(self, conn: Any, now: float) -> bool:
+        """True, and the lock lost (``expired``) and released, once the
+        lease's end passed with no renewal acknowledged."""
+        if now < self._deadline:
+            return False
+        lock_id = self.id
+        self._lost("expired")
+        conn.fire("lock.release", {"lock": lock_id})
+        return True
+
+    def _renewal(self) -> Dict[str, Any]:
+        return {"lock": self.id, "lease_ms": m.ms(self.lease, "lease")}
+
+    def _renewed(self, r: Reply, sent: float, lease: float) -> bool:
+        """A renewal's reply; False once the lock turned out lost."""
+        if r.ok:
+            self._deadline = max(self._deadline, sent + lease)
+        elif r.code == "UNKNOWN_LOCK":
+            self._lost("expired")
+            return False
+        return True
+
+    def _release(self) -> Optional[Tuple[Any, Optional[int]]]:
+        """Forgets the lock; (conn, id) to release, None when not held."""
+        conn = self._conn
+        if not self._held or conn is None:
+            return None
+        lock_id = self.id
+        self._forget()
+        return conn, lock_id
+
+    @staticmethod
+    def _released(r: Reply) -> None:
+        if not r.ok and r.code != "UNKNOWN_LOCK":
+            raise r.error()
+
+    def check(self) -> None:
+        """Raises ``LockLost`` if the lock is not held any more (stolen,
+        expired, disconnected, released)."""
+        if self.lost.is_set():
+            raise LockLost(f"lock {self.name!r} lost: {self.lost_reason}")
+        if not self._held:
+            raise LockLost(f"lock {self.name!r} is not held")
+
+    def _busy(self) -> Timeout:
+        return Timeout(f"lock {self.name!r} is busy")
+
+    def _lost_error(self) -> LockLost:
+        return LockLost(f"lock {self.name!r} was lost while the block ran: {self.lost_reason}")
+
+    def __repr__(self) -> str:
+        return f"<coord.Lock {self.name!r} {self.mode} token={self.token} held={self._held}>"
+
+
 class LeaderState(str, enum.Enum):
     """A Leadership's state (protocol: "The leader's states and draining")."""
     FOLLOWER = "follower"       # not campaigning (or not elected, if_available)
@@ -68,12 +269,15 @@ class LeaderTerm:
     state, the events (``lost``, ``drain_requested``: ``threading.Event`` or
     ``asyncio.Event``, whatever ``event`` makes) and what each reply and
     event does to them.  The blocking and asyncio Leadership add the
-    sending.  Every method runs where replies and events are handled (the
-    reader thread, or the loop)."""
+    sending.  The ``_`` methods run where replies and events are handled
+    (the reader thread, or the loop)."""
 
-    def __init__(self, workstream: m.Name, *, lease: Optional[float], steal: bool,
-                 timeout: Optional[float], protocol: Optional[str], incident: Optional[str],
-                 event: Callable[[], Any]) -> None:
+    def __init__(self, client: Any, workstream: m.Name, *, lease: Optional[float],
+                 steal: bool, timeout: Optional[float], protocol: Optional[str],
+                 incident: Optional[str], event: Callable[[], Any]) -> None:
+        self._client = client
+        self._conn: Any = None
+        self._waiting: Optional[Tuple[Any, Any]] = None
         self.workstream = m.name(workstream, "workstream")
         self.lease = lease
         self.steal = steal
@@ -99,10 +303,12 @@ class LeaderTerm:
 
     @property
     def draining(self) -> bool:
+        """DRAINING: still leading, finishing (new claims get ``Draining``)."""
         return self.state == LeaderState.DRAINING
 
     @property
     def key(self) -> Tuple[bytes, int]:
+        """(workstream, generation): the term's key in the client's router."""
         return m.name_key(self.workstream), self.generation or 0
 
     def _campaign_fields(self, if_available: bool) -> Dict[str, Any]:
@@ -112,6 +318,11 @@ class LeaderTerm:
         return m.campaign(self.workstream, lease=self.lease, steal=self.steal,
                           if_available=try_once, timeout=None if try_once else self.timeout,
                           protocol=self.protocol, incident=self.incident)
+
+    def _campaign_limit(self, fields: Dict[str, Any]) -> Optional[float]:
+        """How long to wait for the campaign's reply."""
+        return backstop(0 if fields.get("if_available") else self.timeout,
+                        self._client.request_timeout)
 
     def _begin(self) -> None:
         self.state = LeaderState.REQUESTING
@@ -134,6 +345,52 @@ class LeaderTerm:
         self._deadline = arrived + (self.lease or m.DEFAULT_LEASE)
         self.state = LeaderState.LEADER
         return True
+
+    def _granted(self, conn: Any, r: Reply, arrived: float) -> None:
+        """The campaign reply's hook, where it is read: a grant registers
+        the term before anyone wakes."""
+        if self._grant(r, arrived):
+            self._conn = conn
+            self._client._router.leaders[self.key] = self
+
+    def _elected(self, r: Reply) -> bool:
+        """The campaign's outcome: True when elected, False when led (try
+        once), else the error."""
+        if not r.ok:
+            self._refused(r)
+            raise wait_error(r, f"{self.workstream!r}: not elected", self.timeout)
+        if not r.get("granted"):
+            self._refused(r)
+            return False
+        return True
+
+    def _give_back(self, conn: Any, r: Reply) -> Any:
+        """A grant nobody waits for any more (the campaign gave up): resigned."""
+        if r.ok and r.get("granted"):
+            self._forget()
+            self.state = LeaderState.ABORTED
+            return conn.fire("leader.resign", m.term(self.workstream,
+                                                     m.uint(r.body, "generation")))
+        return None
+
+    def cancel(self) -> bool:
+        """Aborts a waiting campaign from another thread or task (it raises
+        ``Aborted``).  False when nothing waits."""
+        return cancel_waiting(self)
+
+    def _forget(self) -> None:
+        if self.generation is not None:
+            self._client._router.leaders.pop(self.key, None)
+
+    def _lost(self, reason: str, incident: Optional[str] = None) -> None:
+        """``leader.lost``, FENCED, the lease's end, the connection gone."""
+        if self.leading:
+            self._forget()
+            self._end(reason, incident)
+            self._stop_renewal()
+
+    def _stop_renewal(self) -> None:
+        """The client's hook: the renewal of a lost term stops."""
 
     def _refused(self, r: Optional[Reply]) -> None:
         """The campaign ended without a grant (r None: interrupted)."""
@@ -185,6 +442,50 @@ class LeaderTerm:
     def _next_tick(self) -> float:
         return min(time.monotonic() + (self.lease or m.DEFAULT_LEASE) / 3.0, self._deadline)
 
+    def _expired(self, now: float) -> bool:
+        """True, and the term lost (``expired``), once the lease's end
+        passed with no renewal acknowledged."""
+        if now < self._deadline:
+            return False
+        self._lost("expired")
+        return True
+
+    def _renew_reply(self, r: Reply, sent: float) -> bool:
+        """A renewal's reply; False once the term turned out fenced."""
+        if r.ok:
+            self._renewed(r, sent)
+        elif r.code == "FENCED":
+            self._lost("fenced")
+            return False
+        return True
+
+    def _reply(self, r: Reply, parse: Callable[[Dict[str, Any]], T]) -> T:
+        """A term call's reply parsed; its error raised (FENCED: the term
+        is lost)."""
+        if not r.ok:
+            if r.code == "FENCED":
+                self._lost("fenced")
+            raise r.error()
+        return parse(r.body)
+
+    def _resign(self) -> Optional[Tuple[Any, Dict[str, Any]]]:
+        """Ends the term here; (conn, fields) of the ``leader.resign`` to
+        send, None when it was over already."""
+        if not self.leading or self._conn is None:
+            return None
+        f = m.term(self.workstream, self.generation)
+        self._forget()
+        self._end(None)
+        return self._conn, f
+
+    @staticmethod
+    def _resigned(r: Reply) -> None:
+        if not r.ok and r.code != "FENCED":
+            raise r.error()
+
+    def _busy(self) -> Timeout:
+        return Timeout(f"{self.workstream!r} has a leader")
+
     def check(self) -> None:
         """Raises ``LeadershipLost`` unless the term is live as far as this
         client knows (no round trip: ``c.leader.check`` asks the broker)."""
@@ -225,6 +526,7 @@ FALLBACKS = ("fail", "run", "retry")
 
 
 def check_fallback(fallback: str) -> None:
+    """ValueError unless fallback is one of ``FALLBACKS``."""
     if fallback not in FALLBACKS:
         raise ValueError(f"fallback must be 'fail', 'run' or 'retry', not {fallback!r}")
 
@@ -295,17 +597,320 @@ class Result(bytes):
 
     @property
     def value(self) -> bytes:
+        """The result as plain ``bytes``."""
         return bytes(self)
 
     @property
     def stale(self) -> bool:
+        """``source == "stale"``: a stored result past ``max_age``."""
         return self.source == "stale"
 
     @property
     def local(self) -> bool:
+        """``source == "local"``: fn ran here without the broker."""
         return self.source == "local"
 
     def __repr__(self) -> str:
         extra = " revalidating" if self.revalidating else ""
         extra += f" reason={self.reason!r}" if self.reason else ""
         return f"<coord.Result {bytes(self)!r} source={self.source}{extra}>"
+
+
+# ---- single-flight ----
+
+class FlightHandle:
+    """The settled role of a join, without I/O.  As the owner (``role ==
+    "owner"``): ``fence``, ``aborted`` (an Event, set on ``flight.abort``:
+    deadline, orphaned, connection lost; ``abort_reason``), and
+    ``complete`` / ``fail``; ``stale`` (a ``Stale``) when this owner
+    revalidates a stale record, ``bypass`` when the key's prefix is
+    disabled (no deduplication, no record); ``superseded``: the fence of
+    the running owner this join took the flight from (``supersede`` or a
+    higher ``priority``; 0: none), ``version``: the version the flight is
+    filed under (the join's, or that of the flight it took over; "" when
+    none).  As a result: ``result``, ``source``, ``age``, and ``stale`` /
+    ``revalidating`` / ``updated`` (a future of the ``Updated``, with
+    ``notify``) when it was served stale.  Failed: ``error``,
+    ``retryable``, ``retry_after`` (seconds, in a backoff).  ``role ==
+    "local"``: ``once(fallback="run")`` (or ``"retry"``) runs fn without
+    the broker."""
+
+    def __init__(self, client: Any, conn: Any, j: m.Joined, event: Callable[[], Any]) -> None:
+        self._client = client
+        self._conn = conn
+        self.role = j.role
+        self.key = j.key
+        self.flight = j.flight
+        self.fence = j.fence
+        self.result = j.result
+        self.error = j.error
+        self.retryable = j.retryable
+        self.age = j.age
+        self.source = j.source
+        self.stale = j.stale
+        self.revalidating = j.revalidating
+        self.bypass = j.bypass
+        self.superseded = j.superseded
+        self.version = j.version
+        self.retry_after = j.retry_after
+        self.updated: Any = None
+        self.aborted = event()
+        self.abort_reason: Optional[str] = None
+        self.done = False
+
+    def _updated(self, u: m.Updated) -> None:
+        if self.updated is not None and not self.updated.done():
+            self.updated.set_result(u)
+
+    def _watch_lost(self, exc: BaseException) -> None:
+        if self.updated is not None and not self.updated.done():
+            self.updated.set_exception(exc)
+            self.updated.exception()      # retrieved: no "never retrieved" warning
+
+    def _abort(self, reason: str) -> None:
+        self.abort_reason = reason
+        self.aborted.set()
+
+    def check(self) -> None:
+        """Raises ``Aborted`` once the broker told the owner to stop."""
+        if self.aborted.is_set():
+            raise Aborted(f"flight {self.key!r} aborted: {self.abort_reason}")
+
+    def _end(self, fields: Dict[str, Any]) -> Dict[str, Any]:
+        """The owner's ``flight.complete`` / ``flight.fail``: the flight is
+        no longer ours to be aborted."""
+        if self.role != "owner" or self._conn is None:
+            raise RuntimeError("only the owner completes or fails a flight")
+        self.done = True
+        self._client._router.flights.pop(self.flight, None)
+        return dict(flight=self.flight, fence=self.fence, **fields)
+
+    @staticmethod
+    def _ended(r: Reply) -> int:
+        if not r.ok:
+            raise r.error()
+        return m.uint(r.body, "delivered")
+
+    def __repr__(self) -> str:
+        return f"<coord.Flight {self.key!r} {self.role} fence={self.fence}>"
+
+
+F = TypeVar("F", bound=FlightHandle)
+
+
+class Join(Generic[F]):
+    """One ``flight.join``: its request, the reply's hook (``_granted``,
+    where the reply is read: an owner's flight is registered for
+    ``flight.abort``, a follower served stale with ``notify`` gets
+    ``updated`` and a watch) and the give-back of an ownership nobody
+    waits for any more.  ``flight`` makes the client's Flight, ``future``
+    its future of ``updated``.  ``supersede``, ``priority``, ``version``
+    and ``other_version`` go into the request as ``m.flight_join`` checks
+    them."""
+
+    def __init__(self, client: Any, key: m.Name, *, ttl: Optional[float],
+                 wait: Optional[float], max_age: Optional[float], abort_when_orphaned: bool,
+                 stale: Optional[float], notify: bool, flight: Callable[[Any, m.Joined], F],
+                 future: Callable[[Any], Any], supersede: bool = False, priority: int = 0,
+                 version: Optional[m.Name] = None,
+                 other_version: Optional[str] = None) -> None:
+        self._client = client
+        self.key = m.name(key, "key")
+        self.wait = wait
+        self.notify = notify
+        self.fields = m.flight_join(self.key, ttl=ttl, wait=wait, max_age=max_age,
+                                    abort_when_orphaned=abort_when_orphaned, stale=stale,
+                                    notify=notify, supersede=supersede, priority=priority,
+                                    version=version, other_version=other_version)
+        self._flight = flight
+        self._future = future
+        self._got: List[F] = []
+        self._waiting: Optional[Tuple[Any, Any]] = None
+
+    @property
+    def limit(self) -> Optional[float]:
+        return backstop(self.wait, self._client.request_timeout)
+
+    def _begin(self) -> None:
+        pass
+
+    def _granted(self, conn: Any, r: Reply, arrived: float) -> None:
+        if r.ok:
+            f = self._flight(conn, m.joined(self.key, r.body))
+            if f.role == "owner":
+                self._client._router.flights[f.flight] = f
+            elif self.notify and f.stale is not None and f.revalidating:
+                f.updated = self._future(conn)
+                self._client._router.watch(self.key, f)
+            self._got.append(f)
+
+    def _give_back(self, conn: Any, r: Reply) -> Any:
+        if self._got and self._got[0].role == "owner":
+            f = self._got[0]
+            self._client._router.flights.pop(f.flight, None)
+            return conn.fire("flight.fail", {"flight": f.flight, "fence": f.fence,
+                                             "error": {"code": "ABORTED",
+                                                       "message": "the owner gave up"},
+                                             "retryable": True})
+        return None
+
+    def _joined(self, r: Reply) -> F:
+        """The settled flight; the refusal's error."""
+        if not r.ok:
+            raise wait_error(r, f"flight {self.key!r}: no result", self.wait)
+        return self._got[0]
+
+
+class Once:
+    """What ``once`` decides, without I/O: the joins' options, the
+    deadline over every try, the retries of a retryable failure, what a
+    follower gets (its ``Result``, ``Backoff``, ``FlightFailed``), what
+    the owner returns, and the fallback: ``"run"`` runs fn here when the
+    broker cannot be reached or a follower's wait passed, ``"retry"``
+    first joins once more (without ``supersede``, with a fresh ``wait``)
+    after a follower's wait passed."""
+
+    def __init__(self, key: m.Name, *, ttl: float, wait: Optional[float],
+                 keep: Optional[float], max_age: Optional[float], stale: Optional[float],
+                 notify: Any, fallback: str, retries: int, abort_when_orphaned: bool,
+                 supersede: bool = False, priority: int = 0, version: Optional[m.Name] = None,
+                 other_version: Optional[str] = None) -> None:
+        check_fallback(fallback)
+        self.key = m.name(key, "key")
+        self.ttl = ttl
+        self.wait = wait
+        self.max_age = keep if max_age is None else max_age
+        self.stale = stale
+        self.notify = notify
+        self.fallback = fallback
+        self.local = fallback != "fail"      # fn may run here without the broker
+        self.retries = retries
+        self.abort_when_orphaned = abort_when_orphaned
+        self.supersede = supersede
+        self.priority = priority
+        self.version = version
+        self.other_version = other_version
+        self.store = keep + stale if keep and stale else keep    # kept to be served stale
+        self.deadline = None if wait is None else time.monotonic() + wait
+        self.tries = 0
+        self.retried = False                 # a follower's wait passed, joined again
+
+    def join(self) -> Dict[str, Any]:
+        """The next join's options (``wait``: what is left of the deadline;
+        a join again after a follower's timeout supersedes nobody)."""
+        left = None if self.deadline is None else max(0.001, self.deadline - time.monotonic())
+        return dict(ttl=self.ttl, wait=left, max_age=self.max_age,
+                    abort_when_orphaned=self.abort_when_orphaned, stale=self.stale,
+                    notify=bool(self.notify), supersede=self.supersede and not self.retried,
+                    priority=self.priority, version=self.version,
+                    other_version=self.other_version)
+
+    def fall_back(self, e: BaseException) -> bool:
+        """A join raised e (one of ``FALLBACK_ERRORS``: the broker cannot be
+        reached, or a follower's wait passed): True to join again
+        (``"retry"``, once, with a fresh deadline), False to run fn here
+        (then ``ran_alone``), else e is raised (``"fail"``)."""
+        act = after_timeout(self.fallback, self.retried) if isinstance(e, Timeout) else (
+            "run" if self.local else "raise")
+        if act == "raise":
+            raise e
+        if act == "retry":
+            self.retried = True
+            self.deadline = None if self.wait is None else time.monotonic() + self.wait
+            return True
+        return False
+
+    def follow(self, f: Any, call_notify: Callable[[Callable[[m.Updated], Any]],
+                                                  Callable[[Any], None]]) -> Optional[Result]:
+        """A join settled as ``result`` or ``failed``: the Result, None to
+        join again (a retryable failure within the retries and the
+        deadline), else ``Backoff`` or ``FlightFailed`` raised.
+        ``call_notify(fn)`` makes the callback of ``updated`` that calls a
+        ``notify`` function, the client's way."""
+        if f.role == "result":
+            if f.updated is not None and callable(self.notify):
+                f.updated.add_done_callback(call_notify(self.notify))
+            return Result(f.result or b"", "stale" if f.stale else f.source,
+                          fence=f.fence, age=f.age, revalidating=f.revalidating,
+                          updated=f.updated, retried=self.retried)
+        assert f.error is not None
+        if f.retry_after is not None:
+            raise Backoff(f.error.code, f.error.message, f.retry_after, f.source or "live")
+        if f.retryable and self.tries < self.retries and (
+                self.deadline is None or time.monotonic() < self.deadline):
+            self.tries += 1
+            return None
+        raise FlightFailed(f.error.code, f.error.message, f.retryable)
+
+    def owned(self, f: Any, out: bytes) -> Result:
+        """What the owner returns once its ``complete`` went through."""
+        return Result(out, "bypass" if f.bypass else "owner", fence=f.fence,
+                      retried=self.retried, superseded=f.superseded)
+
+    def completed_alone(self, out: bytes, e: BaseException) -> Result:
+        """The owner ran fn, then lost the broker before its ``complete``."""
+        return Result(out, "local", reason=f"ran as the owner, then: {e}",
+                      fallback_cause="unreachable", retried=self.retried)
+
+    def local_flight(self) -> m.Joined:
+        """The role of fn run without the broker (``role == "local"``)."""
+        return m.Joined(role="local", key=self.key, fence=0)
+
+    @staticmethod
+    def ran_alone(out: m.Payload, why: BaseException, retried: bool = False) -> Result:
+        """fn ran here without the broker (``fallback="run"`` or
+        ``"retry"``): ``fallback_cause`` says whether a follower's wait
+        passed (why is a ``Timeout``) or the broker could not be reached;
+        ``retried``: the caller had joined again."""
+        return Result(m.payload(out, "result"), "local", reason=str(why),
+                      fallback_cause=fallback_cause(why), retried=retried)
+
+
+# ---- channels ----
+
+class Closed:
+    """What a subscription's queue gets when the connection goes."""
+
+    def __init__(self, exc: BaseException, reconnect: bool) -> None:
+        self.exc = exc
+        self.reconnect = reconnect
+
+
+class SubscriptionBase:
+    """A subscription without I/O: its channels, its bounded queue (the
+    client's ``max_queued`` items and ``max_queued_bytes``: when it is full
+    the oldest are dropped, and ``dropped`` counts them), and what the
+    connection's end does to a reader."""
+
+    def __init__(self, client: Any, channels: List[m.Name], timeout: Optional[float]) -> None:
+        self._client = client
+        self.channels = channels
+        self.timeout = timeout
+        self._q = EventQueue(client.max_queued, client.max_queued_bytes)
+        self._open = False
+        self._error: Optional[BaseException] = None
+
+    @property
+    def dropped(self) -> int:
+        """Items dropped, oldest first, because the queue was full."""
+        return self._q.dropped
+
+    def _check(self) -> None:
+        """A subscription whose connection went (and was not renewed)
+        raises that error on every read."""
+        if self._error is not None:
+            raise self._error
+
+    def _item(self, item: Any) -> bool:
+        """An item taken from the queue: True when it is one to hand out;
+        False when the connection went and the client reconnects (renew
+        by connecting, then read on); else the connection's error."""
+        if not isinstance(item, Closed):
+            return True
+        if item.reconnect and self._open:
+            return False
+        self._error = item.exc
+        raise item.exc
+
+    def _renew_failed(self, e: BaseException) -> None:
+        self._error = e

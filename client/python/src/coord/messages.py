@@ -132,7 +132,7 @@ OTHER_VERSION = ("follow", "own")
 def flight_join(key: Name, *, ttl: Optional[float], wait: Optional[float],
                 max_age: Optional[float], abort_when_orphaned: bool,
                 stale: Optional[float] = None, notify: bool = False,
-                supersede: bool = False, priority: int = 0, version: Optional[str] = None,
+                supersede: bool = False, priority: int = 0, version: Optional[Name] = None,
                 other_version: Optional[str] = None) -> Dict[str, Any]:
     """``supersede`` (or a ``priority`` above the running owner's) takes a
     running flight over; ``version`` (at most 64 bytes) is the version of
@@ -172,6 +172,21 @@ def flight_join(key: Name, *, ttl: Optional[float], wait: Optional[float],
     if abort_when_orphaned:
         f["abort_when_orphaned"] = True
     return f
+
+
+def flight_fail(code: str, message: str, retryable: bool, keep: Optional[float],
+                retry_after: Optional[float]) -> Dict[str, Any]:
+    """``flight.fail``'s fields but the flight and its fence."""
+    if retry_after is not None and not retryable:
+        raise ValueError("retry_after needs retryable=True")
+    return {"error": {"code": code, "message": message}, "retryable": retryable,
+            "retry_after_ms": ms(retry_after, "retry_after") or None,
+            "keep_ms": ms(keep, "keep")}
+
+
+def flight_complete(result: Payload, keep: Optional[float]) -> Dict[str, Any]:
+    """``flight.complete``'s fields but the flight and its fence."""
+    return {"result": payload(result, "result"), "keep_ms": ms(keep, "keep")}
 
 
 def _text(x: Any, what: str) -> Optional[str]:
@@ -423,7 +438,7 @@ def _num(d: Dict[str, Any], k: str) -> float:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
 
 
-class Stats(dict):
+class Stats(Dict[str, Any]):
     """``stats()``: the broker's map as it came, plus ``latency``: the
     named latencies (lock_wait, lock_hold, flight_run, follower_wait,
     leader_transition) as ``Latency``; empty when the broker left them out
@@ -431,6 +446,9 @@ class Stats(dict):
 
     @property
     def latency(self) -> Dict[str, Latency]:
+        """The latency percentiles by name (``lock_wait``, ``lock_hold``,
+        ``flight_run``, ``follower_wait``, ``leader_transition``), in
+        seconds; empty when the broker left them out."""
         lat = self.get("latency")
         if not isinstance(lat, dict):
             return {}
@@ -622,6 +640,7 @@ class Term:
 
     @property
     def live(self) -> bool:
+        """The term has not ended."""
         return self.ended == 0 and self.reason is None
 
 
@@ -752,6 +771,7 @@ class Lifecycle:
         return self.fields[k]
 
     def get(self, k: str, default: Any = None) -> Any:
+        """A field of the event (``name``, ``conn``...), or default."""
         return self.fields.get(k, default)
 
 
@@ -790,6 +810,27 @@ class Router:
 
     def watch(self, key: Any, w: Any) -> None:
         self.watches.setdefault(name_key(key), []).append(w)
+
+    def add_sub(self, channel: Any, sub: Any) -> bool:
+        """Routes a channel's items to sub too; True when it is the
+        channel's first subscription (the broker is to be asked)."""
+        subs = self.subs.setdefault(name_key(channel), [])
+        subs.append(sub)
+        return len(subs) == 1
+
+    def remove_sub(self, sub: Any, channels: List[Any]) -> List[Any]:
+        """Routes the channels' items to sub no more; the channels left
+        without a subscription (the broker is to be told)."""
+        last = []
+        for ch in channels:
+            k = name_key(ch)
+            subs = self.subs.get(k)
+            if subs and sub in subs:
+                subs.remove(sub)
+                if not subs:
+                    del self.subs[k]
+                    last.append(ch)
+        return last
 
     def dispatch(self, ev: Event) -> None:
         b = ev.body

@@ -178,14 +178,64 @@ def autostart(path: str, broker: Optional[str], idle_exit: int, deadline: float)
     return await_ready(rfd, deadline, path)
 
 
+class Dial:
+    """One connect's attempts, without I/O (the blocking ``open_socket``
+    and the asyncio client's connect share it): after each failed
+    attempt, whether to start the broker, how long to wait, and when to
+    give up."""
+
+    def __init__(self, path: str, *, autostart_ok: bool, timeout: float) -> None:
+        check_socket_path(path)
+        self.path = path
+        self.autostart_ok = autostart_ok
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
+        self._backoff = 0.001
+        self._spawned = False
+        self._spawns = 0
+
+    def failed(self, e: OSError) -> bool:
+        """An attempt failed: True to start the broker now (then
+        ``started``), else wait ``pause(e)``; ``ConnectError`` when no
+        broker can be had this way."""
+        if e.errno in (errno.ENOENT, errno.ECONNREFUSED):
+            if not self.autostart_ok:
+                raise ConnectError(f"no broker at {self.path}: {e.strerror}") from None
+            if not self._spawned and self._spawns < MAX_SPAWNS:
+                self._spawned = True
+                self._spawns += 1
+                return True
+        elif e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+            raise ConnectError(f"cannot connect to {self.path}: {e.strerror}") from None
+        return False
+
+    def started(self, ready: bool) -> bool:
+        """The broker started by ``autostart``: True when it is ready
+        (connect again at once); False when it exited (nobody listens yet:
+        wait, try again, start another)."""
+        if not ready:
+            self._spawned = False
+        return ready
+
+    def pause(self, e: OSError) -> float:
+        """Seconds to wait before the next attempt; ``ConnectError`` once
+        the timeout passed."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            if self._spawned:
+                raise ConnectError(f"the broker started for {self.path} did not "
+                                   f"answer within {self.timeout:g} s") from None
+            raise ConnectError(f"the broker at {self.path} did not accept within "
+                               f"{self.timeout:g} s ({e.strerror})") from None
+        p = min(self._backoff, left)
+        self._backoff = min(self._backoff * 2, MAX_BACKOFF)
+        return p
+
+
 def open_socket(path: str, *, autostart_ok: bool, broker: Optional[str],
                 idle_exit: int, timeout: float) -> socket.socket:
     """A connected, peer-checked, blocking socket to the broker at path."""
-    check_socket_path(path)
-    deadline = time.monotonic() + timeout
-    backoff = 0.001
-    spawned = False
-    spawns = 0
+    d = Dial(path, autostart_ok=autostart_ok, timeout=timeout)
     while True:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         s.setblocking(False)
@@ -194,27 +244,9 @@ def open_socket(path: str, *, autostart_ok: bool, broker: Optional[str],
             break
         except OSError as e:
             s.close()
-            err = e.errno
-            if err in (errno.ENOENT, errno.ECONNREFUSED):
-                if not autostart_ok:
-                    raise ConnectError(f"no broker at {path}: {e.strerror}") from None
-                if not spawned and spawns < MAX_SPAWNS:
-                    spawned = True
-                    spawns += 1
-                    if autostart(path, broker, idle_exit, deadline):
-                        continue
-                    spawned = False      # it exited: nobody listens yet, try again
-            elif err not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
-                raise ConnectError(f"cannot connect to {path}: {e.strerror}") from None
-            left = deadline - time.monotonic()
-            if left <= 0:
-                if spawned:
-                    raise ConnectError(f"the broker started for {path} did not "
-                                       f"answer within {timeout:g} s") from None
-                raise ConnectError(f"the broker at {path} did not accept within "
-                                   f"{timeout:g} s ({e.strerror})") from None
-            time.sleep(min(backoff, left))
-            backoff = min(backoff * 2, MAX_BACKOFF)
+            if d.failed(e) and d.started(autostart(path, broker, idle_exit, d.deadline)):
+                continue
+            time.sleep(d.pause(e))
     s.setblocking(True)
     try:
         check_peer(s, path)

@@ -35,7 +35,7 @@ import hashlib
 import json
 import math
 import socket
-from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import RequestKeyError
 
@@ -115,7 +115,7 @@ def _pct(c: int) -> bytes:
     return b"%" + _HEX[c >> 4].encode() + _HEX[c & 15].encode()
 
 
-def _norm_pct(s: bytes, allowed: frozenset, what: str) -> bytes:
+def _norm_pct(s: bytes, allowed: FrozenSet[int], what: str) -> bytes:
     out = bytearray()
     i, n = 0, len(s)
     while i < n:
@@ -172,7 +172,8 @@ def _norm_query(q: bytes) -> bytes:
     def order(p: bytes) -> Tuple[bytes, int, bytes]:
         k = p.find(b"=")
         return (p, 0, b"") if k < 0 else (p[:k], 1, p[k + 1:])
-    return b"?" + b"&".join(sorted(pieces, key=order))
+    ordered = sorted(pieces, key=order)
+    return b"?" + b"&".join(ordered)
 
 
 def _numeric_last_label(h: bytes) -> bool:
@@ -347,7 +348,12 @@ def _jstr(s: str) -> str:
     return "".join(out)
 
 
-class _Obj(list):
+def _utf16_key(kv: Tuple[str, Any]) -> bytes:
+    """JCS orders an object's members by their names' UTF-16 units."""
+    return kv[0].encode("utf-16-be")
+
+
+class _Obj(List[Tuple[str, Any]]):
     """An object's members in the order read (a list of pairs)."""
 
 
@@ -416,7 +422,7 @@ def _serialize(v: Any, out: List[str]) -> None:
         out.append(es_number(v))
     elif isinstance(v, _Obj):
         out.append("{")
-        for i, (k, x) in enumerate(sorted(v, key=lambda kv: kv[0].encode("utf-16-be"))):
+        for i, (k, x) in enumerate(sorted(v, key=_utf16_key)):
             if i:
                 out.append(",")
             out.append(_jstr(k))
