@@ -164,6 +164,41 @@ def test_join_and_once_decisions():
     assert r == b"v" and r.local and r.reason == "down"
 
 
+def test_once_falls_back_by_policy():
+    def once(fallback, **kw):
+        return Once("k", ttl=5.0, wait=0.5, keep=None, max_age=None, stale=None, notify=False,
+                    fallback=fallback, retries=0, abort_when_orphaned=False, **kw)
+    late, down = coord.Timeout("flight 'k': no result"), coord.ConnectionLost("gone")
+    for e in (late, down):                                # "fail" raises what the join raised
+        with pytest.raises(type(e)):
+            once("fail").fall_back(e)
+    o = once("run")
+    assert not o.fall_back(late) and not o.fall_back(down)   # fn runs here at once
+    r = o.ran_alone(b"v", late, o.retried)
+    assert r.local and (r.fallback_cause, r.retried) == ("timeout", False)
+    assert Once.ran_alone(b"v", down).fallback_cause == "unreachable"
+    o = once("retry", supersede=True, priority=3, version="v2", other_version="own")
+    first = o.join()
+    assert first["supersede"] and first["priority"] == 3 and first["version"] == "v2"
+    assert not o.fall_back(down)                          # unreachable: no second join
+    assert o.fall_back(late) and o.retried                # a follower's timeout: once more,
+    again = o.join()                                      # superseding nobody, a fresh wait
+    assert not again["supersede"] and again["other_version"] == "own"
+    assert 0.4 < again["wait"] <= 0.5
+    assert not o.fall_back(late)                          # then fn runs here
+    assert o.ran_alone(b"v", late, o.retried).retried
+    c = FakeClient()
+    owner = FlightHandle(c, None, m.joined("k", {"role": "owner", "flight": 1, "fence": 9,
+                                                 "superseded": 7, "version": "v2"}),
+                         threading.Event)
+    assert (owner.superseded, owner.version) == (7, "v2")
+    r = o.owned(owner, b"out")
+    assert (r.source, r.fence, r.superseded, r.retried) == ("owner", 9, 7, True)
+    assert o.completed_alone(b"out", down).fallback_cause == "unreachable"
+    with pytest.raises(ValueError):
+        once("maybe")
+
+
 def test_subscription_queue_and_its_end():
     c = FakeClient()
     s = SubscriptionBase(c, ["ch"], None)
