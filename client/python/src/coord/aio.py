@@ -25,6 +25,7 @@ import socket
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Tuple, Union
 
+from . import descfile
 from . import messages as m
 from .core import (DEFAULT_MAX_FRAME, DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES,
                    DEFAULT_REQUEST_TIMEOUT, Core, Event, EventQueue, Reply)
@@ -729,7 +730,11 @@ class Leadership(LeaderTerm):
             raise r.error()
 
     async def __aenter__(self) -> "Leadership":
-        if not await self.campaign():
+        try:
+            granted = await self.campaign()
+        except _UNREACHABLE as e:   # no broker: the workstream's fallback, else e
+            return descfile.on_unreachable(self, e)  # type: ignore[return-value]
+        if not granted:
             raise Timeout(f"{self.workstream!r} has a leader")
         return self
 

@@ -32,6 +32,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
+from . import descfile
 from . import messages as m
 from .core import (DEFAULT_MAX_FRAME, DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES,
                    DEFAULT_REQUEST_TIMEOUT, Core, Event, EventQueue, Reply)
@@ -802,7 +803,11 @@ class Leadership(LeaderTerm):
             raise r.error()
 
     def __enter__(self) -> "Leadership":
-        if not self.campaign():
+        try:
+            granted = self.campaign()
+        except _UNREACHABLE as e:   # no broker: the workstream's fallback, else e
+            return descfile.on_unreachable(self, e)  # type: ignore[return-value]
+        if not granted:
             raise Timeout(f"{self.workstream!r} has a leader")
         return self
 
