@@ -204,31 +204,51 @@ void coord_desc_file_free(struct coord_desc_file *d)
 int coord_desc_file_read(const char *path, struct coord_desc_file *d,
                          coord_desc_err_fn err, void *ud)
 {
-    char msg[256], e1[80];
     memset(d, 0, sizeof *d);
     FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "r");
     if (!f) {
         err(ud, 0, strerror(errno));
         return 1;
     }
-    d->buf = malloc(COORD_DESC_FILE_MAX + 1);
-    size_t n = d->buf ? fread(d->buf, 1, COORD_DESC_FILE_MAX + 1, f) : 0;
+    char *text = malloc(COORD_DESC_FILE_MAX + 1);
+    size_t n = text ? fread(text, 1, COORD_DESC_FILE_MAX + 1, f) : 0;
     bool read_err = ferror(f);
     if (f != stdin)
         fclose(f);
+    if (!text) {
+        err(ud, 0, "out of memory");
+        return 1;
+    }
+    if (read_err) {
+        free(text);
+        err(ud, 0, "read error");
+        return 1;
+    }
+    int errors = coord_desc_file_parse(text, n, d, err, ud);
+    free(text);
+    return errors;
+}
+
+int coord_desc_file_parse(const char *text, size_t n, struct coord_desc_file *d,
+                          coord_desc_err_fn err, void *ud)
+{
+    char msg[256], e1[80];
+    memset(d, 0, sizeof *d);
+    if (n > COORD_DESC_FILE_MAX) {
+        err(ud, 0, "larger than 64 KiB");
+        return 1;
+    }
+    if (memchr(text, '\0', n)) {
+        err(ud, 0, "not a text file (NUL byte)");
+        return 1;
+    }
+    d->buf = malloc(n + 1);
     if (!d->buf) {
         err(ud, 0, "out of memory");
         return 1;
     }
-    if (read_err || n > COORD_DESC_FILE_MAX) {
-        err(ud, 0, read_err ? "read error" : "larger than 64 KiB");
-        return 1;
-    }
+    memcpy(d->buf, text, n);
     d->buf[n] = '\0';
-    if (memchr(d->buf, '\0', n)) {
-        err(ud, 0, "not a text file (NUL byte)");
-        return 1;
-    }
 
     int errors = 0;
     int lineno = 0;

@@ -10,7 +10,8 @@
  * ifAvailable, fallback (one of the COORD_FALLBACK_* names),
  * canonicalFence, mode, disabled (true|false).
  * Any other key is an error naming it and its line, as is a key given
- * twice.  Pure: no I/O but coord_desc_file_read, no global state. */
+ * twice.  Pure: no I/O but coord_desc_file_read, no global state; the
+ * fuzz target fuzz_leader_desc parses arbitrary text with it. */
 #ifndef COORD_PROTO_DESC_FILE_H
 #define COORD_PROTO_DESC_FILE_H
 
@@ -52,6 +53,10 @@ typedef void (*coord_desc_err_fn)(void *ud, int line, const char *msg);
  * errors, each reported through err. */
 int coord_desc_file_read(const char *path, struct coord_desc_file *d,
                          coord_desc_err_fn err, void *ud);
+/* The same for the n bytes of text (copied; any bytes: a NUL or more
+ * than 64 KiB is an error). */
+int coord_desc_file_parse(const char *text, size_t n, struct coord_desc_file *d,
+                          coord_desc_err_fn err, void *ud);
 void coord_desc_file_free(struct coord_desc_file *d);
 
 /* A fallback name -> its action; -1 when it is none of FAIL_CLOSED,

@@ -282,9 +282,24 @@ static int write_corpus(const char *dir)
     n = ws_term_encode(&t, buf + 1);
     rc |= write_file(dir, "term-incident", buf, n + 1);
     rc |= write_file(dir, "term-cut", buf, n / 2);
-    const char *texts[] = { "\002sync@7", "\002a@4294967295", "\002bad" };
-    const char *names[] = { "protocol-sync", "protocol-max", "protocol-bad" };
-    for (int i = 0; i < 3; i++)
+    /* 3: a descriptor file's text (protocol/desc-file.c) */
+    const char *texts[] = {
+        "\002sync@7", "\002a@4294967295", "\002bad",
+        "\003schema: crossTabLeader.v1\nworkstream: account-outbox\n"
+        "lockName: app:leader:account-outbox:v3\nprotocol: leader-worker@3\n"
+        "canonicalFence: server-lease-ledger\nmaxHold: 30s\nsteal: incident-only\n"
+        "fallback: SERVER_COORDINATED\n",
+        "\003# every key\r\nschema: 'crossTabLeader.v1'\r\norigin: \"a\\\"b\"\r\n"
+        "capabilities: [outbox, claims]\r\nifAvailable: never\r\nmode: ~\r\n"
+        "disabled: true # c\r\nmaxHold: 1.5s\r\n",
+        "\003schema: crossTabLeader.v1\n  bogus\nmode: x\nmode: y\ncapabilities: a,,b\n"
+        "fallback: ELSE\nlockName: -x\nmaxHold: 0x10s\nworkstream: 'open\n",
+    };
+    const char *names[] = {
+        "protocol-sync", "protocol-max", "protocol-bad", "file-note000", "file-every-key",
+        "file-errors",
+    };
+    for (int i = 0; i < 6; i++)
         rc |= write_file(dir, names[i], (const uint8_t *)texts[i], strlen(texts[i]));
     return rc ? 1 : 0;
 }
