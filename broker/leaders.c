@@ -28,6 +28,7 @@
 #include "breaks.h"
 #include "coord-ops.h"
 #include "coord-limits.h"
+#include "desc-file.h"
 #include "errors.h"
 #include "events.h"
 #include "histo.h"
@@ -896,14 +897,25 @@ void op_leader_campaign(struct conn *c, uint64_t rid, coord_fields *f)
         bad = "timeout_ms cannot be combined with steal or if_available";
     else if (has_protocol && ws_protocol_parse(protocol.ptr, protocol.len, &q.protocol) < 0)
         bad = "protocol must be name@N (name: 1..64 of A-Z a-z 0-9 . _ -, N: 1..4294967295)";
-    else if (caps.len > LIMIT_CAPS_TEXT)
+    else if (caps.len > LIMIT_CAPS_TEXT || memchr(caps.ptr, 0, caps.len))
         bad = "capabilities must be at most 255 bytes";
+    /* the descriptor's rules: "a,b", "[a, b]"; normalised to "a,b" */
+    char ctext[LIMIT_CAPS_TEXT + 1], cnorm[LIMIT_CAPS_TEXT + 1], msg[160];
+    if (!bad && caps.len) {
+        memcpy(ctext, caps.ptr, caps.len);
+        ctext[caps.len] = 0;
+        const char *why = coord_desc_caps_normalize(ctext, cnorm, sizeof cnorm);
+        if (why) {
+            snprintf(msg, sizeof msg, "capabilities: %s", why);
+            bad = msg;
+        }
+    }
     if (bad) {
         conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, bad);
         return;
     }
-    q.caps = caps.ptr;
-    q.caps_len = caps.len;
+    q.caps = caps.len ? (const uint8_t *)cnorm : NULL;
+    q.caps_len = caps.len ? strlen(cnorm) : 0;
     q.text = incident.ptr;
     q.text_len = incident.len;
     leaders_with_workstream(c, rid, name, &q);

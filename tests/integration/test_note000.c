@@ -229,8 +229,14 @@ static void test_capabilities_if_available(void)
                                     NULL }) == 1);
     CHECK(run_has(&r, ERR, "POLICY"));
     run_free(&r);
+    /* the list's own rules: brackets and spaces fine, a bad name refused */
     CHECK(ctl(&r, (const char *[]){ "leader-run", "--protocol", "app@2", "--capabilities",
-                                    "claims,outbox,more", "caps", "--", "true", NULL }) == 0);
+                                    "a b", "caps", "--", "true", NULL }) == 1);
+    CHECK(run_has(&r, ERR, "INVALID_OPTIONS"));
+    run_free(&r);
+    CHECK(ctl(&r, (const char *[]){ "leader-run", "--protocol", "app@2", "--capabilities",
+                                    "[claims, outbox, more]", "caps", "--", "true",
+                                    NULL }) == 0);
     run_free(&r);
     CHECK(ctl(&r, (const char *[]){ "leader", "describe", "caps", NULL }) == 0);
     CHECK(run_has_row(&r, "capabilities", "outbox,claims"));
