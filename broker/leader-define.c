@@ -191,10 +191,11 @@ void op_leader_define(struct conn *c, uint64_t rid, coord_fields *f)
     if (!bad && has_fence)
         bad = leaders_fence_check("canonical_fence", fence.ptr, fence.len, msg, sizeof msg);
     if (!bad && has_caps) {
-        if (caps.len > LIMIT_CAPS_TEXT || memchr(caps.ptr, 0, caps.len)) {
+        if (caps.len > LIMIT_CAPS_TEXT || (caps.len && memchr(caps.ptr, 0, caps.len))) {
             bad = "capabilities must be at most 255 bytes";
         } else {
-            memcpy(ctext, caps.ptr, caps.len);
+            if (caps.len)
+                memcpy(ctext, caps.ptr, caps.len);
             ctext[caps.len] = 0;
             const char *why = coord_desc_caps_normalize(ctext, cnorm, sizeof cnorm);
             if (why) {

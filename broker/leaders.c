@@ -897,7 +897,7 @@ void op_leader_campaign(struct conn *c, uint64_t rid, coord_fields *f)
         bad = "timeout_ms cannot be combined with steal or if_available";
     else if (has_protocol && ws_protocol_parse(protocol.ptr, protocol.len, &q.protocol) < 0)
         bad = "protocol must be name@N (name: 1..64 of A-Z a-z 0-9 . _ -, N: 1..4294967295)";
-    else if (caps.len > LIMIT_CAPS_TEXT || memchr(caps.ptr, 0, caps.len))
+    else if (caps.len > LIMIT_CAPS_TEXT || (caps.len && memchr(caps.ptr, 0, caps.len)))
         bad = "capabilities must be at most 255 bytes";
     /* the descriptor's rules: "a,b", "[a, b]"; normalised to "a,b" */
     char ctext[LIMIT_CAPS_TEXT + 1], cnorm[LIMIT_CAPS_TEXT + 1], msg[160];
