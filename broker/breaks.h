@@ -14,7 +14,9 @@
  *   claim-applied    a claim of an applied op answers claimed (fresh)
  *   disabled-ignored campaigns pass a disabled workstream
  *   long-lease       the default leadership lease is 30 s again
- *   etcd-fail-open   a commit etcd does not answer is answered applied */
+ *   etcd-fail-open   a commit etcd does not answer is answered applied
+ *   superseded-accepted  a superseded flight owner's late result is
+ *                    accepted (single-flight's stale-owner invariant) */
 #ifndef COORD_BREAKS_H
 #define COORD_BREAKS_H
 
@@ -28,7 +30,8 @@
     X(CLAIM_APPLIED, "claim-applied") \
     X(DISABLED_IGNORED, "disabled-ignored") \
     X(LONG_LEASE, "long-lease") \
-    X(ETCD_FAIL_OPEN, "etcd-fail-open")
+    X(ETCD_FAIL_OPEN, "etcd-fail-open") \
+    X(SUPERSEDED_ACCEPTED, "superseded-accepted")
 
 enum {
 #define BREAK_ENUM(id, name) BREAK_BIT_##id,

@@ -105,6 +105,10 @@
 /* Callers served a stale result that asked to hear when its revalidation
  * ends (notify), per connection. */
 #define LIMIT_CONN_WATCHES 65536u
+/* A flight's version (flight.join's version: the version of the code that
+ * runs the work), bytes.  Kept inline in every flight and waiting join,
+ * and in the completion record; a build id or a semver fits. */
+#define LIMIT_FLIGHT_VERSION 64u
 
 /* At exit, the leases of every live etcd term are revoked at once, all of
  * them within this (ms).  Revoking lets another broker lead at once; a

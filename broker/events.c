@@ -2,6 +2,7 @@
  * what, ...} on the broker's channels of the entity's scope.  Cheap when
  * nobody watches: one counter test.  Never a flight's result payload. */
 #include "log.h"
+#include "conn.h"
 #include "channels.h"
 #include "events.h"
 #include "leader-desc.h"
@@ -41,20 +42,41 @@ void events_lock(const char *what, const struct lock_req *r, enum reason reason)
     finish(CH_LOCKS, &e, skey);
 }
 
-void events_flight(const char *what, uint64_t flight, uint64_t fence,
-                   const uint8_t *skey, size_t sklen, enum reason reason)
+void events_flight(const struct flight_event *ev)
 {
     if (!channels_watched(CH_FLIGHTS))
         return;
     size_t nlen;
-    const uint8_t *key = skey_name(skey, sklen, &nlen);
+    const uint8_t *key = skey_name(ev->skey, ev->sklen, &nlen);
     coord_enc e;
-    channels_event_begin(CH_FLIGHTS, &e, what);
+    channels_event_begin(CH_FLIGHTS, &e, ev->what);
     coord_enc_kv_name(&e, "key", key, nlen);
-    coord_enc_kv_uint(&e, "flight", flight);
-    coord_enc_kv_uint(&e, "fence", fence);
-    add_reason(&e, reason);
-    finish(CH_FLIGHTS, &e, skey);
+    coord_enc_kv_uint(&e, "flight", ev->flight);
+    coord_enc_kv_uint(&e, "fence", ev->fence);
+    add_reason(&e, ev->reason);
+    if (ev->owner) {
+        const struct conn *o = ev->owner;
+        coord_enc_kv_uint(&e, "conn", o->id);
+        coord_enc_kv_cstr(&e, "client", o->client ? o->client : "");
+        coord_enc_kv_uint(&e, "pid", o->pid);
+        coord_enc_kv_cstr(&e, "instance", o->instance ? o->instance : "");
+    }
+    if (ev->started_ms)
+        coord_enc_kv_uint(&e, "started_ms", ev->started_ms);
+    if (ev->deadline_ms)
+        coord_enc_kv_uint(&e, "deadline_ms", ev->deadline_ms);
+    if (ev->version_len)
+        coord_enc_kv_name(&e, "version", ev->version, ev->version_len);
+    if (ev->failed) {
+        coord_enc_kv_name(&e, "code", ev->code_len ? ev->code : (const uint8_t *)"",
+                          ev->code_len);
+        coord_enc_kv_bool(&e, "retryable", ev->retryable);
+    }
+    if (ev->duration_ms >= 0)
+        coord_enc_kv_uint(&e, "duration_ms", (uint64_t)ev->duration_ms);
+    if (ev->wait_ms >= 0)
+        coord_enc_kv_uint(&e, "wait_ms", (uint64_t)ev->wait_ms);
+    finish(CH_FLIGHTS, &e, ev->skey);
 }
 
 void events_leader(const char *what, const uint8_t *skey, size_t sklen,

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "breaks.h"
 #include "budget.h"
 #include "coord-ops.h"
 #include "deadline.h"
@@ -53,10 +54,24 @@ struct member {
     bool abort_when_orphaned;
     uint64_t joined_ms;
     uint64_t joined_us;            /* latency stats */
+    uint64_t priority;             /* a higher one supersedes the owner */
+    bool own_version;              /* other_version "own": never follows, nor
+                                      is served a record, of another version */
+    uint8_t version_len;
+    uint8_t version[LIMIT_FLIGHT_VERSION];
 };
 
+/* Where a flight is found by key: by_key holds the first flight of a
+ * (scope, key); a flight started while one of another version runs, for a
+ * join that wants its own version, is found in by_vkey under (version,
+ * scoped key).  At most one flight per (scope, key, version) is found. */
+enum keyed { KEYED_NONE, KEYED_KEY, KEYED_VKEY };
+
 struct flight {
-    struct hentry by_key;
+    struct hentry by_key;          /* key/keylen: the scoped key, always set */
+    struct hentry by_vkey;
+    uint8_t *vkey;                 /* KEYED_VKEY: its key, owned */
+    enum keyed keyed;
     struct hentry by_id;
     uint8_t *skey;                 /* the scoped key (skey.h), owned */
     uint64_t id;
@@ -71,9 +86,14 @@ struct flight {
     bool bypass;                   /* kill switch: not deduplicated, no record */
     bool revalidation;             /* owner was given a stale record */
     bool purged;                   /* fenced by record.purge: a tombstone */
+    uint64_t superseded_fence;     /* the last superseded owner's fence, 0: none */
     struct list watchers;          /* struct watcher: served stale, notify */
     uint64_t started_ms;
     uint64_t owner_since_us;       /* the current owner's start (latency stats) */
+    uint64_t owner_wall_ms;        /* ... on the wall clock (events) */
+    uint64_t owner_deadline_ms;    /* wall clock: the current owner's ttl ends */
+    uint8_t version_len;           /* fixed at the start: how it is found */
+    uint8_t version[LIMIT_FLIGHT_VERSION];
     struct list order;             /* flight.list */
 };
 
@@ -87,37 +107,95 @@ struct watcher {
 
 static struct {
     struct broker *b;
-    struct hashmap by_key, by_id;
+    struct hashmap by_key, by_vkey, by_id;
     struct list all;
     uint64_t started, joined, completed, failed, promoted, fenced, from_record;
+    uint64_t superseded;           /* owners replaced by a superseding join */
+    uint64_t follower_timeouts;    /* followers answered TIMEOUT */
+    uint64_t read_failures;        /* records a join could not read */
+    uint64_t version_flights;      /* flights started beside another version's */
     uint64_t purged;               /* flights fenced by record.purge */
     uint64_t tombstones;           /* purged flights still in by_id */
 } F;
 
-/* A lifecycle transition: the -flights event, and one compact debug line
- * (the key as a keyed hash, redact.h) with how long it took: ms is the
- * owner's run for completed/failed, the follower's wait for promoted. */
+/* What a transition says beyond the flight: the owner concerned (the
+ * current one unless given), its run and a follower's wait (-1: none), a
+ * failure's code. */
+struct tr {
+    const struct conn *who;
+    const struct member *m;        /* whose version (NULL: the owner's) */
+    int64_t run_ms, wait_ms;
+    const void *o;                 /* const struct outcome *: failed */
+};
+
+struct outcome;
+static void outcome_code(const void *o, const uint8_t **code, size_t *len, bool *retryable);
+
+/* A lifecycle transition: the -flights event, and one compact info line
+ * (the key, the owner's client and instance and an error code as keyed
+ * hashes, redact.h). */
 static void transition(const char *what, const struct flight *f, uint64_t fence,
-                       enum reason why, uint64_t ms)
+                       enum reason why, struct tr t)
 {
-    events_flight(what, f->id, fence, f->skey, f->by_key.keylen, why);
-    if (log_min_level > LOG_DEBUG)
+    const struct member *om = t.m ? t.m : f->owner;
+    const struct conn *who = t.who ? t.who : f->owner ? f->owner->conn : NULL;
+    struct flight_event ev = {
+        .what = what, .flight = f->id, .fence = fence, .skey = f->skey,
+        .sklen = f->by_key.keylen, .reason = why, .owner = who,
+        /* a fenced caller is not the owner whose times the flight keeps */
+        .started_ms = who && strcmp(what, "fenced") ? f->owner_wall_ms : 0,
+        .deadline_ms = who && strcmp(what, "fenced") ? f->owner_deadline_ms : 0,
+        .version = om ? om->version : f->version,
+        .version_len = om ? om->version_len : f->version_len,
+        .duration_ms = t.run_ms, .wait_ms = t.wait_ms,
+    };
+    if (t.o) {
+        ev.failed = true;
+        outcome_code(t.o, &ev.code, &ev.code_len, &ev.retryable);
+    }
+    events_flight(&ev);
+    int level = strcmp(what, "joined") == 0 ? LOG_DEBUG : LOG_INFO;
+    if (log_min_level > level)
         return;
     size_t klen;
     const uint8_t *key = skey_name(f->skey, f->by_key.keylen, &klen);
-    char kh[REDACT_BUF];
-    log_event(LOG_DEBUG, "flight.transition",
-              "what=%s key=%s flight=%llu fence=%llu ms=%llu followers=%u%s%s%s",
+    char kh[REDACT_BUF], ch[REDACT_BUF], ih[REDACT_BUF], vh[REDACT_BUF], eh[REDACT_BUF];
+    const char *cl = who && who->client ? who->client : "";
+    const char *in = who && who->instance ? who->instance : "";
+    char run[32] = "", wait[32] = "";
+    if (t.run_ms >= 0)
+        snprintf(run, sizeof run, " ms=%lld", (long long)t.run_ms);
+    if (t.wait_ms >= 0)
+        snprintf(wait, sizeof wait, " wait_ms=%lld", (long long)t.wait_ms);
+    log_event(level, "flight.transition",
+              "what=%s key=%s flight=%llu fence=%llu owner_conn=%llu owner_pid=%llu"
+              " client=%s instance=%s%s%s followers=%u%s%s%s%s%s%s%s%s",
               what, redact(key, klen, kh), (unsigned long long)f->id,
-              (unsigned long long)fence, (unsigned long long)ms, f->nfollowers,
+              (unsigned long long)fence, (unsigned long long)(who ? who->id : 0),
+              (unsigned long long)(who ? who->pid : 0),
+              who ? redact(cl, strlen(cl), ch) : "-", who ? redact(in, strlen(in), ih) : "-",
+              run, wait, f->nfollowers,
               why != REASON_NONE ? " reason=" : "", why != REASON_NONE ? reason_name(why) : "",
+              ev.failed ? " code=" : "",
+              ev.failed ? redact(ev.code, ev.code_len, eh) : "",
+              ev.failed && ev.retryable ? " retryable=1" : "",
+              ev.version_len ? " version=" : "",
+              ev.version_len ? redact(ev.version, ev.version_len, vh) : "",
               f->bypass ? " bypass=1" : "");
+}
+
+static const struct tr TR_NONE = { NULL, NULL, -1, -1, NULL };
+
+static int64_t ms_since(uint64_t us)
+{
+    return (int64_t)((now_us() - us) / 1000);
 }
 
 void flights_init(struct broker *b)
 {
     F.b = b;
     hashmap_init(&F.by_key);
+    hashmap_init(&F.by_vkey);
     hashmap_init(&F.by_id);
     list_init(&F.all);
 }
@@ -134,6 +212,10 @@ void flights_stats(coord_enc *e)
     coord_enc_kv_uint(e, "fenced", F.fenced);
     coord_enc_kv_uint(e, "results_from_records", F.from_record);
     coord_enc_kv_uint(e, "flights_purged", F.purged);
+    coord_enc_kv_uint(e, "flights_superseded", F.superseded);
+    coord_enc_kv_uint(e, "follower_timeouts", F.follower_timeouts);
+    coord_enc_kv_uint(e, "record_read_failures", F.read_failures);
+    coord_enc_kv_uint(e, "flights_version_split", F.version_flights);
     /* owner/follower ratio, as followers per owner run */
     coord_enc_kv_uint(e, "followers_per_100_owners",
                       F.started ? F.joined * 100 / F.started : 0);
@@ -180,19 +262,29 @@ static void notify_watchers(struct flight *f, bool completed)
     }
 }
 
+/* f is no longer found by its key. */
+static void key_unlink(struct flight *f)
+{
+    if (f->keyed == KEYED_KEY)
+        hashmap_del(&F.by_key, &f->by_key);
+    else if (f->keyed == KEYED_VKEY)
+        hashmap_del(&F.by_vkey, &f->by_vkey);
+    f->keyed = KEYED_NONE;
+}
+
 static void flight_free(struct flight *f)
 {
     notify_watchers(f, false);        /* dropped without an outcome */
     deadline_cancel(&f->deadline);
     if (f->purged)
         F.tombstones--;            /* already out of by_key */
-    else if (!f->bypass)
-        hashmap_del(&F.by_key, &f->by_key);
+    key_unlink(f);
     hashmap_del(&F.by_id, &f->by_id);
     list_del(&f->order);
     owner_unlink(f);
     free(f->owner);
     free(f->skey);
+    free(f->vkey);
     free(f);
 }
 
@@ -206,13 +298,22 @@ static void send_abort_event(struct conn *c, const struct flight *f, enum reason
     conn_enc_finish(c, &e);
 }
 
+/* An owner reply's fields: role, flight, fence, and the flight's version
+ * (the one it is found under) when it has one. */
+static void encode_owner(coord_enc *e, const struct flight *f)
+{
+    coord_enc_kv_cstr(e, "role", "owner");
+    coord_enc_kv_uint(e, "flight", f->id);
+    coord_enc_kv_uint(e, "fence", f->fence);
+    if (f->version_len)
+        coord_enc_kv_name(e, "version", f->version, f->version_len);
+}
+
 static void reply_owner(struct conn *c, uint64_t rid, const struct flight *f)
 {
     coord_enc e;
     conn_enc_begin_reply(c, &e, rid);
-    coord_enc_kv_cstr(&e, "role", "owner");
-    coord_enc_kv_uint(&e, "flight", f->id);
-    coord_enc_kv_uint(&e, "fence", f->fence);
+    encode_owner(&e, f);
     conn_enc_finish(c, &e);
 }
 
@@ -222,6 +323,8 @@ static void make_owner(struct flight *f, struct member *m)
 {
     f->owner = m;
     f->owner_since_us = now_us();
+    f->owner_wall_ms = wall_ms();
+    f->owner_deadline_ms = f->owner_wall_ms + m->owner_ttl_ms;
     list_append(&m->conn->flights, &f->owner_link);
     m->conn->nflights_owned++;
     budget_take();
@@ -243,13 +346,25 @@ static void owner_lost(struct flight *f, enum reason why)
     f->fence = ids_next();
     if (old && why == REASON_DEADLINE)
         send_abort_event(old->conn, f, REASON_DEADLINE);
+    struct tr t = { old ? old->conn : NULL, old, ms_since(f->owner_since_us), -1, NULL };
+    transition("owner_lost", f, f->fence, why, t);
     free(old);
-    transition("owner_lost", f, f->fence, why, (now_us() - f->owner_since_us) / 1000);
     if (list_empty(&f->followers)) {
         flight_free(f);
         return;
     }
+    /* the longest-waiting follower of the flight's version, else the
+     * longest-waiting one */
     struct member *m = list_entry(f->followers.next, struct member, link);
+    struct list *pos, *tmp;
+    list_for_each_safe(pos, tmp, &f->followers) {
+        struct member *x = list_entry(pos, struct member, link);
+        if (x->version_len == f->version_len &&
+            memcmp(x->version, f->version, f->version_len) == 0) {
+            m = x;
+            break;
+        }
+    }
     list_del(&m->link);
     f->nfollowers--;
     deadline_cancel(&m->wait);
@@ -257,7 +372,8 @@ static void owner_lost(struct flight *f, enum reason why)
     latency_add(LAT_FOLLOWER_WAIT, now_us() - m->joined_us);
     F.promoted++;
     make_owner(f, m);
-    transition("promoted", f, f->fence, REASON_NONE, (now_us() - m->joined_us) / 1000);
+    struct tr tp = { NULL, NULL, -1, ms_since(m->joined_us), NULL };
+    transition("promoted", f, f->fence, REASON_NONE, tp);
     reply_owner(m->conn, m->p.rid, f);
 }
 
@@ -300,7 +416,10 @@ static void on_follower_wait(struct deadline *d)
     struct conn *c = m->conn;
     uint64_t rid = m->p.rid;
     F.b->stats.timeouts++;
+    F.follower_timeouts++;
     latency_add(LAT_FOLLOWER_WAIT, now_us() - m->joined_us);
+    struct tr t = { NULL, NULL, -1, ms_since(m->joined_us), NULL };
+    transition("follower_timeout", m->f, m->f->fence, REASON_NONE, t);
     follower_leave(m);
     conn_reply_error(c, rid, COORD_ETIMEOUT, "no result within wait_ms");
 }
@@ -326,6 +445,14 @@ struct outcome {
     uint64_t retry_after_ms;       /* failed: a backoff was asked for */
 };
 
+static void outcome_code(const void *p, const uint8_t **code, size_t *len, bool *retryable)
+{
+    const struct outcome *o = p;
+    *code = o->code.ptr;
+    *len = o->code.len;
+    *retryable = o->retryable;
+}
+
 static void encode_outcome(coord_enc *e, const struct outcome *o, uint64_t fence,
                            uint64_t age_ms, const char *source)
 {
@@ -349,7 +476,8 @@ static void encode_outcome(coord_enc *e, const struct outcome *o, uint64_t fence
 }
 
 /* Answers every follower and frees the flight; returns how many. */
-static uint64_t deliver(struct flight *f, const struct outcome *o)
+static uint64_t deliver(struct flight *f, const struct outcome *o, const struct conn *who,
+                        const struct member *wm)
 {
     uint64_t n = 0, now = now_us();
     while (!list_empty(&f->followers)) {
@@ -366,8 +494,8 @@ static uint64_t deliver(struct flight *f, const struct outcome *o)
         free(m);
         n++;
     }
-    transition(o->failed ? "failed" : "completed", f, f->fence, REASON_NONE,
-               (now_us() - f->owner_since_us) / 1000);
+    struct tr t = { who, wm, ms_since(f->owner_since_us), -1, o->failed ? o : NULL };
+    transition(o->failed ? "failed" : "completed", f, f->fence, REASON_NONE, t);
     notify_watchers(f, !o->failed);
     flight_free(f);
     return n;
@@ -389,6 +517,7 @@ struct completion {
     struct conn_job owner;         /* answered once the record is stored */
     struct outcome o;
     uint8_t *copy;                 /* result or code+message bytes */
+    struct member *m;              /* the owner's member (its version) */
 };
 
 static void completion_reply(struct conn *c, struct completion *cp, int status, uint64_t n);
@@ -406,12 +535,13 @@ static void completion_done(struct ledger_job *job, int status)
                                     "the flight was purged (record.purge): nothing delivered or kept",
                                     reason_name(REASON_PURGED));
     } else {
-        uint64_t n = deliver(cp->f, &cp->o);
+        uint64_t n = deliver(cp->f, &cp->o, c, cp->m);
         completion_reply(c, cp, status, n);
     }
     conn_job_end(&cp->owner);
     record_write_free(&cp->w);
     free(cp->copy);
+    free(cp->m);
     free(cp);
 }
 
@@ -436,6 +566,11 @@ static struct flight *owned_flight(struct conn *c, uint64_t rid, uint64_t id, ui
         bool issued = id && id <= ids_last();
         if (issued) {
             F.fenced++;
+            log_event(LOG_INFO, "flight.transition",
+                      "what=fenced flight=%llu fence=%llu owner_conn=%llu owner_pid=%llu"
+                      " (the flight is over)", (unsigned long long)id,
+                      (unsigned long long)fence, (unsigned long long)c->id,
+                      (unsigned long long)c->pid);
             conn_reply_error(c, rid, COORD_EFENCED, "flight is over; this result is stale");
         } else {
             conn_reply_error(c, rid, COORD_ENOT_FOUND, "no such flight");
@@ -444,7 +579,8 @@ static struct flight *owned_flight(struct conn *c, uint64_t rid, uint64_t id, ui
     }
     if (f->purged) {
         F.fenced++;
-        transition("fenced", f, fence, REASON_PURGED, 0);
+        struct tr t = { c, NULL, -1, -1, NULL };
+        transition("fenced", f, fence, REASON_PURGED, t);
         conn_reply_error_reason(c, rid, COORD_EFENCED,
                                 "the flight was purged (record.purge): its result is not kept",
                                 reason_name(REASON_PURGED));
@@ -452,10 +588,20 @@ static struct flight *owned_flight(struct conn *c, uint64_t rid, uint64_t id, ui
             flight_free(f);            /* the owner has heard: the tombstone goes */
         return NULL;
     }
+    if (BROKEN(SUPERSEDED_ACCEPTED) && !f->completing && f->owner &&
+        f->superseded_fence && f->superseded_fence == fence)
+        return f;                      /* the stale owner's result, taken */
     if (f->completing || !f->owner || f->owner->conn != c || f->fence != fence) {
         F.fenced++;
-        transition("fenced", f, fence, REASON_NONE, 0);
-        conn_reply_error(c, rid, COORD_EFENCED, "stale fence: another owner took over");
+        struct tr t = { c, NULL, -1, -1, NULL };
+        bool sup = f->superseded_fence && f->superseded_fence == fence;
+        transition("fenced", f, fence, sup ? REASON_SUPERSEDED : REASON_NONE, t);
+        if (sup)
+            conn_reply_error_reason(c, rid, COORD_EFENCED,
+                                    "superseded: a fresh request took the flight over",
+                                    reason_name(REASON_SUPERSEDED));
+        else
+            conn_reply_error(c, rid, COORD_EFENCED, "stale fence: another owner took over");
         return NULL;
     }
     return f;
@@ -479,7 +625,7 @@ static void finish(struct conn *c, uint64_t rid, struct flight *f, struct outcom
         gates_backoff_start(f->skey, f->by_key.keylen, o->retry_after_ms, o->code.ptr,
                             o->code.len, o->message.ptr, o->message.len);
     if (keep_ms == 0) {
-        reply_delivered(c, rid, deliver(f, o));
+        reply_delivered(c, rid, deliver(f, o, c, f->owner));
         return;
     }
     struct completion *cp = calloc(1, sizeof *cp);
@@ -497,7 +643,13 @@ static void finish(struct conn *c, uint64_t rid, struct flight *f, struct outcom
                         .created_ms = now, .expires_ms = now + keep_ms,
                         .result = o->result, .result_len = o->result_len,
                         .code = o->code.ptr, .code_len = o->code.len,
-                        .message = o->message.ptr, .message_len = o->message.len };
+                        .message = o->message.ptr, .message_len = o->message.len,
+                        .pid = c->pid,
+                        .client = (const uint8_t *)(c->client ? c->client : ""),
+                        .client_len = c->client ? strlen(c->client) : 0,
+                        .instance = (const uint8_t *)(c->instance ? c->instance : ""),
+                        .instance_len = c->instance ? strlen(c->instance) : 0,
+                        .version = f->owner->version, .version_len = f->owner->version_len };
     if (record_write_prepare(&cp->w, f->skey, f->by_key.keylen, &r) < 0) {
         free(cp);
         free(copy);
@@ -523,7 +675,7 @@ static void finish(struct conn *c, uint64_t rid, struct flight *f, struct outcom
     f->completing = true;
     deadline_cancel(&f->deadline);
     owner_unlink(f);
-    free(f->owner);
+    cp->m = f->owner;
     f->owner = NULL;
     cp->w.job.done = completion_done;
     records_submit_write(&cp->w);
@@ -675,8 +827,9 @@ static bool add_watcher(struct conn *c, struct flight *f)
 }
 
 struct join_args {
-    uint64_t ttl, wait_ms, max_age, stale_ms;
-    bool orphan_abort, notify;
+    uint64_t ttl, wait_ms, max_age, stale_ms, priority;
+    bool orphan_abort, notify, supersede, own_version;
+    coord_bytes version;
 };
 
 /* A joining caller, owner or follower to be; NULL when out of memory. */
@@ -690,6 +843,11 @@ static struct member *member_new(struct conn *c, const struct join_args *a)
     m->abort_when_orphaned = a->orphan_abort;
     m->joined_ms = broker_now_ms(F.b);
     m->joined_us = now_us();
+    m->priority = a->priority;
+    m->own_version = a->own_version;
+    m->version_len = (uint8_t)a->version.len;
+    if (a->version.len)
+        memcpy(m->version, a->version.ptr, a->version.len);
     list_init(&m->link);
     list_init(&m->p.link);
     return m;
@@ -723,6 +881,26 @@ static void start_flight(struct conn *c, uint64_t rid, uint8_t *skey, size_t skl
     fl->skey = skey;
     fl->by_key.key = skey;
     fl->by_key.keylen = sklen;
+    fl->version_len = m->version_len;
+    memcpy(fl->version, m->version, m->version_len);
+    fl->keyed = bypass ? KEYED_NONE
+              : hashmap_get(&F.by_key, skey, sklen) ? KEYED_VKEY : KEYED_KEY;
+    if (fl->keyed == KEYED_VKEY) {
+        /* (version length, version, scoped key): one flight per version */
+        fl->vkey = malloc(1 + fl->version_len + sklen);
+        if (!fl->vkey) {
+            free(skey);
+            free(fl);
+            free(m);
+            conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+            return;
+        }
+        fl->vkey[0] = fl->version_len;
+        memcpy(fl->vkey + 1, fl->version, fl->version_len);
+        memcpy(fl->vkey + 1 + fl->version_len, skey, sklen);
+        fl->by_vkey.key = fl->vkey;
+        fl->by_vkey.keylen = 1 + fl->version_len + sklen;
+    }
     fl->bypass = bypass;
     fl->revalidation = stale != NULL;
     fl->id = ids_next();
@@ -733,11 +911,13 @@ static void start_flight(struct conn *c, uint64_t rid, uint8_t *skey, size_t skl
     list_init(&fl->followers);
     list_init(&fl->owner_link);
     list_init(&fl->watchers);
-    if ((!bypass && hashmap_put(&F.by_key, &fl->by_key) < 0) ||
-        hashmap_put(&F.by_id, &fl->by_id) < 0) {
-        if (!bypass)
-            hashmap_del(&F.by_key, &fl->by_key);
+    int put = fl->keyed == KEYED_KEY  ? hashmap_put(&F.by_key, &fl->by_key)
+            : fl->keyed == KEYED_VKEY ? hashmap_put(&F.by_vkey, &fl->by_vkey) : 0;
+    if (put < 0 || hashmap_put(&F.by_id, &fl->by_id) < 0) {
+        if (put == 0)
+            key_unlink(fl);
         free(skey);
+        free(fl->vkey);
         free(fl);
         free(m);
         conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
@@ -746,13 +926,13 @@ static void start_flight(struct conn *c, uint64_t rid, uint8_t *skey, size_t skl
     list_append(&F.all, &fl->order);
     m->f = fl;
     F.started++;
+    if (fl->keyed == KEYED_VKEY)
+        F.version_flights++;
     make_owner(fl, m);
-    transition("started", fl, fl->fence, REASON_NONE, 0);
+    transition("started", fl, fl->fence, REASON_NONE, TR_NONE);
     coord_enc e;
     conn_enc_begin_reply(c, &e, rid);
-    coord_enc_kv_cstr(&e, "role", "owner");
-    coord_enc_kv_uint(&e, "flight", fl->id);
-    coord_enc_kv_uint(&e, "fence", fl->fence);
+    encode_owner(&e, fl);
     if (bypass)
         coord_enc_kv_bool(&e, "bypass", true);
     if (stale) {
@@ -786,7 +966,85 @@ static void follow(struct conn *c, uint64_t rid, struct flight *fl, const struct
     F.joined++;
     if (a->wait_ms)
         deadline_set(&m->wait, m->joined_ms + a->wait_ms, on_follower_wait);
-    transition("joined", fl, fl->fence, REASON_NONE, 0);
+    transition("joined", fl, fl->fence, REASON_NONE, TR_NONE);
+}
+
+static bool same_version(const struct flight *f, const struct join_args *a)
+{
+    return f->version_len == a->version.len &&
+           (a->version.len == 0 || memcmp(f->version, a->version.ptr, a->version.len) == 0);
+}
+
+/* The running flight a join of skey meets: the one of its version, else
+ * (other_version "follow") the key's first flight; NULL: none. */
+static struct flight *find_flight(const uint8_t *skey, size_t sklen, const struct join_args *a)
+{
+    struct hentry *h = hashmap_get(&F.by_key, skey, sklen);
+    struct flight *first = h ? list_entry(h, struct flight, by_key) : NULL;
+    if (first && same_version(first, a))
+        return first;
+    if (F.by_vkey.count) {
+        uint8_t buf[1 + LIMIT_FLIGHT_VERSION + 64];
+        size_t n = 1 + a->version.len + sklen;
+        uint8_t *vk = n <= sizeof buf ? buf : malloc(n);
+        if (vk) {
+            vk[0] = (uint8_t)a->version.len;
+            if (a->version.len)
+                memcpy(vk + 1, a->version.ptr, a->version.len);
+            memcpy(vk + 1 + a->version.len, skey, sklen);
+            h = hashmap_get(&F.by_vkey, vk, n);
+            if (vk != buf)
+                free(vk);
+            if (h)
+                return list_entry(h, struct flight, by_vkey);
+        }
+    }
+    return a->own_version ? NULL : first;
+}
+
+/* The record's version is not the joiner's, which wants its own. */
+static bool record_other_version(const struct record *r, const struct join_args *a)
+{
+    return a->own_version &&
+           !(r->version_len == a->version.len &&
+             (!r->version_len || memcmp(r->version, a->version.ptr, r->version_len) == 0));
+}
+
+/* A fresh join takes fl over (supersede, or a higher priority): the owner
+ * hears flight.abort (superseded), its fence is retired (its late result
+ * is FENCED, reason superseded), c owns the flight under a new fence, and
+ * the followers stay and get c's outcome.  false: refused (replied). */
+static bool supersede(struct conn *c, uint64_t rid, struct flight *fl, const struct join_args *a)
+{
+    if (c->nflights_owned >= LIMIT_CONN_FLIGHTS && fl->owner->conn != c) {
+        reply_conn_limit(c, rid, "flights owned", LIMIT_CONN_FLIGHTS);
+        return false;
+    }
+    struct member *m = member_new(c, a);
+    if (!m) {
+        conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+        return false;
+    }
+    struct member *old = fl->owner;
+    owner_unlink(fl);
+    fl->owner = NULL;
+    deadline_cancel(&fl->deadline);
+    fl->superseded_fence = fl->fence;
+    fl->fence = ids_next();
+    send_abort_event(old->conn, fl, REASON_SUPERSEDED);
+    struct tr t = { old->conn, old, ms_since(fl->owner_since_us), -1, NULL };
+    transition("superseded", fl, fl->superseded_fence, REASON_SUPERSEDED, t);
+    free(old);
+    F.superseded++;
+    m->f = fl;
+    make_owner(fl, m);
+    transition("started", fl, fl->fence, REASON_SUPERSEDED, TR_NONE);
+    coord_enc e;
+    conn_enc_begin_reply(c, &e, rid);
+    encode_owner(&e, fl);
+    coord_enc_kv_uint(&e, "superseded", fl->superseded_fence);
+    conn_enc_finish(c, &e);
+    return true;
 }
 
 /* The order a join is settled in: the kill switch (an owner without
@@ -805,6 +1063,12 @@ void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
     coord_field_uint(f, "stale_ms", false, &a.stale_ms);
     coord_field_bool(f, "abort_when_orphaned", false, &a.orphan_abort);
     coord_field_bool(f, "notify", false, &a.notify);
+    coord_field_bool(f, "supersede", false, &a.supersede);
+    coord_field_uint(f, "priority", false, &a.priority);
+    a.version.ptr = (const uint8_t *)"";
+    coord_field_str(f, "version", false, &a.version);
+    coord_bytes other = { NULL, 0 };
+    bool have_other = coord_field_str(f, "other_version", false, &other);
     if (!fields_ok(c, rid, f) || !name_size_ok(c, rid, "key", key.len) ||
         !duration_ok(c, rid, "owner_ttl_ms", a.ttl, LIMIT_WAIT_MS) ||
         !duration_ok(c, rid, "wait_ms", a.wait_ms, LIMIT_WAIT_MS) ||
@@ -814,6 +1078,21 @@ void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
     if (a.ttl == 0) {
         conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, "owner_ttl_ms must be at least 1");
         return;
+    }
+    if (a.version.len > LIMIT_FLIGHT_VERSION) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "version longer than %u bytes", LIMIT_FLIGHT_VERSION);
+        conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, msg);
+        return;
+    }
+    if (have_other) {
+        if (other.len == 3 && memcmp(other.ptr, "own", 3) == 0) {
+            a.own_version = true;
+        } else if (!(other.len == 6 && memcmp(other.ptr, "follow", 6) == 0)) {
+            conn_reply_error(c, rid, COORD_EINVALID_OPTIONS,
+                             "other_version must be \"follow\" or \"own\"");
+            return;
+        }
     }
     if (!have_wait)
         a.wait_ms = a.ttl;
@@ -829,13 +1108,34 @@ void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
         start_flight(c, rid, skey, sklen, &a, true, NULL, 0);
         return;
     }
-    struct hentry *h = hashmap_get(&F.by_key, skey, sklen);
-    struct flight *fl = h ? list_entry(h, struct flight, by_key) : NULL;
+    struct flight *fl = find_flight(skey, sklen, &a);
     struct backoff_view bv;
+    if (fl && fl->owner && !fl->completing &&
+        (a.supersede || a.priority > fl->owner->priority)) {
+        free(skey);
+        supersede(c, rid, fl, &a);
+        return;
+    }
     if ((a.max_age || a.stale_ms) && sklen - SKEY_HEADER <= LIMIT_RECORD_KEY) {
         MDB_txn *txn;
         struct record r;
-        if (records_lookup(&txn, skey, sklen, &r) == 1) {
+        int found = records_lookup(&txn, skey, sklen, &r);
+        if (found < 0) {
+            /* the join goes on as if there were none: note it */
+            F.read_failures++;
+            if (fl) {
+                transition("read_failed", fl, fl->fence, REASON_NONE, TR_NONE);
+            } else {
+                char kh[REDACT_BUF];
+                size_t klen;
+                const uint8_t *k = skey_name(skey, sklen, &klen);
+                log_event(LOG_INFO, "flight.transition", "what=read_failed key=%s",
+                          redact(k, klen, kh));
+            }
+        }
+        if (found == 1 && record_other_version(&r, &a))
+            ledger_read_end(c->b->ledger, txn);
+        else if (found == 1) {
             uint64_t now = wall_ms(), age = now > r.created_ms ? now - r.created_ms : 0;
             enum record_use use = classify(&r, age, a.max_age, a.stale_ms);
             bool done = true;
@@ -906,6 +1206,8 @@ void op_flight_list(struct conn *c, uint64_t rid, coord_fields *f)
         coord_enc_kv_uint(&e, "followers", fl->nfollowers);
         coord_enc_kv_uint(&e, "age_ms", now - fl->started_ms);
         coord_enc_kv_bool(&e, "completing", fl->completing);
+        if (fl->version_len)
+            coord_enc_kv_name(&e, "version", fl->version, fl->version_len);
         coord_enc_map_end(&e);
         if (list_entry_overflows(c, &e, &m)) {
             cut = true;
@@ -929,8 +1231,7 @@ static void purge_flight(struct flight *f)
     f->purged = true;
     F.purged++;
     F.tombstones++;
-    if (!f->bypass)
-        hashmap_del(&F.by_key, &f->by_key);
+    key_unlink(f);
     list_del(&f->order);
     uint64_t now = now_us();
     while (!list_empty(&f->followers)) {
@@ -945,7 +1246,8 @@ static void purge_flight(struct flight *f)
         free(m);
     }
     notify_watchers(f, false);
-    transition("purged", f, f->fence, REASON_PURGED, (now - f->owner_since_us) / 1000);
+    struct tr t = { NULL, NULL, (int64_t)((now - f->owner_since_us) / 1000), -1, NULL };
+    transition("purged", f, f->fence, REASON_PURGED, t);
     if (f->owner)
         send_abort_event(f->owner->conn, f, REASON_PURGED);
 }

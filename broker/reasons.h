@@ -22,7 +22,8 @@
     X(REASON_RESTART, "restart")           /* a term live when its broker stopped */ \
     X(REASON_LEDGER_UNAVAILABLE, "ledger-unavailable") /* a remote ledger out of reach */ \
     X(REASON_ABORTED, "aborted")           /* a term stored but never handed out */ \
-    X(REASON_PURGED, "purged")             /* a flight under a record.purge (logout) */
+    X(REASON_PURGED, "purged")             /* a flight under a record.purge (logout) */ \
+    X(REASON_SUPERSEDED, "superseded")     /* a flight owner replaced by a fresh join */
 
 enum reason {
 #define REASON_ENUM(id, name) id,

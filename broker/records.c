@@ -2,7 +2,10 @@
  *
  * A record value is: status u8, retryable u8, fence u64, created_ms u64,
  * expires_ms u64 (all big-endian), then the result bytes (completed) or
- * code_len u16, code, message_len u32, message (failed).  Every record has
+ * code_len u16, code, message_len u32, message (failed).  A status with
+ * RECORD_EXT set has, between the header and the payload, the owner and
+ * version: ext_len u16, then pid u64, and client, instance, version each
+ * as len u16 + bytes (records of older brokers have none).  Every record has
  * an entry in the expiry database (expires_ms first), so the sweep deletes
  * the oldest first in bounded batches on the writer thread.
  *
@@ -27,6 +30,8 @@
 #include "skey.h"
 
 #define HEADER 26
+/* status bit: the owner and version follow the header */
+#define RECORD_EXT 0x80
 #define SWEEP_BATCH 1000
 /* A sweep waits this long at most for the next expiry: one wake-up an hour
  * bounds what a wall clock stepped back can delay. */
@@ -64,13 +69,38 @@ static bool decode(const MDB_val *v, struct record *r)
     if (n < HEADER)
         return false;
     memset(r, 0, sizeof *r);
-    r->status = p[0];
+    r->status = p[0] & ~RECORD_EXT;
     r->retryable = p[1] != 0;
     r->fence = get_be64(p + 2);
     r->created_ms = get_be64(p + 10);
     r->expires_ms = get_be64(p + 18);
+    bool ext = p[0] & RECORD_EXT;
     p += HEADER;
     n -= HEADER;
+    if (ext) {
+        if (n < 2)
+            return false;
+        size_t elen = ((size_t)p[0] << 8) | p[1];
+        if (n < 2 + elen || elen < 8)
+            return false;
+        const uint8_t *e = p + 2, *end = p + 2 + elen;
+        r->pid = get_be64(e);
+        e += 8;
+        const uint8_t **ptrs[3] = { &r->client, &r->instance, &r->version };
+        size_t *lens[3] = { &r->client_len, &r->instance_len, &r->version_len };
+        for (int i = 0; i < 3; i++) {
+            if (end - e < 2)
+                return false;
+            size_t l = ((size_t)e[0] << 8) | e[1];
+            if ((size_t)(end - e) < 2 + l)
+                return false;
+            *ptrs[i] = e + 2;
+            *lens[i] = l;
+            e += 2 + l;
+        }
+        p += 2 + elen;
+        n -= 2 + elen;
+    }
     if (r->status == RECORD_COMPLETED) {
         r->result = p;
         r->result_len = n;
@@ -95,9 +125,10 @@ int record_write_prepare(struct record_write *w, const uint8_t *skey, size_t skl
 {
     size_t payload = r->status == RECORD_COMPLETED
                          ? r->result_len : 2 + r->code_len + 4 + r->message_len;
+    size_t elen = 8 + 2 + r->client_len + 2 + r->instance_len + 2 + r->version_len;
     memset(w, 0, sizeof *w);
     w->skey = malloc(sklen);
-    w->value = malloc(HEADER + payload);
+    w->value = malloc(HEADER + 2 + elen + payload);
     if (!w->skey || !w->value) {
         record_write_free(w);
         return -1;
@@ -105,12 +136,25 @@ int record_write_prepare(struct record_write *w, const uint8_t *skey, size_t skl
     memcpy(w->skey, skey, sklen);
     w->sklen = sklen;
     uint8_t *p = w->value;
-    p[0] = r->status;
+    p[0] = r->status | RECORD_EXT;
     p[1] = r->retryable;
     put_be64(p + 2, r->fence);
     put_be64(p + 10, r->created_ms);
     put_be64(p + 18, r->expires_ms);
     p += HEADER;
+    p[0] = (uint8_t)(elen >> 8);
+    p[1] = (uint8_t)elen;
+    put_be64(p + 2, r->pid);
+    p += 10;
+    const uint8_t *ptrs[3] = { r->client, r->instance, r->version };
+    size_t lens[3] = { r->client_len, r->instance_len, r->version_len };
+    for (int i = 0; i < 3; i++) {
+        p[0] = (uint8_t)(lens[i] >> 8);
+        p[1] = (uint8_t)lens[i];
+        if (lens[i])
+            memcpy(p + 2, ptrs[i], lens[i]);
+        p += 2 + lens[i];
+    }
     if (r->status == RECORD_COMPLETED) {
         if (r->result_len)
             memcpy(p, r->result, r->result_len);
@@ -122,7 +166,7 @@ int record_write_prepare(struct record_write *w, const uint8_t *skey, size_t skl
         if (r->message_len)
             memcpy(p + 2 + r->code_len + 4, r->message, r->message_len);
     }
-    w->vlen = HEADER + payload;
+    w->vlen = HEADER + 2 + elen + payload;
     w->expires_ms = r->expires_ms;
     return 0;
 }
@@ -356,6 +400,19 @@ static size_t record_key(struct conn *c, uint64_t rid, coord_bytes key, uint8_t 
     return n;
 }
 
+/* The owner that wrote r and its version, when the record has them. */
+static void record_encode_owner(coord_enc *e, const struct record *r)
+{
+    if (!r->pid && !r->client_len && !r->instance_len && !r->version_len)
+        return;
+    static const uint8_t none[1];
+    coord_enc_kv_name(e, "client", r->client_len ? r->client : none, r->client_len);
+    coord_enc_kv_uint(e, "pid", r->pid);
+    coord_enc_kv_name(e, "instance", r->instance_len ? r->instance : none, r->instance_len);
+    if (r->version_len)
+        coord_enc_kv_name(e, "version", r->version, r->version_len);
+}
+
 static void record_encode_body(coord_enc *e, const struct record *r)
 {
     coord_enc_kv_cstr(e, "status", r->status == RECORD_COMPLETED ? "completed" : "failed");
@@ -372,6 +429,7 @@ static void record_encode_body(coord_enc *e, const struct record *r)
     }
     coord_enc_kv_uint(e, "created_ms", r->created_ms);
     coord_enc_kv_uint(e, "expires_ms", r->expires_ms);
+    record_encode_owner(e, r);
 }
 
 void op_record_get(struct conn *c, uint64_t rid, coord_fields *f)
@@ -454,6 +512,7 @@ void op_record_list(struct conn *c, uint64_t rid, coord_fields *f)
         coord_enc_kv_uint(&e, "size", r.status == RECORD_COMPLETED ? r.result_len : r.message_len);
         coord_enc_kv_uint(&e, "created_ms", r.created_ms);
         coord_enc_kv_uint(&e, "expires_ms", r.expires_ms);
+        record_encode_owner(&e, &r);
         coord_enc_map_end(&e);
         if (list_entry_overflows(c, &e, &m)) {
             cut = true;

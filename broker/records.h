@@ -29,6 +29,15 @@ struct record {
     size_t code_len;
     const uint8_t *message;
     size_t message_len;
+    /* who wrote it (the owner's hello) and the version of its code
+     * (flight.join's version); empty in records written before them */
+    uint64_t pid;
+    const uint8_t *client;
+    size_t client_len;
+    const uint8_t *instance;
+    size_t instance_len;
+    const uint8_t *version;
+    size_t version_len;
 };
 
 /* A write of one record, run by the ledger writer.  The caller fills it,

@@ -69,8 +69,23 @@ void coord__set_error(coord_t *c, const char *fmt, ...)
     va_list ap;
     va_start(ap, fmt);
     c->errreason[0] = '\0';
+    c->errbroker = false;
     vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
     va_end(ap);
+}
+
+void coord__seconds(char *out, size_t size, uint64_t ms)
+{
+    snprintf(out, size, "%g s", (double)ms / 1000.0);
+}
+
+void coord__wait_timed_out(coord_t *c, int rc, const char *what, uint64_t wait_ms)
+{
+    if (rc != COORD_ETIMEOUT || !wait_ms || !c || !c->errbroker)
+        return;
+    char s[32];
+    coord__seconds(s, sizeof s, wait_ms);
+    coord__set_error(c, "%s: timed out after %s", what, s);
 }
 
 /* The message of an error reply, or the code's own text.  The broker's
@@ -86,6 +101,7 @@ static void error_from_reply(coord_t *c, const struct coord_reply *r)
         coord__escape_text(c->errmsg, sizeof c->errmsg, msg, n);
     else
         coord__set_error(c, "%s", coord_code_text(r->status));
+    c->errbroker = true;
     if (coord_map_str(m, "reason", &msg, &n) && n < sizeof c->errreason && !memchr(msg, 0, n)) {
         memcpy(c->errreason, msg, n);
         c->errreason[n] = '\0';
@@ -807,7 +823,10 @@ int coord__call_timeout(coord_t *c, const coord_req_t *req,
         if (wait == 0 || !wait_readable(c, wait)) {
             struct coord_pending gone;
             ptable_take(&c->pending, p.rid, &gone);
-            coord__set_error(c, "no reply to %s within %d ms", req->op, timeout_ms);
+            char secs[32];
+            coord__seconds(secs, sizeof secs, (uint64_t)timeout_ms);
+            coord__set_error(c, "%s: no reply from the broker: timed out after %s",
+                             req->op, secs);
             return leave(c, COORD_ETIMEOUT);
         }
         pump_once(c, false);

@@ -375,12 +375,14 @@ static int open_socket(const char *path, const coord_options *o)
         }
         int left = (int)(deadline - coord__now_ms());
         if (left <= 0) {
+            char s[32];
+            coord__seconds(s, sizeof s, timeout);
             if (spawned)
-                cerr("the broker started for %s did not answer within %u ms",
-                     path, timeout);
+                cerr("the broker started for %s did not answer: timed out after %s",
+                     path, s);
             else
-                cerr("the broker at %s did not accept within %u ms (%s)", path,
-                     timeout, strerror(err));
+                cerr("the broker at %s did not accept: timed out after %s (%s)", path,
+                     s, strerror(err));
             goto fail;
         }
         sleep_ms(backoff < left ? backoff : left);
@@ -428,7 +430,9 @@ static int hello(coord_t *c, const coord_options *o, unsigned timeout_ms)
     int rc = coord__call_timeout(c, r, &rep, (int)timeout_ms);
     coord_req_free(r);
     if (rc == COORD_ETIMEOUT) {
-        cerr("the broker did not answer hello within %u ms", timeout_ms);
+        char s[32];
+        coord__seconds(s, sizeof s, timeout_ms);
+        cerr("the broker did not answer hello: timed out after %s", s);
         return COORD_ECONNECT;
     }
     if (rc == COORD_ECLOSED || rc == COORD_EPROTOCOL) {

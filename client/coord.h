@@ -410,14 +410,27 @@ COORD_API char *coord_json_text(const void *p, size_t n);
 
 /* coord_once's policy when the broker cannot be reached: c is NULL
  * (coord_connect failed: no broker, autostart failed or off) or the
- * connection drops before the outcome is settled. */
+ * connection drops before the outcome is settled; and when a follower's
+ * wait (wait_ms) passes without a result.  Only for work that is safe to
+ * repeat (idempotent reads): others may run it at the same time. */
 typedef enum coord_fallback {
-    COORD_FALLBACK_FAIL = 0,   /* the default: return COORD_ECONNECT (c NULL)
-                                  or COORD_ECLOSED (dropped) */
-    COORD_FALLBACK_RUN,        /* run the work here without coordination (for
-                                  safe, idempotent reads) and say so:
-                                  out->fallback.  Others may run it too */
+    COORD_FALLBACK_FAIL = 0,   /* the default: return COORD_ECONNECT (c NULL),
+                                  COORD_ECLOSED (dropped) or COORD_ETIMEOUT */
+    COORD_FALLBACK_RUN,        /* run the work here without coordination and
+                                  say so: out->fallback, out->fallback_cause */
+    COORD_FALLBACK_RETRY,      /* unreachable: as RUN.  A follower's timeout:
+                                  join once more (out->retried), owning the
+                                  flight if its owner is gone by now, else
+                                  waiting wait_ms again; a second timeout
+                                  runs the work here as RUN does */
 } coord_fallback;
+
+/* Why coord_once ran the work without coordination (out->fallback). */
+typedef enum coord_fallback_cause {
+    COORD_FALLBACK_CAUSE_NONE = 0,
+    COORD_FALLBACK_CAUSE_UNREACHABLE,  /* no broker, or the connection dropped */
+    COORD_FALLBACK_CAUSE_TIMEOUT,      /* a follower's wait_ms passed */
+} coord_fallback_cause;
 
 typedef struct coord_flight_opts {
     uint64_t owner_ttl_ms;     /* the owner's lease: past it the owner gets the
@@ -442,7 +455,22 @@ typedef struct coord_flight_opts {
     bool notify;               /* served stale: get the event flight.updated
                                   when that revalidation ends */
     coord_fallback fallback;   /* coord_once only: what to do when the broker
-                                  cannot be reached (see coord_once) */
+                                  cannot be reached or a follower's wait
+                                  passes (see coord_once) */
+    bool supersede;            /* the running owner's work is known stale:
+                                  take the flight over (it gets flight.abort
+                                  "superseded", its late result FENCED; the
+                                  followers get ours).  A flight already
+                                  completing is followed instead */
+    uint64_t priority;         /* a join with a higher priority than the
+                                  running owner's supersedes it.  0: none */
+    const char *version;       /* the version of the code that runs the work
+                                  (NUL-terminated, at most 64 bytes; NULL:
+                                  none); kept in the flight and its record */
+    bool own_version;          /* a flight of another version runs: start
+                                  one of our own beside it (and never take a
+                                  record of another version) instead of
+                                  following it (compatible versions) */
 } coord_flight_opts;
 
 typedef enum coord_flight_role {
@@ -478,6 +506,12 @@ typedef struct coord_flight {
     size_t stale_result_len;
     uint64_t stale_age_ms;     /* revalidation: the stale record's age */
     uint64_t stale_fence;      /* revalidation: the fence that wrote it */
+    uint64_t superseded;       /* we took the flight over (supersede,
+                                  priority): the old owner's fence; else 0 */
+    char *version;             /* OWNER: the flight's version (the one it is
+                                  found under: a promoted or superseding
+                                  caller of another version runs it), a
+                                  NUL-terminated copy; NULL when none */
     /* RESULT */
     void *result;              /* the result bytes, with one NUL byte after
                                   them (so text can be used as a C string);
@@ -507,6 +541,9 @@ typedef struct coord_flight {
                                   policy was COORD_FALLBACK_RUN: the outcome
                                   is this process's own work (ran is true),
                                   uncoordinated and shared with nobody */
+    coord_fallback_cause fallback_cause;  /* why (fallback) */
+    bool retried;              /* COORD_FALLBACK_RETRY: a follower's wait
+                                  passed and we joined again */
 } coord_flight;
 
 /* Frees what f owns and zeroes it (role NONE).  NULL and an already cleared
@@ -698,14 +735,21 @@ COORD_API void coord_work_retry_after(uint64_t retry_after_ms);
  * COORD_FALLBACK_FAIL returns COORD_ECONNECT (c NULL) or COORD_ECLOSED;
  * COORD_FALLBACK_RUN runs work here, once, without coordination (unless it
  * already ran as our flight: its outcome is then kept) and returns 0 with
- * out->fallback and out->ran set, flight and fence 0.  Only for safe reads:
- * other processes may run it at the same time.  Nothing else falls back
- * (broker refusals, COORD_EFENCED, COORD_ETIMEOUT).  Returns
+ * out->fallback and out->ran set, fallback_cause UNREACHABLE, flight and
+ * fence 0.  When a follower's wait_ms passes without a result,
+ * COORD_FALLBACK_FAIL returns COORD_ETIMEOUT, COORD_FALLBACK_RUN runs work
+ * here the same way (fallback_cause TIMEOUT) and COORD_FALLBACK_RETRY joins
+ * once more first (out->retried: owner if the old owner is gone, else a
+ * follower for another wait_ms), then runs it here after a second timeout.
+ * Only for safe reads: other processes may run it at the same time.
+ * Nothing else falls back (broker refusals, COORD_EFENCED).  Returns
  *   0                 *out holds the outcome: role RESULT (ours when
  *                     out->ran, else the owner's or a record's) or FAILED
  *                     (ours, the owner's or a backoff's: see retryable);
  *   COORD_EFENCED     work ran but its outcome was refused: our lease
- *                     (owner_ttl_ms) passed and another caller took over;
+ *                     (owner_ttl_ms) passed and another caller took over,
+ *                     or a superseding join did (coord_error_reason
+ *                     "superseded");
  *   COORD_ETIMEOUT    a follower waited wait_ms without a result;
  *   COORD_ETOO_LARGE  work's result does not fit a frame (the followers get
  *                     a FAILED "TOO_LARGE"); a key too long to keep a record
@@ -732,6 +776,13 @@ typedef struct coord_record {
     char *error_code;          /* failed: NUL-terminated copies */
     char *error_message;
     bool retryable;
+    /* the owner that wrote it (its hello) and the version its join
+     * carried: NUL-terminated copies, "" when absent (records of an older
+     * broker have none) */
+    char *client;
+    uint64_t pid;
+    char *instance;
+    char *version;
 } coord_record;
 
 /* Frees what r owns and zeroes it.  NULL is fine. */

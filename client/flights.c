@@ -45,6 +45,7 @@ COORD_API void coord_flight_clear(coord_flight *f)
     free(f->stale_result);
     free(f->error_code);
     free(f->error_message);
+    free(f->version);
     memset(f, 0, sizeof *f);
 }
 
@@ -55,6 +56,9 @@ COORD_API void coord_record_clear(coord_record *r)
     free(r->result);
     free(r->error_code);
     free(r->error_message);
+    free(r->client);
+    free(r->instance);
+    free(r->version);
     memset(r, 0, sizeof *r);
 }
 
@@ -79,6 +83,14 @@ static coord_req_t *join_req(const void *key, size_t key_len, const coord_flight
             coord_req_uint(r, "stale_ms", o->stale_ms);
         if (o->notify)
             coord_req_bool(r, "notify", true);
+        if (o->supersede)
+            coord_req_bool(r, "supersede", true);
+        if (o->priority)
+            coord_req_uint(r, "priority", o->priority);
+        if (o->version)
+            coord_req_str(r, "version", o->version, strlen(o->version));
+        if (o->own_version)
+            coord_req_str(r, "other_version", "own", 3);
     }
     return r;
 }
@@ -105,6 +117,12 @@ static int join_result(coord_t *c, const coord_reply_t *reply, coord_flight *out
             !coord_map_uint(m, "fence", &out->fence))
             goto bad;
         coord_map_bool(m, "bypass", &out->bypass);
+        coord_map_uint(m, "superseded", &out->superseded);
+        const char *ver = NULL;
+        size_t vn = 0;
+        coord__map_bytes(m, "version", &ver, &vn);
+        if (vn && !(out->version = dup_str_field(m, "version")))
+            goto nomem;
         if (coord_map_map(m, "stale", &st)) {
             /* the owner of a revalidation: the stale record it replaces */
             const void *p = NULL;
@@ -178,6 +196,7 @@ COORD_API int coord_flight_join(coord_t *c, const void *key, size_t key_len,
         return COORD_EINVAL;
     coord_reply_t *reply = NULL;
     int rc = coord__call_free(c, join_req(key, key_len, o), &reply);
+    coord__wait_timed_out(c, rc, "no result", o ? o->wait_ms : 0);
     if (rc < 0)
         return rc;
     rc = join_result(c, reply, out);
@@ -188,6 +207,7 @@ COORD_API int coord_flight_join(coord_t *c, const void *key, size_t key_len,
 struct join_ctx {
     coord_flight_cb cb;
     void *ud;
+    uint64_t wait_ms;
 };
 
 /* Runs exactly once per request (client.c guarantees it, COORD_ECLOSED
@@ -198,6 +218,7 @@ static void on_join_reply(coord_t *c, int status, const coord_reply_t *reply, vo
     free(ud);
     coord_flight f;
     memset(&f, 0, sizeof f);
+    coord__wait_timed_out(c, status, "no result", ctx.wait_ms);
     if (status == 0)
         status = join_result(c, reply, &f);
     if (ctx.cb)
@@ -217,6 +238,7 @@ COORD_API int coord_flight_join_async(coord_t *c, const void *key, size_t key_le
     if (ctx) {
         ctx->cb = cb;
         ctx->ud = ud;
+        ctx->wait_ms = o ? o->wait_ms : 0;
     }
     return coord__send_ctx(c, join_req(key, key_len, o), on_join_reply, ctx, rid_out);
 }
@@ -527,7 +549,8 @@ static bool unreachable(int rc)
 }
 
 /* COORD_FALLBACK_RUN: the work runs here, uncoordinated. */
-static int run_local(coord_work_fn work, void *ud, coord_flight *out)
+static int run_local(coord_work_fn work, void *ud, coord_flight *out,
+                     coord_fallback_cause cause)
 {
     struct work_out w;
     int rc = run_work(work, ud, &w);
@@ -538,6 +561,7 @@ static int run_local(coord_work_fn work, void *ud, coord_flight *out)
     w.retry_after_ms = 0;       /* nobody to back off */
     work_to_flight(&w, out);
     out->fallback = true;
+    out->fallback_cause = cause;
     return 0;
 }
 
@@ -590,14 +614,33 @@ COORD_API int coord_once(coord_t *c, const void *key, size_t key_len,
         memset(out, 0, sizeof *out);
     if (!work || !out || !coord__bytes_ok(key, key_len))
         return COORD_EINVAL;
-    bool fall_back = o && o->fallback == COORD_FALLBACK_RUN;
+    bool fall_back = o && (o->fallback == COORD_FALLBACK_RUN ||
+                           o->fallback == COORD_FALLBACK_RETRY);
     if (!c)
-        return fall_back ? run_local(work, ud, out) : COORD_ECONNECT;
+        return fall_back ? run_local(work, ud, out, COORD_FALLBACK_CAUSE_UNREACHABLE)
+                         : COORD_ECONNECT;
     coord_flight f;
+    bool retried = false;
     int rc = coord_flight_join(c, key, key_len, o, &f);
-    if (rc < 0)
-        return fall_back && unreachable(rc) ? run_local(work, ud, out) : rc;
+    if (rc == COORD_ETIMEOUT && o && o->fallback == COORD_FALLBACK_RETRY) {
+        /* retry ownership: the owner may be gone by now (a second wait
+         * otherwise); a superseding join is never repeated */
+        coord_flight_opts again = *o;
+        again.supersede = false;
+        retried = true;
+        rc = coord_flight_join(c, key, key_len, &again, &f);
+    }
+    if (rc < 0) {
+        int cause = rc == COORD_ETIMEOUT ? COORD_FALLBACK_CAUSE_TIMEOUT
+                  : unreachable(rc)      ? COORD_FALLBACK_CAUSE_UNREACHABLE : 0;
+        if (!fall_back || !cause)
+            return rc;
+        rc = run_local(work, ud, out, (coord_fallback_cause)cause);
+        out->retried = retried;
+        return rc;
+    }
     if (f.role != COORD_FLIGHT_OWNER) {
+        f.retried = retried;
         *out = f;               /* a follower's, a record's or a backoff's */
         return 0;
     }
@@ -617,6 +660,7 @@ COORD_API int coord_once(coord_t *c, const void *key, size_t key_len,
     } else if (rc < 0 && fall_back && unreachable(rc)) {
         rc = 0;                 /* ours, shared with nobody */
         out->fallback = true;
+        out->fallback_cause = COORD_FALLBACK_CAUSE_UNREACHABLE;
     }
     if (rc < 0) {
         work_out_free(&w);
@@ -633,6 +677,10 @@ COORD_API int coord_once(coord_t *c, const void *key, size_t key_len,
     out->stale_result_len = f.stale_result_len;
     out->stale_age_ms = f.stale_age_ms;
     out->stale_fence = f.stale_fence;
+    out->superseded = f.superseded;
+    out->version = f.version;
+    f.version = NULL;
+    out->retried = retried;
     f.stale_result = NULL;
     coord_flight_clear(&f);
     return 0;
@@ -662,8 +710,14 @@ COORD_API int coord_record_get(coord_t *c, const void *key, size_t key_len,
     coord_map_uint(m, "fence", &out->fence);
     coord_map_uint(m, "created_ms", &out->created_ms);
     coord_map_uint(m, "expires_ms", &out->expires_ms);
-    rc = 0;
-    if (role_is(st, sn, "completed")) {
+    coord_map_uint(m, "pid", &out->pid);
+    out->client = dup_str_field(m, "client");
+    out->instance = dup_str_field(m, "instance");
+    out->version = dup_str_field(m, "version");
+    rc = out->client && out->instance && out->version ? 0 : COORD_ENOMEM;
+    if (rc < 0) {
+        /* out of memory: reported below */
+    } else if (role_is(st, sn, "completed")) {
         const void *p = NULL;
         size_t n = 0;
         if (!coord_map_bin(m, "result", &p, &n)) {

@@ -115,6 +115,7 @@ struct coord {
     char broker[64];
     char errmsg[COORD_ERRMSG_MAX];
     char errreason[32];             /* the last error reply's reason, or "" */
+    bool errbroker;                 /* errmsg is an error reply's message */
 };
 
 /* Arguments of the request calls: bytes p[0..n) may be NULL only when
@@ -134,6 +135,13 @@ int coord__set_max_frame(coord_t *c, uint64_t v);
 void coord__free(coord_t *c);
 void coord__set_error(coord_t *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* After a request that waits by design (lock, campaign, join) for up to
+ * wait_ms: when the broker answered rc == COORD_ETIMEOUT, the message in
+ * the caller's terms, "WHAT: timed out after 0.5 s", instead of the
+ * broker's (which names its request fields). */
+void coord__wait_timed_out(coord_t *c, int rc, const char *what, uint64_t wait_ms);
+/* "0.5 s", "30 s": ms as seconds, for messages. */
+void coord__seconds(char *out, size_t size, uint64_t ms);
 /* Blocking call with a deadline (-1: none); COORD_ETIMEOUT when it passes
  * (the request stays pending and its late reply is dropped). */
 int coord__call_timeout(coord_t *c, const coord_req_t *req,

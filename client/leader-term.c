@@ -45,6 +45,7 @@ COORD_API int coord_leader_campaign_term(coord_t *c, const void *ws, size_t ws_l
     t->state = COORD_LEADER_REQUESTING;
     coord_reply_t *reply = NULL;
     int rc = coord__call_free(c, coord__campaign_req(ws, ws_len, o), &reply);
+    coord__wait_timed_out(c, rc, "not elected", o ? o->timeout_ms : 0);
     if (rc < 0) {
         term_failed(t, rc);
         return rc;
@@ -60,12 +61,14 @@ struct campaign_ctx {
     coord_leader_term *t;
     coord_leader_cb cb;
     void *ud;
+    uint64_t timeout_ms;
 };
 
 static void on_campaign_reply(coord_t *c, int status, const coord_reply_t *reply, void *ud)
 {
     struct campaign_ctx *ctx = ud;
     coord_leader_term *t = ctx->t;
+    coord__wait_timed_out(c, status, "not elected", ctx->timeout_ms);
     if (status == 0)
         status = coord__campaign_reply(c, reply, t);
     if (status < 0)
@@ -94,6 +97,7 @@ COORD_API int coord_leader_campaign_async(coord_t *c, const void *ws, size_t ws_
         ctx->t = t;
         ctx->cb = cb;
         ctx->ud = ud;
+        ctx->timeout_ms = o ? o->timeout_ms : 0;
     }
     /* REQUESTING before the send: a reply can only come from a later
      * dispatch, never inside coord_send */

@@ -60,6 +60,7 @@ COORD_API int coord_lock_acquire(coord_t *c, const void *name, size_t name_len,
         return COORD_EINVAL;
     coord_reply_t *reply = NULL;
     int rc = coord__call_free(c, acquire_req(name, name_len, o), &reply);
+    coord__wait_timed_out(c, rc, "lock not granted", o ? o->timeout_ms : 0);
     if (rc < 0)
         return rc;
     rc = acquire_result(reply, &l, &t);
@@ -80,6 +81,7 @@ COORD_API int coord_lock_acquire(coord_t *c, const void *name, size_t name_len,
 struct acquire_ctx {
     coord_lock_cb cb;
     void *ud;
+    uint64_t timeout_ms;
 };
 
 /* Runs exactly once per request (client.c guarantees it, COORD_ECLOSED
@@ -90,6 +92,7 @@ static void on_acquire_reply(coord_t *c, int status, const coord_reply_t *reply,
     struct acquire_ctx ctx = *(struct acquire_ctx *)ud;
     free(ud);
     uint64_t lock = 0, token = 0;
+    coord__wait_timed_out(c, status, "lock not granted", ctx.timeout_ms);
     if (status == 0) {
         status = acquire_result(reply, &lock, &token);
         if (status == COORD_EPROTOCOL)
@@ -112,6 +115,7 @@ COORD_API int coord_lock_acquire_async(coord_t *c, const void *name, size_t name
     if (ctx) {
         ctx->cb = cb;
         ctx->ud = ud;
+        ctx->timeout_ms = o ? o->timeout_ms : 0;
     }
     return coord__send_ctx(c, acquire_req(name, name_len, o), on_acquire_reply, ctx,
                            rid_out);

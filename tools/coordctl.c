@@ -26,7 +26,8 @@ static const struct ctl_command commands[] = {
     { "top",    "[-d SECONDS] [-n COUNT]",
                     "a live view: locks held and waiting, flights, leaders, request\n"
                     "rate and latency, refreshed every -d seconds (default 1); -n\n"
-                    "COUNT frames, then exit (without a terminal: plain frames)",
+                    "COUNT frames, then exit (without a terminal: plain frames;\n"
+                    "--json: a frame is one object)",
                     cmd_top },
     { "reload", "", "the broker reads its workstream descriptor files again\n"
                     "(CONFIG_DIR/workstreams/WORKSTREAM.v1, as SIGHUP does): what\n"
@@ -39,10 +40,14 @@ static const struct ctl_command commands[] = {
     { "locks",  "[-a]", "held and pending locks (like navigator.locks.query()); the\n"
                     "broker's own leadership locks (-leader/WS) only with -a, --all",
                     cmd_locks },
-    { "lock",   "[-s] [-n] [-w SECONDS] [--steal] [--lease SECONDS] NAME -- CMD...",
+    { "lock",   "[-s] [-n] [-w SECONDS] [-E STATUS] [-v] [--steal]\n"
+                "[--lease SECONDS] NAME -- CMD...",
                 "run CMD holding the lock NAME, like flock(1): -s shared, -n exit 1\n"
-                "at once when busy, -w give up after SECONDS (exit 1), --steal break\n"
-                "the holders, --lease renew a lease of SECONDS while CMD runs.\n"
+                "at once when busy, -w give up after SECONDS (exit 1),\n"
+                "-E, --conflict-exit-code STATUS exit STATUS instead of 1 when busy\n"
+                "or timed out, -v, --verbose say on stderr who holds it while we\n"
+                "wait and how long the wait took, --steal break the holders,\n"
+                "--lease renew a lease of SECONDS while CMD runs.\n"
                 "CMD sees COORD_LOCK_TOKEN and COORD_LOCK_NAME; its process group\n"
                 "gets SIGINT/SIGTERM/SIGHUP sent to coordctl, and SIGTERM when the\n"
                 "lock is lost (stolen, expired, broker gone).  Exit status: CMD's\n"
@@ -55,7 +60,8 @@ static const struct ctl_command commands[] = {
                 "`once` runs CMD itself and keeps no record; durable until enable",
                 cmd_flights },
     { "once",   "[--keep SECONDS [--stale SECONDS]] [--wait SECONDS] [--ttl SECONDS]\n"
-                "[--fallback fail|run] (KEY | --key-from-request REQUEST-FLAGS) -- CMD...",
+                "[--fallback fail|run] [--supersede] [--version V [--own-version]]\n"
+                "(KEY | --key-from-request REQUEST-FLAGS) -- CMD...",
                 "single-flight CMD: one caller per KEY runs it, every concurrent\n"
                 "caller prints its stdout and exits with its status (128+N when\n"
                 "killed by signal N).  --keep reuse a successful result that long\n"
@@ -72,9 +78,13 @@ static const struct ctl_command commands[] = {
                 "its waiting callers, and every caller until that time is up, exit\n"
                 "75 at once with the failure on stderr (75 alone is a result).\n"
                 "--fallback run: when the broker cannot be reached (not running\n"
-                "and not startable, or gone while waiting), run CMD here without\n"
-                "coordination (COORD_FLIGHT_FALLBACK=1; a line on stderr says so);\n"
-                "fail (the default): exit 3",
+                "and not startable, or gone while waiting), or --wait passed, run\n"
+                "CMD here without coordination (COORD_FLIGHT_FALLBACK=1, or\n"
+                "=timeout; a line on stderr says which); fail (the default): exit\n"
+                "3 (1 after --wait).  --supersede: the running owner's work is\n"
+                "stale: take the flight over (its CMD is stopped, its followers\n"
+                "get ours).  --version V: CMD's version; --own-version: never\n"
+                "follow, nor take the kept result of, another version",
                 cmd_once },
     { "key",    "--method M --url U [--body-file F] [--content-type T]\n"
                 "[--header 'Name: value']... --user U [--tenant T] --auth-gen N\n"
@@ -146,11 +156,15 @@ static const struct ctl_command commands[] = {
     { "disable", "WORKSTREAM", "the kill switch: fence the leader, refuse campaigns\n"
                 "(prints the new generation)", cmd_disable },
     { "enable", "WORKSTREAM", "lift disable", cmd_enable },
-    { "watch",  "[-q] [-c COUNT] [CHANNEL...]",
+    { "watch",  "[-q] [-c COUNT] [--kind KIND[,KIND...]]\n"
+                "[--name PATTERN] [CHANNEL...]",
                 "live events, one line each, until interrupted (default: the\n"
                 "broker's channels -locks -flights -leaders; user channels show\n"
                 "their messages).  --json: each event as a JSON object.  -q: no\n"
-                "\"listening\" line on stderr.  -c: exit 0 after COUNT events", cmd_watch },
+                "\"listening\" line on stderr.  -c: exit 0 after COUNT events.\n"
+                "--kind lock, flight, leader, channel: only those events (without\n"
+                "CHANNEL: only those broker channels).  --name: only the locks,\n"
+                "flight keys, workstreams, channels matching the shell PATTERN", cmd_watch },
     { "publish", "[-w SECONDS] CHANNEL DATA", "send DATA to the other subscribers of CHANNEL;\n"
                 "prints \"delivered N\"; -w: while nobody is subscribed, try again\n"
                 "for up to SECONDS", cmd_publish },
@@ -243,7 +257,8 @@ static void help(FILE *f)
         "                   /tmp/coord-$UID/broker.sock)\n"
         "  --scope S        scope of names, keys and channels (default $COORD_SCOPE,\n"
         "                   else \"\"): a namespace in your broker, not a boundary\n"
-        "  --json           machine-readable output: one JSON line\n"
+        "  --json           machine-readable output: one JSON object per command,\n"
+        "                   errors as objects on stderr (also after the command)\n"
         "  --no-autostart   never start the broker\n"
         "  -h, --help       this text\n"
         "  -V, --version    coordctl's version (and the library's)\n"
@@ -271,7 +286,8 @@ static void help(FILE *f)
         "terminal (like timeout --foreground): the terminal's ^C reaches CMD and\n"
         "its children, what coordctl forwards or sends reaches CMD alone.\n"
         "\n"
-        "Errors are one line on stderr: coordctl: WHAT: CODE: MESSAGE.\n"
+        "Errors are one line on stderr: coordctl: WHAT: CODE: MESSAGE (--json:\n"
+        "{\"error\":{\"command\",\"op\",\"code\",\"message\"}}).\n"
         "Exit status: 0 ok, 1 refused or not running, 2 usage, 3 broker unreachable.\n",
         CTL_GRACE_MS / 1000, CTL_GRACE_MS / 1000);
 }
@@ -289,9 +305,55 @@ const char *ctl_code_name(int code)
     return "UNKNOWN";
 }
 
+/* The running command's context, for the error lines: under --json they
+ * are objects (set by main once the flags are known). */
+static const struct ctl *current;
+
+static void json_str_to(FILE *f, const char *s)
+{
+    char *j = coord_json_text(s, strlen(s));
+    fputs(j ? j : "null", f);
+    free(j);
+}
+
+/* {"error":{"command":C,"op":OP,"code":CODE,"message":MSG}} on stderr:
+ * one line, so that a script reads it with one JSON parse. */
+static void json_error(const char *op, const char *code, const char *msg)
+{
+    fputs("{\"error\":{\"command\":", stderr);
+    if (current && current->cmd)
+        json_str_to(stderr, current->cmd->name);
+    else
+        fputs("null", stderr);
+    fputs(",\"op\":", stderr);
+    json_str_to(stderr, op);
+    fputs(",\"code\":", stderr);
+    json_str_to(stderr, code);
+    fputs(",\"message\":", stderr);
+    json_str_to(stderr, msg);
+    fputs("}}\n", stderr);
+}
+
 static void error_line(const char *what, int code, const char *msg)
 {
-    fprintf(stderr, "coordctl: %s: %s: %s\n", what, ctl_code_name(code), msg);
+    if (current && current->json)
+        json_error(what, ctl_code_name(code), msg);
+    else
+        fprintf(stderr, "coordctl: %s: %s: %s\n", what, ctl_code_name(code), msg);
+}
+
+void ctl_error(struct ctl *ctl, const char *code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const char *name = ctl->cmd ? ctl->cmd->name : "coordctl";
+    if (ctl->json)
+        json_error(name, code, msg);
+    else
+        fprintf(stderr, "coordctl: %s: %s\n", name, msg);
 }
 
 int ctl_fail_connect(struct ctl *ctl, int code)
@@ -316,7 +378,22 @@ int ctl_fail_call(struct ctl *ctl, const char *what, int code)
 int ctl_usage(struct ctl *ctl, const char *fmt, ...)
 {
     va_list ap;
-    fprintf(stderr, "coordctl: %s: ", ctl->cmd ? ctl->cmd->name : "usage");
+    if (ctl->json) {
+        char msg[1024], more[128];
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        snprintf(more, sizeof more, " (try coordctl %s%s--help)",
+                 ctl->cmd ? ctl->cmd->name : "", ctl->cmd ? " " : "");
+        if (strlen(msg) + strlen(more) < sizeof msg)
+            strcat(msg, more);
+        json_error("usage", "USAGE", msg);
+        return CTL_EXIT_USAGE;
+    }
+    if (ctl->cmd)
+        fprintf(stderr, "coordctl: %s: ", ctl->cmd->name);
+    else
+        fputs("coordctl: ", stderr);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -385,15 +462,70 @@ int ctl_simple_call(struct ctl *ctl, const char *op, coord_reply_t **reply)
     return rc < 0 ? ctl_fail_call(ctl, op, rc) : 0;
 }
 
+/* The reply's own fields, which are the wire's and no part of an object
+ * coordctl prints. */
+static bool wire_key(const char *k, size_t kn)
+{
+    return (kn == 3 && !memcmp(k, "rid", 3)) || (kn == 2 && !memcmp(k, "ok", 2));
+}
+
+void ctl_json_text(const char *p, size_t n)
+{
+    char *j = coord_json_text(p, n);
+    fputs(j ? j : "null", stdout);
+    free(j);
+}
+
+static void json_entry(coord_map m, size_t i, const char *k, size_t kn, bool *first)
+{
+    char *v = coord_map_value_json(m, i);
+    if (!*first)
+        putchar(',');
+    *first = false;
+    ctl_json_text(k, kn);
+    putchar(':');
+    fputs(v ? v : "null", stdout);
+    free(v);
+}
+
+void ctl_json_members(coord_map m, bool *first)
+{
+    size_t n = coord_map_size(m);
+    for (size_t i = 0; i < n; i++) {
+        const char *k;
+        size_t kn;
+        coord_map_entry(m, i, &k, &kn);
+        if (!wire_key(k, kn))
+            json_entry(m, i, k, kn, first);
+    }
+}
+
+void ctl_json_member(coord_map m, const char *key, bool *first)
+{
+    size_t n = coord_map_size(m), l = strlen(key);
+    for (size_t i = 0; i < n; i++) {
+        const char *k;
+        size_t kn;
+        coord_map_entry(m, i, &k, &kn);
+        if (kn == l && !memcmp(k, key, l)) {
+            json_entry(m, i, k, kn, first);
+            return;
+        }
+    }
+}
+
+void ctl_print_json_inline(coord_map m)
+{
+    bool first = true;
+    putchar('{');
+    ctl_json_members(m, &first);
+    putchar('}');
+}
+
 int ctl_print_json(coord_map m)
 {
-    char *j = coord_map_json(m);
-    if (!j) {
-        error_line("json", COORD_ENOMEM, coord_strerror(COORD_ENOMEM));
-        return CTL_EXIT_FAIL;
-    }
-    puts(j);
-    free(j);
+    ctl_print_json_inline(m);
+    putchar('\n');
     return CTL_EXIT_OK;
 }
 
@@ -457,8 +589,7 @@ void ctl_table_add_map(struct ctl_table *t, coord_map m, const char *prefix)
         const char *k;
         size_t kn;
         coord_type type = coord_map_entry(m, i, &k, &kn);
-        if (!prefix[0] && ((kn == 3 && !memcmp(k, "rid", 3)) ||
-                           (kn == 2 && !memcmp(k, "ok", 2))))
+        if (!prefix[0] && wire_key(k, kn))
             continue;
         char name[256];
         snprintf(name, sizeof name, "%s%.*s", prefix, (int)kn, k);
@@ -691,6 +822,15 @@ int main(int argc, char **argv)
     if (!getenv("COORD_BROKER") && broker_beside(beside, sizeof beside))
         ctl.opts.broker_path = beside;
 
+    current = &ctl;
+    /* --json anywhere (before a lone --): the errors before the command is
+     * known are objects too */
+    for (int k = 1; k < argc && strcmp(argv[k], "--") != 0; k++)
+        if (!strcmp(argv[k], "--json"))
+            ctl.json = true;
+    bool json_seen = ctl.json;
+    ctl.json = false;
+
     int i = 1;
     for (; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -718,8 +858,9 @@ int main(int argc, char **argv)
         } else if ((v = flag_value(argc, argv, &i, "--scope", &bad))) {
             ctl.opts.scope = v;
         } else {
+            ctl.json = json_seen;
             if (!bad)
-                fprintf(stderr, "coordctl: unknown flag %s (try coordctl --help)\n", a);
+                ctl_usage(&ctl, "unknown flag %s", a);
             return CTL_EXIT_USAGE;
         }
     }
@@ -764,6 +905,23 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], commands[k].name) != 0)
             continue;
         ctl.cmd = &commands[k];
+        /* --json after the command name, among its flags or after its
+         * operands, up to a lone "--".  lock, once and leader-run read it
+         * among their flags only (getopt): what follows NAME is CMD's */
+        if (strcmp(ctl.cmd->name, "lock") != 0 && strcmp(ctl.cmd->name, "once") != 0 &&
+            strcmp(ctl.cmd->name, "leader-run") != 0) {
+            int w = i + 1, r = i + 1;
+            for (; r < argc && strcmp(argv[r], "--") != 0; r++) {
+                if (!strcmp(argv[r], "--json"))
+                    ctl.json = true;
+                else
+                    argv[w++] = argv[r];
+            }
+            while (r < argc)
+                argv[w++] = argv[r++];
+            argv[w] = NULL;
+            argc = w;
+        }
         if (i + 1 < argc && (!strcmp(argv[i + 1], "-h") ||
                              !strcmp(argv[i + 1], "--help"))) {
             char syn[400];
@@ -780,6 +938,6 @@ int main(int argc, char **argv)
             rc = CTL_EXIT_FAIL;
         return rc;
     }
-    fprintf(stderr, "coordctl: unknown command %s (try coordctl --help)\n", argv[i]);
-    return CTL_EXIT_USAGE;
+    ctl.json = ctl.json || json_seen;
+    return ctl_usage(&ctl, "unknown command %s", argv[i]);
 }

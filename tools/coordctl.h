@@ -51,7 +51,9 @@ int ctl_connect_shown(struct ctl *ctl, const char *name, char **shown);
 /* Prints "coordctl: connect: CODE: message" and returns the exit status. */
 int ctl_fail_connect(struct ctl *ctl, int code);
 /* Prints "coordctl: <what>: CODE: message" for a failed call on ctl->c and
- * returns the exit status (3 when the connection is gone, else 1). */
+ * returns the exit status (3 when the connection is gone, else 1).  Under
+ * --json every error (these, usage errors, ctl_error) is one line on stderr
+ * instead: {"error":{"command":C,"op":WHAT,"code":CODE,"message":M}}. */
 int ctl_fail_call(struct ctl *ctl, const char *what, int code);
 /* Prints "coordctl: <command>: <message>" and the command's usage line to
  * stderr; returns CTL_EXIT_USAGE. */
@@ -66,8 +68,23 @@ const char *ctl_code_name(int code);
 /* Sends op with no fields and waits: 0 and *reply, or prints the failure
  * and returns its exit status. */
 int ctl_simple_call(struct ctl *ctl, const char *op, coord_reply_t **reply);
-/* Prints m as one JSON line on stdout; returns an exit status. */
+/* Prints m as one JSON line on stdout without the wire's own fields (the
+ * reply's "rid" and "ok"); returns an exit status. */
 int ctl_print_json(coord_map m);
+/* The same object without the newline, inside an object being printed. */
+void ctl_print_json_inline(coord_map m);
+/* The members of m but "rid" and "ok" as `"key":value` pairs, each after a
+ * comma unless *first (which it clears): for objects built piecewise. */
+void ctl_json_members(coord_map m, bool *first);
+/* `"key":value` of the entry key of m (nothing when absent). */
+void ctl_json_member(coord_map m, const char *key, bool *first);
+/* p[0..n) as a JSON value (coord_json_text) on stdout ("null": no memory). */
+void ctl_json_text(const char *p, size_t n);
+/* An error with a code of ours: "coordctl: COMMAND: MESSAGE" on stderr, or
+ * under --json the error object (see ctl_fail_call).  code: "BUSY",
+ * "TIMEOUT", "NOT_RUNNING"... */
+void ctl_error(struct ctl *ctl, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Aligned "name  value" lines. */
 struct ctl_table {

@@ -27,8 +27,14 @@
  *
  * --fallback run: when the broker cannot be reached (no broker and
  * autostart failed or is off, or the connection dropped while we waited for
- * an owner), CMD runs here, uncoordinated, with COORD_FLIGHT_FALLBACK=1, and
- * coordctl says so on stderr.
+ * an owner), or --wait passed without a result, CMD runs here,
+ * uncoordinated, with COORD_FLIGHT_FALLBACK=1 (=timeout after a wait), and
+ * coordctl says which on stderr.
+ *
+ * --supersede: the running owner's work is stale: we take the flight over
+ * (its CMD is stopped as when its --ttl passes; its followers get our
+ * result).  --version V (with --own-version: never follow nor take the
+ * record of another version) names the version of CMD.
  *
  * The owner waits for three things at once with poll(): CMD's stdout pipe
  * (copied to our stdout as it comes and kept for the result), the signalfd
@@ -84,7 +90,8 @@ struct once {
     uint64_t keep_ms;           /* how long a success is kept (--keep + --stale) */
     uint64_t flight, fence;     /* while we own it */
     int retry_fd;               /* memfd behind $COORD_RETRY_AFTER_FILE, or -1 */
-    bool aborted;               /* flight.abort "deadline" came */
+    bool aborted;               /* flight.abort "deadline" or "superseded" came */
+    bool superseded;            /* ... "superseded" */
     bool conn_ok;
     /* CMD's stdout, after the two header bytes */
     char *buf;
@@ -103,6 +110,8 @@ static void on_event(coord_t *c, const coord_reply_t *ev, void *ud)
     /* "orphaned" needs abort_when_orphaned, which we never ask for */
     if (a.reason_len == 8 && memcmp(a.reason, "deadline", 8) == 0)
         o->aborted = true;
+    if (a.reason_len == 10 && memcmp(a.reason, "superseded", 10) == 0)
+        o->aborted = o->superseded = true;
 }
 
 /* Keeps CMD's output n bytes at p for the result (up to o->limit). */
@@ -173,10 +182,10 @@ static bool retry_after(struct once *o, uint64_t *ms)
 
 /* CMD without the broker (--fallback run): its stdout is ours; returns its
  * exit status. */
-static int run_local(struct once *o, char **cmd)
+static int run_local(struct once *o, char **cmd, bool timeout)
 {
     const char *const env[] = {
-        "COORD_FLIGHT_KEY", o->key, "COORD_FLIGHT_FALLBACK", "1", NULL,
+        "COORD_FLIGHT_KEY", o->key, "COORD_FLIGHT_FALLBACK", timeout ? "timeout" : "1", NULL,
     };
     if (!ctl_child_env("once", env))
         return CTL_EXIT_FAIL;
@@ -206,7 +215,7 @@ static int fall_back(struct once *o, char **cmd, int code, const char *text)
     fprintf(stderr, "coordctl: once: %s: the broker cannot be reached (%s: %s): "
                     "running the command without coordination\n", o->shown,
             ctl_code_name(code), text);
-    return run_local(o, cmd);
+    return run_local(o, cmd, false);
 }
 
 /* A FAILED outcome on stderr; exits 75 when callers are to back off (the
@@ -292,9 +301,13 @@ static int run_owner(struct once *o, char **cmd)
             continue;
         }
         if (o->aborted && !term_sent && !ch.exited) {
-            fprintf(stderr, "coordctl: once: %s: the owner's time (--ttl) is up: "
-                            "stopping the command; another caller takes over\n",
-                    o->shown);
+            if (o->superseded)
+                fprintf(stderr, "coordctl: once: %s: superseded by a fresh request: "
+                                "stopping the command\n", o->shown);
+            else
+                fprintf(stderr, "coordctl: once: %s: the owner's time (--ttl) is up: "
+                                "stopping the command; another caller takes over\n",
+                        o->shown);
             ctl_child_kill(&ch, SIGTERM);
             term_sent = true;
             kill_at = ctl_mono_ms() + ONCE_KILL_AFTER_MS;
@@ -403,8 +416,10 @@ static int run_owner(struct once *o, char **cmd)
                                    0, NULL);
     }
     if (rc == COORD_EFENCED) {
-        fprintf(stderr, "coordctl: once: %s: the owner's time (--ttl) was up before "
-                        "the command ended: its result was not used\n", o->shown);
+        fprintf(stderr, "coordctl: once: %s: %s before the command ended: its result "
+                        "was not used\n", o->shown,
+                o->superseded ? "superseded by a fresh request"
+                              : "the owner's time (--ttl) was up");
         return code ? code : CTL_EXIT_FAIL;
     }
     if (rc < 0)
@@ -423,11 +438,16 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
         { "stale", required_argument, NULL, 's' },
         { "fallback", required_argument, NULL, 'f' },
         { "key-from-request", no_argument, NULL, 'K' },
+        { "json", no_argument, NULL, 'j' },
+        { "supersede", no_argument, NULL, 'S' },
+        { "version", required_argument, NULL, 'V' },
+        { "own-version", no_argument, NULL, 'O' },
         CTL_KEY_LONGOPTS,
         { NULL, 0, NULL, 0 },
     };
     struct ctl_key_args ka = CTL_KEY_ARGS_INIT;
-    bool from_request = false, run_fallback = false;
+    bool from_request = false, run_fallback = false, supersede = false, own_version = false;
+    const char *version = NULL;
     uint64_t keep_ms = 0, wait_ms = 0, stale_ms = 0, ttl_ms = ONCE_DEFAULT_TTL_MS;
     const char *wait_arg = NULL;
     int opt;
@@ -465,6 +485,20 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
         case 'K':
             from_request = true;
             break;
+        case 'j':
+            ctl->json = true;
+            break;
+        case 'S':
+            supersede = true;
+            break;
+        case 'V':
+            if (!optarg[0] || strlen(optarg) > 64)
+                return ctl_usage(ctl, "--version needs 1 to 64 bytes, not \"%s\"", optarg);
+            version = optarg;
+            break;
+        case 'O':
+            own_version = true;
+            break;
         case ':':
             return ctl_usage(ctl, "%s needs a value", argv[optind - 1]);
         default:
@@ -479,6 +513,8 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
     }
     if (stale_ms && !keep_ms)
         return ctl_usage(ctl, "--stale needs --keep (a result must be kept to be stale)");
+    if (own_version && !version)
+        return ctl_usage(ctl, "--own-version needs --version");
     const char *key;
     char **cmd;
     int rc;
@@ -525,7 +561,10 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
     int retries = 0;
     for (;;) {
         coord_flight_opts fo = { .owner_ttl_ms = ttl_ms, .max_age_ms = keep_ms,
-                                 .stale_ms = stale_ms };
+                                 .stale_ms = stale_ms, .version = version,
+                                 .own_version = own_version,
+                                 /* only the first join supersedes */
+                                 .supersede = supersede && retries == 0 };
         if (deadline >= 0) {
             int64_t left = deadline - ctl_mono_ms();
             fo.wait_ms = left > 0 ? (uint64_t)left : 1;
@@ -534,9 +573,13 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
         rc = coord_flight_join(ctl->c, key, strlen(key), &fo, &f);
         if (rc == COORD_ETIMEOUT && deadline < 0)
             continue;              /* a long chain of owners: wait on */
-        if (rc == COORD_ETIMEOUT) {
-            fprintf(stderr, "coordctl: once: %s: no result within %s s\n", o.shown,
-                    wait_arg);
+        if (rc == COORD_ETIMEOUT && run_fallback) {
+            fprintf(stderr, "coordctl: once: %s: timed out after %s s waiting for a result: "
+                            "running the command without coordination\n", o.shown, wait_arg);
+            rc = run_local(&o, cmd, true);
+        } else if (rc == COORD_ETIMEOUT) {
+            ctl_error(ctl, "TIMEOUT", "%s: timed out after %s s waiting for a result",
+                      o.shown, wait_arg);
             rc = CTL_EXIT_FAIL;
         } else if (rc < 0 && run_fallback &&
                    (rc == COORD_ECLOSED || rc == COORD_ESHUTTING_DOWN)) {
@@ -651,44 +694,46 @@ static int print_disabled(struct ctl *ctl)
     return CTL_EXIT_OK;
 }
 
-/* --json: flight.list's object with "disabled": [prefixes] added. */
+/* --json: flight.list's object ({"flights":[...]}, "truncated" when cut)
+ * with "disabled": [prefixes] added ([] from a broker without the kill
+ * switch). */
 static int flights_json(struct ctl *ctl, coord_reply_t *list)
 {
-    char *j = coord_map_json(coord_reply_map(list));
-    coord_reply_free(list);
     coord_req_t *r = coord_req_new("flight.disabled");
     coord_reply_t *reply = NULL;
     int rc = r ? coord_call(ctl->c, r, &reply) : COORD_ENOMEM;
     coord_req_free(r);
-    char *arr = NULL;
+    if (rc < 0 && rc != COORD_EUNKNOWN_OP) {
+        coord_reply_free(list);
+        return ctl_fail_call(ctl, "flight.disabled", rc);
+    }
+    bool first = true;
+    putchar('{');
+    ctl_json_members(coord_reply_map(list), &first);
+    printf("%s\"disabled\":", first ? "" : ",");
     if (rc == 0) {
         coord_map m = coord_reply_map(reply);
-        for (size_t i = 0; i < coord_map_size(m); i++) {
+        size_t n = coord_map_size(m);
+        bool found = false;
+        for (size_t i = 0; i < n && !found; i++) {
             const char *k;
             size_t kn;
             if (coord_map_entry(m, i, &k, &kn) == COORD_TYPE_ARRAY && kn == 8 &&
-                !memcmp(k, "prefixes", 8))
-                arr = coord_map_value_json(m, i);
+                !memcmp(k, "prefixes", 8)) {
+                char *arr = coord_map_value_json(m, i);
+                fputs(arr ? arr : "[]", stdout);
+                free(arr);
+                found = true;
+            }
         }
-        coord_reply_free(reply);
+        if (!found)
+            fputs("[]", stdout);
+    } else {
+        fputs("[]", stdout);
     }
-    size_t jn = j ? strlen(j) : 0;
-    if (!j || jn < 2 || (rc == 0 && !arr)) {
-        free(j);
-        free(arr);
-        fprintf(stderr, "coordctl: flights: out of memory\n");
-        return CTL_EXIT_FAIL;
-    }
-    if (rc < 0 && rc != COORD_EUNKNOWN_OP) {
-        free(j);
-        return ctl_fail_call(ctl, "flight.disabled", rc);
-    }
-    if (arr)
-        printf("%.*s%s\"disabled\":%s}\n", (int)(jn - 1), j, jn > 2 ? "," : "", arr);
-    else
-        puts(j);
-    free(j);
-    free(arr);
+    puts("}");
+    coord_reply_free(reply);
+    coord_reply_free(list);
     return CTL_EXIT_OK;
 }
 
@@ -708,7 +753,9 @@ static int flights_switch(struct ctl *ctl, int argc, char **argv, bool disable)
     if (rc < 0)
         return ctl_fail_call(ctl, disable ? "flight.disable" : "flight.enable", rc);
     if (ctl->json) {
-        printf("{}\n");
+        fputs("{\"prefix\":", stdout);
+        ctl_json_text(prefix, strlen(prefix));
+        printf(",\"disabled\":%s}\n", disable ? "true" : "false");
     } else {
         char *e = ctl_escape(prefix, strlen(prefix));
         printf("single-flight %s for prefix \"%s\"%s\n", disable ? "disabled" : "enabled",

@@ -514,13 +514,19 @@ static int leader_fallback(struct ctl *ctl, const char *ws, const char *shown,
     else if (fb.action == COORD_LEADER_SINGLE_INSTANCE && single_instance)
         mode = "single-instance";
     if (!mode) {
-        int rc = ctl_fail_connect(ctl, code);
+        char why[sizeof fb.reason + 200];
         if (fb.action == COORD_LEADER_SINGLE_INSTANCE)
-            fprintf(stderr, "coordctl: leader-run: %s: fallback SINGLE_INSTANCE (%s): only "
-                    "the instance started with --single-instance runs alone; failing "
-                    "closed\n", shown, fb.path);
+            snprintf(why, sizeof why, "fallback SINGLE_INSTANCE (%s): only the instance "
+                     "started with --single-instance runs alone; failing closed", fb.path);
         else
-            fprintf(stderr, "coordctl: leader-run: %s: %s\n", shown, fb.reason);
+            snprintf(why, sizeof why, "%s", fb.reason);
+        if (ctl->json) {
+            /* one error object: the connect error and why no fallback ran */
+            ctl_error(ctl, ctl_code_name(code), "%s: %s", coord_error_message(NULL), why);
+            return CTL_EXIT_UNREACHABLE;
+        }
+        int rc = ctl_fail_connect(ctl, code);
+        fprintf(stderr, "coordctl: leader-run: %s: %s\n", shown, why);
         return rc;
     }
     fprintf(stderr, "coordctl: leader-run: %s: the broker cannot be reached (%s): "
@@ -543,6 +549,7 @@ int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
         { "incident", required_argument, NULL, 'I' },
         { "capabilities", required_argument, NULL, 'A' },
         { "single-instance", no_argument, NULL, '1' },
+        { "json", no_argument, NULL, 'j' },
         { NULL, 0, NULL, 0 },
     };
     bool single_instance = false;
@@ -575,6 +582,9 @@ int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
             if (!strchr(optarg, '@'))
                 return ctl_usage(ctl, "--protocol needs NAME@VERSION, not %s", optarg);
             o.protocol = optarg;
+            break;
+        case 'j':
+            ctl->json = true;
             break;
         case 'I':
             if (!*optarg)

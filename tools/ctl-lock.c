@@ -60,6 +60,99 @@ static const struct ctl_hold_ops lock_ops = {
     .release_refused_why = "no longer held at release",
 };
 
+/* ---- -v: who holds the lock while we wait ---- */
+
+struct verbose_wait {
+    bool done;
+    int status;
+    uint64_t lock, token;
+};
+
+static void on_granted(coord_t *c, int status, uint64_t lock, uint64_t token, void *ud)
+{
+    struct verbose_wait *w = ud;
+    (void)c;
+    w->done = true;
+    w->status = status;
+    w->lock = lock;
+    w->token = token;
+}
+
+/* "waiting for NAME: held by CLIENT (pid P, conn C) for 4.2 s, ..." from
+ * lock.query, on stderr. */
+static void say_holders(struct ctl *ctl, const char *name, const char *shown,
+                        const struct verbose_wait *w)
+{
+    coord_reply_t *reply = NULL;
+    if (coord_lock_query(ctl->c, &reply) < 0) {
+        if (!w->done)
+            fprintf(stderr, "coordctl: lock: waiting for %s\n", shown);
+        return;
+    }
+    if (w->done) {
+        coord_reply_free(reply);
+        return;
+    }
+    coord_map m = coord_reply_map(reply);
+    size_t n = coord_map_array_len(m, "held"), said = 0, len = strlen(name);
+    fprintf(stderr, "coordctl: lock: waiting for %s", shown);
+    for (size_t i = 0; i < n; i++) {
+        coord_map e;
+        const char *en;
+        size_t enl;
+        if (!coord_map_array_at(m, "held", i, &e) || !coord_map_str(e, "name", &en, &enl) ||
+            enl != len || memcmp(en, name, len) != 0)
+            continue;
+        uint64_t pid = 0, conn = 0, age = 0;
+        char d[64];
+        coord_map_uint(e, "pid", &pid);
+        coord_map_uint(e, "conn", &conn);
+        coord_map_uint(e, "age_ms", &age);
+        ctl_format_duration(d, sizeof d, age);
+        char *client = ctl_escaped_field(e, "client");
+        char *mode = ctl_escaped_field(e, "mode");
+        fprintf(stderr, "%s %s (pid %llu, conn %llu, %s) for %s", said ? "," : ": held by",
+                client && *client ? client : "?", (unsigned long long)pid,
+                (unsigned long long)conn, mode ? mode : "?", d);
+        free(client);
+        free(mode);
+        said++;
+    }
+    if (!said)
+        fputs(" (queued behind other waiters)", stderr);
+    fputc('\n', stderr);
+    coord_reply_free(reply);
+}
+
+/* lock.acquire as coord_lock_acquire does it, saying on stderr who holds
+ * the lock when it is not granted at once, and how long the wait took. */
+static int acquire_verbose(struct ctl *ctl, const char *name, const char *shown,
+                           const coord_lock_opts *o, uint64_t *lock, uint64_t *token)
+{
+    struct verbose_wait w = { 0 };
+    int64_t t0 = ctl_mono_ms();
+    int rc = coord_lock_acquire_async(ctl->c, name, strlen(name), o, on_granted, &w, NULL);
+    if (rc < 0)
+        return rc;
+    /* the query goes behind the acquire: the broker answers in order, so
+     * a grant (or a refusal) at once has come when the query's answer
+     * does, and nothing is said */
+    say_holders(ctl, name, shown, &w);
+    while (!w.done) {
+        rc = coord_wait(ctl->c, -1);
+        if (rc < 0)
+            return rc;
+    }
+    if (w.status == 0) {
+        char d[64];
+        ctl_format_duration(d, sizeof d, (uint64_t)(ctl_mono_ms() - t0));
+        fprintf(stderr, "coordctl: lock: got %s after %s\n", shown, d);
+    }
+    *lock = w.lock;
+    *token = w.token;
+    return w.status;
+}
+
 /* Runs cmd holding the lock; returns coordctl's exit status. */
 static int run_locked(struct lock_run *lr, char **cmd)
 {
@@ -80,6 +173,9 @@ int cmd_lock(struct ctl *ctl, int argc, char **argv)
         { "timeout", required_argument, NULL, 'w' },
         { "steal", no_argument, NULL, 'S' },
         { "lease", required_argument, NULL, 'L' },
+        { "json", no_argument, NULL, 'j' },
+        { "conflict-exit-code", required_argument, NULL, 'E' },
+        { "verbose", no_argument, NULL, 'v' },
         { NULL, 0, NULL, 0 },
     };
     coord_lock_opts o;
@@ -87,10 +183,12 @@ int cmd_lock(struct ctl *ctl, int argc, char **argv)
     bool have_wait = false;
     uint64_t wait_ms = 0;
     const char *wait_arg = NULL;
+    int conflict_exit = CTL_EXIT_FAIL;
+    bool verbose = false;
     int opt;
     optind = 1;
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, "+snw:", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+snw:E:v", longopts, NULL)) != -1) {
         switch (opt) {
         case 's':
             o.shared = true;
@@ -106,6 +204,20 @@ int cmd_lock(struct ctl *ctl, int argc, char **argv)
                 return ctl_usage(ctl, "-w needs a number of seconds, not %s", optarg);
             have_wait = true;
             wait_arg = optarg;
+            break;
+        case 'j':
+            ctl->json = true;
+            break;
+        case 'E': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (!*optarg || *end || v < 0 || v > 255)
+                return ctl_usage(ctl, "-E needs an exit status from 0 to 255, not %s", optarg);
+            conflict_exit = (int)v;
+            break;
+        }
+        case 'v':
+            verbose = true;
             break;
         case 'L':
             if (!ctl_parse_seconds(optarg, &o.lease_ms) || o.lease_ms == 0)
@@ -144,14 +256,17 @@ int cmd_lock(struct ctl *ctl, int argc, char **argv)
     rc = ctl_connect_shown(ctl, name, &lr.hold.shown);
     if (rc)
         return rc;
-    rc = coord_lock_acquire(ctl->c, name, strlen(name), &o, &lr.lock, &lr.token);
+    if (verbose)
+        rc = acquire_verbose(ctl, name, lr.hold.shown, &o, &lr.lock, &lr.token);
+    else
+        rc = coord_lock_acquire(ctl->c, name, strlen(name), &o, &lr.lock, &lr.token);
     if (rc == COORD_LOCK_BUSY) {
-        fprintf(stderr, "coordctl: lock: %s is busy\n", lr.hold.shown);
-        rc = CTL_EXIT_FAIL;
+        ctl_error(ctl, "BUSY", "%s is busy", lr.hold.shown);
+        rc = conflict_exit;
     } else if (rc == COORD_ETIMEOUT) {
-        fprintf(stderr, "coordctl: lock: timed out after %s s waiting for %s\n",
-                wait_arg ? wait_arg : "?", lr.hold.shown);
-        rc = CTL_EXIT_FAIL;
+        ctl_error(ctl, "TIMEOUT", "timed out after %s s waiting for %s",
+                  wait_arg ? wait_arg : "?", lr.hold.shown);
+        rc = conflict_exit;
     } else if (rc < 0) {
         rc = ctl_fail_call(ctl, "lock", rc);
     } else {
@@ -215,6 +330,43 @@ static void add_rows(struct ctl_rows *t, coord_map m, const char *list, bool hel
     }
 }
 
+/* "LIST":[entries], without the leadership locks unless all. */
+static void json_list(coord_map m, const char *list, bool all, size_t *hidden)
+{
+    printf("\"%s\":[", list);
+    size_t count = coord_map_array_len(m, list);
+    bool first = true;
+    for (size_t i = 0; i < count; i++) {
+        coord_map e;
+        if (!coord_map_array_at(m, list, i, &e))
+            continue;
+        if (!all && internal_lock(e)) {
+            (*hidden)++;
+            continue;
+        }
+        if (!first)
+            putchar(',');
+        first = false;
+        ctl_print_json_inline(e);
+    }
+    putchar(']');
+}
+
+/* --json: {"held":[...],"pending":[...],"hidden":N,"truncated":B}, the
+ * entries as the broker's lock.query has them (name, mode, token, conn,
+ * pid, client, age_ms), "hidden" the leadership locks left out (-a: 0). */
+static void json_locks(coord_map m, bool all)
+{
+    size_t hidden = 0;
+    bool truncated = false;
+    coord_map_bool(m, "truncated", &truncated);
+    putchar('{');
+    json_list(m, "held", all, &hidden);
+    putchar(',');
+    json_list(m, "pending", all, &hidden);
+    printf(",\"hidden\":%zu,\"truncated\":%s}\n", hidden, truncated ? "true" : "false");
+}
+
 int cmd_locks(struct ctl *ctl, int argc, char **argv)
 {
     bool all = false;
@@ -235,9 +387,9 @@ int cmd_locks(struct ctl *ctl, int argc, char **argv)
         return ctl_fail_call(ctl, "lock.query", rc);
     coord_map m = coord_reply_map(reply);
     if (ctl->json) {
-        rc = ctl_print_json(m);
+        json_locks(m, all);
         coord_reply_free(reply);
-        return rc;
+        return CTL_EXIT_OK;
     }
     struct ctl_rows t = { .ncols = NCOLS, .titles = col_titles };
     size_t hidden = 0;

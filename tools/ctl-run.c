@@ -53,6 +53,11 @@ int ctl_name_and_cmd(struct ctl *ctl, int argc, char **argv, int i,
     if (i >= argc)
         return ctl_usage(ctl, "missing %s", what);
     *name = argv[i++];
+    /* --json between NAME and CMD is ours: no command is named --json */
+    while (i < argc && !strcmp(argv[i], "--json")) {
+        ctl->json = true;
+        i++;
+    }
     if (i < argc && !strcmp(argv[i], "--"))
         i++;
     if (i >= argc)

@@ -219,7 +219,19 @@ static int frame(struct top *tp)
         rc = coord_lock_query(c, &q);
     if (rc == 0)
         rc = coord_flight_list(c, &fl);
-    if (rc == 0) {
+    if (rc == 0 && tp->ctl->json) {
+        /* {"stats":{...},"locks":{"held":[...],"pending":[...]},
+         *  "flights":{"flights":[...]}}: the objects of stats, locks -a
+         * and flights (without the disabled prefixes) */
+        fputs("{\"stats\":", stdout);
+        ctl_print_json_inline(coord_reply_map(st));
+        fputs(",\"locks\":", stdout);
+        ctl_print_json_inline(coord_reply_map(q));
+        fputs(",\"flights\":", stdout);
+        ctl_print_json_inline(coord_reply_map(fl));
+        puts("}");
+        fflush(stdout);
+    } else if (rc == 0) {
         if (tp->tty)
             fputs("\033[H\033[2J", stdout);
         header(tp, coord_reply_map(st));
@@ -274,8 +286,8 @@ int cmd_top(struct ctl *ctl, int argc, char **argv)
             break;
         }
         case 'j':
-            return ctl_usage(ctl, "top is for a terminal: use stats, locks, flights "
-                                  "or leader info with --json");
+            ctl->json = true;
+            break;
         case ':':
             return ctl_usage(ctl, "missing value for %s", argv[optind - 1]);
         default:
@@ -284,14 +296,12 @@ int cmd_top(struct ctl *ctl, int argc, char **argv)
     }
     if (optind < argc)
         return ctl_usage(ctl, "unexpected argument %s", argv[optind]);
-    if (ctl->json)
-        return ctl_usage(ctl, "top is for a terminal: use stats, locks, flights "
-                              "or leader info with --json");
     int rc = ctl_connect(ctl);
     if (rc)
         return rc;
 
-    struct top tp = { .ctl = ctl, .tty = isatty(STDOUT_FILENO) };
+    /* --json: a frame is one line, never drawn over the last */
+    struct top tp = { .ctl = ctl, .tty = !ctl->json && isatty(STDOUT_FILENO) };
     if (tp.tty)
         setvbuf(stdout, NULL, _IOFBF, 1 << 16);    /* a frame appears at once */
     struct termios saved;

@@ -9,6 +9,7 @@
  * going away ends them with status 3.  Output is flushed per line: they
  * are meant to be read through pipes. */
 #include <errno.h>
+#include <fnmatch.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,8 +19,6 @@
 #include <time.h>
 #include <unistd.h>
 #include "coordctl.h"
-
-static const char *const broker_channels[] = { "-locks", "-flights", "-leaders" };
 
 /* p[0..n) as one token: printable ASCII but space as is, a backslash
  * doubled, every other byte (space included) as \xNN. */
@@ -175,6 +174,99 @@ static void print_event_json(const coord_reply_t *ev)
     }
 }
 
+/* ---- watch's filters ---- */
+
+/* The kinds of event watch shows, by the channel they come on: the
+ * broker's -locks, -flights, -leaders, and messages of user channels. */
+enum { KIND_LOCK = 1, KIND_FLIGHT = 2, KIND_LEADER = 4, KIND_CHANNEL = 8 };
+static const struct {
+    const char *name;
+    unsigned bit;
+    const char *channel;        /* the broker's channel, NULL: user channels */
+    const char *subject;        /* the field --name matches */
+} kinds[] = {
+    { "lock", KIND_LOCK, "-locks", "name" },
+    { "flight", KIND_FLIGHT, "-flights", "key" },
+    { "leader", KIND_LEADER, "-leaders", "workstream" },
+    { "channel", KIND_CHANNEL, NULL, "channel" },
+};
+#define N_KINDS (sizeof kinds / sizeof kinds[0])
+#define MAX_NAMES 32
+
+struct filter {
+    unsigned kinds;             /* 0: every kind */
+    const char *names[MAX_NAMES];  /* --name PATTERNs (fnmatch), any matches */
+    size_t nnames;
+};
+
+/* "lock,flight" (or one --kind per flag) into f->kinds; false: unknown. */
+static bool parse_kinds(struct filter *f, const char *arg)
+{
+    const char *p = arg;
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        size_t k = 0;
+        for (; k < N_KINDS; k++)
+            if (strlen(kinds[k].name) == n && !memcmp(kinds[k].name, p, n))
+                break;
+        if (k == N_KINDS)
+            return false;
+        f->kinds |= kinds[k].bit;
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    return f->kinds != 0;
+}
+
+/* Does the event pass f?  Its kind by its channel; the subject that --name
+ * matches: the lock's name, the flight's key, the workstream, the user
+ * channel's name. */
+static bool passes(const struct filter *f, const coord_reply_t *ev)
+{
+    if (!f || (!f->kinds && !f->nnames))
+        return true;
+    coord_map m = coord_reply_map(ev);
+    const char *ch = NULL;
+    size_t chn = 0;
+    coord_lifecycle lc;
+    coord_message msg;
+    if (coord_event_lifecycle(ev, &lc)) {
+        ch = lc.channel;
+        chn = lc.channel_len;
+    } else if (coord_event_message(ev, &msg)) {
+        ch = msg.channel;
+        chn = msg.channel_len;
+    } else {
+        return !f->kinds && !f->nnames;
+    }
+    size_t k = 0;
+    for (; k < N_KINDS - 1; k++)
+        if (strlen(kinds[k].channel) == chn && !memcmp(kinds[k].channel, ch, chn))
+            break;
+    if (f->kinds && !(f->kinds & kinds[k].bit))
+        return false;
+    if (!f->nnames)
+        return true;
+    const char *p;
+    size_t n;
+    if (kinds[k].bit == KIND_CHANNEL) {
+        p = ch;
+        n = chn;
+    } else if (!coord_map_str(m, kinds[k].subject, &p, &n)) {
+        return false;
+    }
+    char subject[1024];
+    if (n >= sizeof subject || memchr(p, 0, n))
+        return false;
+    memcpy(subject, p, n);
+    subject[n] = '\0';
+    for (size_t i = 0; i < f->nnames; i++)
+        if (fnmatch(f->names[i], subject, 0) == 0)
+            return true;
+    return false;
+}
+
 /* ---- the loop of watch and subscribe ---- */
 
 enum listen_mode { LISTEN_WATCH, LISTEN_SUBSCRIBE };
@@ -184,6 +276,7 @@ struct listener {
     enum listen_mode mode;
     unsigned long count;        /* --count: stop after this many (0: never) */
     unsigned long seen;
+    const struct filter *filter;    /* watch: what it shows (NULL: all) */
 };
 
 static void on_event(coord_t *c, const coord_reply_t *ev, void *ud)
@@ -191,6 +284,8 @@ static void on_event(coord_t *c, const coord_reply_t *ev, void *ud)
     struct listener *l = ud;
     coord_message msg;
     (void)c;
+    if (!passes(l->filter, ev))
+        return;
     if (l->ctl->json) {
         print_event_json(ev);
     } else if (l->mode == LISTEN_SUBSCRIBE && coord_event_message(ev, &msg)) {
@@ -206,7 +301,8 @@ static void on_event(coord_t *c, const coord_reply_t *ev, void *ud)
 /* Subscribes to channels[0..n), then prints events until a signal (0) or
  * the broker goes away (3). */
 static int listen_loop(struct ctl *ctl, enum listen_mode mode, const char *what,
-                       char *const *channels, size_t n, bool quiet, unsigned long count)
+                       char *const *channels, size_t n, bool quiet, unsigned long count,
+                       const struct filter *filter)
 {
     int rc = ctl_connect(ctl);
     if (rc)
@@ -227,7 +323,7 @@ static int listen_loop(struct ctl *ctl, enum listen_mode mode, const char *what,
         return CTL_EXIT_FAIL;
     }
 
-    struct listener l = { ctl, mode, count, 0 };
+    struct listener l = { ctl, mode, count, 0, filter };
     coord_set_event_cb(ctl->c, on_event, &l);
     for (size_t i = 0; i < n; i++) {
         rc = coord_subscribe(ctl->c, channels[i], strlen(channels[i]));
@@ -290,12 +386,31 @@ out:
 }
 
 /* Arguments of watch and subscribe: --json, -q/--quiet, -c/--count N,
- * "--", then names (which may start with '-': "-locks"). */
+ * watch's --kind K and --name PATTERN (f not NULL), "--", then names
+ * (which may start with '-': "-locks"). */
 static int listen_args(struct ctl *ctl, int argc, char **argv, bool *quiet,
-                       unsigned long *count, int *first)
+                       unsigned long *count, int *first, struct filter *f)
 {
     int i = 1;
     for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (f && (!strcmp(a, "--kind") || !strncmp(a, "--kind=", 7))) {
+            const char *v = a[6] == '\0' ? (i + 1 < argc ? argv[++i] : NULL) : a + 7;
+            if (!v)
+                return ctl_usage(ctl, "missing value for %s", a);
+            if (!parse_kinds(f, v))
+                return ctl_usage(ctl, "--kind is lock, flight, leader or channel, not %s", v);
+            continue;
+        }
+        if (f && (!strcmp(a, "--name") || !strncmp(a, "--name=", 7))) {
+            const char *v = a[6] == '\0' ? (i + 1 < argc ? argv[++i] : NULL) : a + 7;
+            if (!v)
+                return ctl_usage(ctl, "missing value for %s", a);
+            if (f->nnames == MAX_NAMES)
+                return ctl_usage(ctl, "at most %d --name patterns", MAX_NAMES);
+            f->names[f->nnames++] = v;
+            continue;
+        }
         if (!strcmp(argv[i], "--json")) {
             ctl->json = true;
         } else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) {
@@ -330,15 +445,23 @@ int cmd_watch(struct ctl *ctl, int argc, char **argv)
     bool quiet = false;
     unsigned long count = 0;
     int first;
-    int rc = listen_args(ctl, argc, argv, &quiet, &count, &first);
+    struct filter f = { 0 };
+    int rc = listen_args(ctl, argc, argv, &quiet, &count, &first, &f);
     if (rc)
         return rc;
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (first >= argc)
-        return listen_loop(ctl, LISTEN_WATCH, "watch", (char *const *)broker_channels,
-                           sizeof broker_channels / sizeof *broker_channels, quiet, count);
-    return listen_loop(ctl, LISTEN_WATCH, "watch", argv + first, (size_t)(argc - first),
-                       quiet, count);
+    if (first < argc)
+        return listen_loop(ctl, LISTEN_WATCH, "watch", argv + first, (size_t)(argc - first),
+                           quiet, count, &f);
+    /* no CHANNEL: the broker's channels of the kinds asked for */
+    if (f.kinds == KIND_CHANNEL)
+        return ctl_usage(ctl, "--kind channel needs the CHANNELs to watch");
+    char *chans[N_KINDS];
+    size_t n = 0;
+    for (size_t k = 0; k < N_KINDS; k++)
+        if (kinds[k].channel && (!f.kinds || (f.kinds & kinds[k].bit)))
+            chans[n++] = (char *)kinds[k].channel;
+    return listen_loop(ctl, LISTEN_WATCH, "watch", chans, n, quiet, count, &f);
 }
 
 /* ---- coordctl subscribe ---- */
@@ -348,7 +471,7 @@ int cmd_subscribe(struct ctl *ctl, int argc, char **argv)
     bool quiet = false;
     unsigned long count = 0;
     int first;
-    int rc = listen_args(ctl, argc, argv, &quiet, &count, &first);
+    int rc = listen_args(ctl, argc, argv, &quiet, &count, &first, NULL);
     if (rc)
         return rc;
     if (first >= argc)
@@ -356,7 +479,8 @@ int cmd_subscribe(struct ctl *ctl, int argc, char **argv)
     if (first + 1 < argc)
         return ctl_usage(ctl, "unexpected argument %s (one channel; "
                          "coordctl watch takes several)", argv[first + 1]);
-    return listen_loop(ctl, LISTEN_SUBSCRIBE, "subscribe", argv + first, 1, quiet, count);
+    return listen_loop(ctl, LISTEN_SUBSCRIBE, "subscribe", argv + first, 1, quiet, count,
+                       NULL);
 }
 
 /* ---- coordctl publish ---- */

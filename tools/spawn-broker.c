@@ -66,8 +66,8 @@ pid_t spawn_broker(const char *who, const char *broker, const char *socket_path,
         if (r == COORD_READY_ERROR)
             fprintf(stderr, "%s: %s did not start: %s\n", who, broker, reason);
         else if (r == COORD_READY_TIMEOUT)
-            fprintf(stderr, "%s: %s did not become ready within %d ms (its log: %s)\n",
-                    who, broker, timeout_ms, log_path);
+            fprintf(stderr, "%s: %s did not become ready: timed out after %g s (its log: %s)\n",
+                    who, broker, timeout_ms / 1000.0, log_path);
         else
             fprintf(stderr, "%s: %s exited before it was ready (its log: %s)\n",
                     who, broker, log_path);

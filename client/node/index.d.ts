@@ -108,8 +108,16 @@ export interface OnceOptions {
   raw?: boolean;
   /** Whether a throwing fn's failure is retryable by followers. */
   retryable?: boolean | ((err: unknown) => boolean);
-  /** When the broker cannot be reached: 'fail' (default) rejects with the error, 'run' runs fn here (source 'local'). */
-  fallback?: 'fail' | 'run';
+  /** When the broker cannot be reached or a follower's wait passes: 'fail' (default) rejects with the error, 'run' runs fn here (source 'local'), 'retry' joins once more after a timeout, then runs fn here. Only for work safe to repeat. */
+  fallback?: 'fail' | 'run' | 'retry';
+  /** The running owner's work is stale: take the flight over (it is aborted, reason 'superseded'; its followers get ours). */
+  supersede?: boolean;
+  /** A higher priority than the running owner's supersedes it (default 0). */
+  priority?: number;
+  /** The version of the code that runs fn (at most 64 bytes), kept in the flight and its record. */
+  version?: string;
+  /** A flight of another version runs: 'follow' it (default, compatible) or run our 'own' (and never take another version's record). */
+  otherVersion?: 'follow' | 'own';
 }
 
 export interface FlightUpdate {
@@ -153,10 +161,16 @@ export interface OnceResult<T> {
   revalidated?: boolean;
   /** 'local' only: why the broker could not be used. */
   reason?: Error;
+  /** 'local' only: 'unreachable' (no broker, connection lost) or 'timeout' (a follower's wait passed). */
+  fallbackCause?: 'unreachable' | 'timeout';
+  /** fallback 'retry': a follower's wait passed and this caller joined again. */
+  retried?: boolean;
+  /** Owner only: this caller superseded an owner (its fence). */
+  superseded?: number;
 }
 
 export type JoinResult =
-  | { role: 'owner'; key: string; flight: number; fence: number; signal: AbortSignal; bypass: boolean; stale?: { result: Uint8Array; ageMs: number; fence: number } }
+  | { role: 'owner'; key: string; flight: number; fence: number; signal: AbortSignal; bypass: boolean; stale?: { result: Uint8Array; ageMs: number; fence: number }; superseded?: number; version?: string }
   | { role: 'result'; key: string; result: Uint8Array; fence: number; ageMs: number; source: 'live' | 'record'; stale: boolean; revalidating: boolean }
   | { role: 'failed'; key: string; error: { code: string; message: string }; retryable: boolean; retryAfter?: number; fence?: number; ageMs?: number; source?: 'live' | 'record' | 'backoff' };
 
@@ -164,7 +178,7 @@ export interface Flight {
   join(key: string, options?: Omit<OnceOptions, 'keep' | 'raw' | 'retryable' | 'fallback'>): Promise<JoinResult>;
   complete(flight: number, fence: number, result: Uint8Array, options?: { keep?: number }): Promise<{ delivered: number }>;
   fail(flight: number, fence: number, error: { code?: string; message?: string }, options?: { retryable?: boolean; retryAfter?: number; keep?: number }): Promise<{ delivered: number }>;
-  list(): Promise<Array<{ key: string; flight: number; fence: number; ownerConn: number; ownerPid?: number; followers: number; ageMs: number; completing?: boolean }>>;
+  list(): Promise<Array<{ key: string; flight: number; fence: number; ownerConn: number; ownerPid?: number; followers: number; ageMs: number; completing?: boolean; version?: string }>>;
   /** Kill switch: joins of keys under prefix ('' = all) bypass single-flight until enable(prefix). */
   disable(prefix: string): Promise<void>;
   enable(prefix: string): Promise<void>;
@@ -203,11 +217,16 @@ export interface RecordEntry {
   result?: Uint8Array;
   error?: { code: string; message: string };
   retryable?: boolean;
+  /** The owner that wrote it (its hello) and its version (absent from an older broker's records). */
+  client?: string;
+  pid?: number;
+  instance?: string;
+  version?: string;
 }
 
 export interface Records {
   get(key: string, options?: { raw?: boolean }): Promise<RecordEntry | null>;
-  list(prefix?: string, options?: { limit?: number }): Promise<Array<{ key: string; status: string; fence: number; size: number; createdMs: number; expiresMs: number }> & { truncated?: true }>;
+  list(prefix?: string, options?: { limit?: number }): Promise<Array<{ key: string; status: string; fence: number; size: number; createdMs: number; expiresMs: number; client?: string; pid?: number; instance?: string; version?: string }> & { truncated?: true }>;
   purge(prefix?: string, options?: { counts?: false }): Promise<number>;
   purge(prefix: string, options: { counts: true }): Promise<{ deleted: number; fenced: number }>;
 }
@@ -245,9 +264,11 @@ export interface LeaderOptions {
   raw?: boolean;
   /** What this client implements; a workstream pinning a capability it lacks refuses the campaign (ProtocolPinnedError). */
   capabilities?: string[] | string;
-  /** Without a broker: the config dir holding workstreams/WORKSTREAM.v1 (default $COORD_CONFIG_DIR, $XDG_CONFIG_HOME/coord, ~/.config/coord). */
+  /** Without a broker (the campaign fails with CONNECT or CLOSED), act on the workstream's descriptor file's fallback: fn may get a FallbackLeader. Default false: the error stands. */
+  fallback?: boolean;
+  /** With fallback: the config dir holding workstreams/WORKSTREAM.v1 (default $COORD_CONFIG_DIR, $XDG_CONFIG_HOME/coord, ~/.config/coord). */
   configDir?: string;
-  /** Without a broker and with fallback SINGLE_INSTANCE: this is the one instance the user chose to run alone. */
+  /** With fallback, under SINGLE_INSTANCE: this is the one instance the user chose to run alone. */
   singleInstance?: boolean;
 }
 
@@ -450,7 +471,15 @@ export declare class Client extends EventTarget {
   once<T>(key: string, fn: (ctx: OnceContext) => T | PromiseLike<T>, options?: OnceOptions): Promise<OnceResult<Awaited<T>>>;
   /** The canonical request key of an HTTP request (needs no broker). */
   requestKey(request: RequestKeyInput): { key: string; canonical: string };
-  leader<T>(workstream: string, fn: (leader: Leader | FallbackLeader | null) => T | PromiseLike<T>): Promise<Awaited<T>>;
+  /** fn gets the Leader once elected (a campaign that is not granted rejects: timeout, abort). */
+  leader<T>(workstream: string, fn: (leader: Leader) => T | PromiseLike<T>): Promise<Awaited<T>>;
+  /** fallback: without a broker, fn may get the descriptor file's FallbackLeader (no generation). */
+  leader<T>(workstream: string, options: LeaderOptions & { fallback: true; ifAvailable: true }, fn: (leader: Leader | FallbackLeader | null) => T | PromiseLike<T>): Promise<Awaited<T>>;
+  leader<T>(workstream: string, options: LeaderOptions & { fallback: true }, fn: (leader: Leader | FallbackLeader) => T | PromiseLike<T>): Promise<Awaited<T>>;
+  /** ifAvailable: fn gets null when someone else leads. */
+  leader<T>(workstream: string, options: LeaderOptions & { ifAvailable: true; fallback?: false }, fn: (leader: Leader | null) => T | PromiseLike<T>): Promise<Awaited<T>>;
+  leader<T>(workstream: string, options: LeaderOptions & { ifAvailable?: false; fallback?: false }, fn: (leader: Leader) => T | PromiseLike<T>): Promise<Awaited<T>>;
+  /** ifAvailable or fallback not known until run time: null and a FallbackLeader are possible. */
   leader<T>(workstream: string, options: LeaderOptions, fn: (leader: Leader | FallbackLeader | null) => T | PromiseLike<T>): Promise<Awaited<T>>;
   watch(channels: string | string[], options?: { signal?: AbortSignal }): Watch;
   /** The broker's counters, camelCase; latency: {lockWait, lockHold, flightRun, followerWait, leaderTransition}. */

@@ -97,6 +97,8 @@ def test_bash_completion_reads_the_binary():
     assert "--steal" in complete("lock", "--")
     assert "--lease" in complete("leader-run", "--l")
     assert "--openmetrics" in complete("stats", "--")
+    assert {"--conflict-exit-code", "--verbose"} <= set(complete("lock", "--"))
+    assert {"--kind", "--name"} <= set(complete("watch", "--"))
     assert "--scope" in complete("--s")
     # after --, the CMD is a command of the shell
     assert "sh" in complete("lock", "x", "--", "sh")

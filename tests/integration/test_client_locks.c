@@ -298,6 +298,8 @@ static void test_lib_acquire(void)
     uint64_t t0 = now_ms();
     CHECK_EQ_U(coord_lock_acquire(b, S("res"), &o, &l2, NULL), COORD_ETIMEOUT);
     CHECK(now_ms() - t0 >= 45);
+    /* said in the caller's terms, not the broker's field names */
+    CHECK_STR(coord_error_message(b), "lock not granted: timed out after 0.05 s");
 
     /* refused options queue nothing */
     o = (coord_lock_opts){ .steal = true, .if_available = true };
@@ -426,6 +428,15 @@ static void test_lib_async_and_cancel(void)
     CHECK_EQ_U(coord_lock_acquire_async(c, S("q"), &o, on_lock, &r5, NULL), 0);
     CHECK(await_cb(c, &r5));
     CHECK_EQ_U(r5.status, COORD_ETIMEOUT);
+    CHECK_STR(coord_error_message(c), "lock not granted: timed out after 0.03 s");
+    /* a follower's wait too */
+    coord_flight f;
+    CHECK_EQ_U(coord_flight_join(b, S("fk"), NULL, &f), 0);
+    CHECK_EQ_U(f.role, COORD_FLIGHT_OWNER);
+    coord_flight_clear(&f);
+    coord_flight_opts fo = { .wait_ms = 30 };
+    CHECK_EQ_U(coord_flight_join(c, S("fk"), &fo, &f), COORD_ETIMEOUT);
+    CHECK_STR(coord_error_message(c), "no result: timed out after 0.03 s");
     coord_close(c);
     coord_close(b);
     stop();

@@ -436,6 +436,7 @@ static void test_term_states(void)
     coord_leader_opts to = { .timeout_ms = 50 };
     CHECK_EQ(coord_leader_campaign_term(a, S(ws), &to, &ta), COORD_ETIMEOUT);
     CHECK_EQ(ta.state, COORD_LEADER_FOLLOWER);
+    CHECK_STR(coord_error_message(a), "not elected: timed out after 0.05 s");
     coord_leader_opts ifa = { .if_available = true };
     CHECK_EQ(coord_leader_campaign_term(a, S(ws), &ifa, &ta), 0);
     CHECK_EQ(ta.state, COORD_LEADER_FOLLOWER);

@@ -167,6 +167,8 @@ static void note_event(struct cl *k, coord_reply_t *ev)
         k->aborts[i].flight = fa.flight;
         copy_reason(k->aborts[i].reason, fa.reason, fa.reason_len);
         CNT(flight_abort_ev);
+        if (fa.reason_len == 10 && memcmp(fa.reason, "superseded", 10) == 0)
+            CNT(flight_superseded_ev);
     }
 }
 
@@ -787,6 +789,31 @@ static int once_work(void *ud, void **result, size_t *len, char **err_code, char
     return COORD_WORK_OK;
 }
 
+/* The version of this client's code: half the clients run the newer one. */
+static const char *const flight_versions[FLIGHT_VERSIONS] = { "v1", "v2" };
+
+/* Which version's flight an owner runs (its join reply says). */
+static unsigned flight_version_of(const coord_flight *f)
+{
+    for (unsigned v = 0; v < FLIGHT_VERSIONS; v++)
+        if (f->version && strcmp(f->version, flight_versions[v]) == 0)
+            return v;
+    return 0;
+}
+
+/* One outcome per flight: the flight's accepted outcome is noted; a
+ * second one for the same flight id is a violation. */
+static void note_outcome(struct cl *k, unsigned fi, uint64_t flight)
+{
+    struct fkinfo *F = &S->fkeys[fi];
+    for (unsigned i = 0; i < FENCED_RING; i++)
+        if (atomic_load(&F->done[i]) == flight)
+            VIOL(flight_twice, "%s: flight %s id %" PRIu64 " had a second outcome accepted",
+                 k->name, fkey_name(fi), flight);
+    uint32_t i = atomic_fetch_add(&F->done_pos, 1) % FENCED_RING;
+    atomic_store(&F->done[i], flight);
+}
+
 static void flight_round(struct cl *k, unsigned fi)
 {
     struct fkinfo *F = &S->fkeys[fi];
@@ -795,6 +822,16 @@ static void flight_round(struct cl *k, unsigned fi)
     fo.wait_ms = BROKER_WAIT_MS;
     if (rng_pct(&k->r, 25))
         fo.max_age_ms = 300;
+    /* version skew: two versions of the code race on the keys; some joins
+     * run a flight of their own beside the other version's */
+    unsigned myver = (unsigned)k->slot % FLIGHT_VERSIONS;
+    fo.version = flight_versions[myver];
+    fo.own_version = rng_pct(&k->r, 30);
+    /* a fresh request superseding a running owner (§15) */
+    if (rng_pct(&k->r, 4))
+        fo.supersede = true;
+    else if (rng_pct(&k->r, 4))
+        fo.priority = (uint64_t)rng_range(&k->r, 1, 3);
     set_state(k, ST_FLIGHT_JOINING, (int)fi, 0);
     coord_flight f;
     if (rng_pct(&k->r, 15)) {
@@ -824,7 +861,9 @@ static void flight_round(struct cl *k, unsigned fi)
         }
         return;
     }
-    uint64_t m0 = atomic_load(&F->max_fence);
+    uint64_t m0[FLIGHT_VERSIONS];
+    for (unsigned v = 0; v < FLIGHT_VERSIONS; v++)
+        m0[v] = atomic_load(&F->max_fence[v]);
     uint64_t t0 = now_ns();
     block(k, 10, CLIENT_DEADLINE_MS);
     int rc = coord_flight_join(k->c, fkey_name(fi), strlen(fkey_name(fi)), &fo, &f);
@@ -856,14 +895,23 @@ static void flight_round(struct cl *k, unsigned fi)
     }
     /* owner */
     CNT(flight_owner);
-    if (now_ns() - t0 > 20000000ull)
+    if (f.superseded)
+        CNT(flight_supersedes);
+    else if (now_ns() - t0 > 20000000ull)
         CNT(flight_promoted);
+    unsigned fv = flight_version_of(&f);
+    if (fv != myver)
+        CNT(flight_version_owner);
     uint64_t fence = f.fence, flight = f.flight;
+    if (f.superseded && f.superseded >= fence)
+        VIOL(token_backwards, "%s: flight %s fence %" PRIu64 " superseded fence %" PRIu64
+             " not below it", k->name, fkey_name(fi), fence, f.superseded);
     coord_flight_clear(&f);
-    if (fence <= m0)
-        VIOL(token_backwards, "%s: flight %s fence %" PRIu64 " not above %" PRIu64
-             " issued before the join", k->name, fkey_name(fi), fence, m0);
-    atomic_max_u64(&F->max_fence, fence);
+    if (fence <= m0[fv])
+        VIOL(token_backwards, "%s: flight %s (%s) fence %" PRIu64 " not above %" PRIu64
+             " issued before the join", k->name, fkey_name(fi), flight_versions[fv], fence,
+             m0[fv]);
+    atomic_max_u64(&F->max_fence[fv], fence);
     set_state(k, ST_FLIGHT_OWNER, (int)fi, fence);
     bool overrun = rng_pct(&k->r, 3);
     if (overrun) {
@@ -876,7 +924,7 @@ static void flight_round(struct cl *k, unsigned fi)
         _exit(0);                       /* die owning it */
     char res[64];
     int rlen = snprintf(res, sizeof res, "F%" PRIu64 " by %d", fence, (int)getpid());
-    uint64_t m1 = atomic_load(&F->max_fence);
+    uint64_t m1 = atomic_load(&F->max_fence[fv]);
     set_state(k, ST_IDLE, 0, 0);
     block(k, 11, CLIENT_DEADLINE_MS);
     if (rng_pct(&k->r, 10))
@@ -888,6 +936,7 @@ static void flight_round(struct cl *k, unsigned fi)
     unblock(k);
     if (rc == 0) {
         CNT(flight_complete_ok);
+        note_outcome(k, fi, flight);
         if (m1 > fence)
             VIOL(flight_stale, "%s: flight %s fence %" PRIu64 " accepted after fence %"
                  PRIu64 " was issued", k->name, fkey_name(fi), fence, m1);

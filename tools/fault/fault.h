@@ -126,10 +126,18 @@ struct lockinfo {
     _Atomic uint64_t resource;      /* the fenced resource: highest token written */
 };
 
+/* The flight clients run two versions of their code (FLIGHT_VERSIONS):
+ * a key may have one running flight per version at once (a joiner that
+ * wants its own version runs one beside the other's), each with its own
+ * fences, so the newest fence is kept per version of the flight. */
+#define FLIGHT_VERSIONS 2
+
 struct fkinfo {
-    _Atomic uint64_t max_fence;
+    _Atomic uint64_t max_fence[FLIGHT_VERSIONS];
     _Atomic uint64_t fenced[FENCED_RING];  /* fences whose complete was refused */
     _Atomic uint32_t fenced_pos;
+    _Atomic uint64_t done[FENCED_RING];    /* flights whose outcome was accepted */
+    _Atomic uint32_t done_pos;
 };
 
 enum outcome {
@@ -238,6 +246,9 @@ struct obinfo {
     X(flight_complete_fenced, "flight completes/fails FENCED")                 \
     X(flight_overruns, "flight owners overrunning their ttl on purpose")      \
     X(flight_abort_ev, "flight.abort events")                                  \
+    X(flight_supersedes, "flight joins that superseded a running owner")       \
+    X(flight_superseded_ev, "flight.abort superseded events")                  \
+    X(flight_version_owner, "flight owners of a flight of the other version")  \
     X(reconnects, "reconnects")                                                \
     X(connect_retries, "connect attempts refused (broker down)")               \
     X(conn_lost, "calls that found the connection closed")                     \
@@ -311,6 +322,7 @@ struct obinfo {
     X(token_backwards, "lock token/flight fence not increasing")               \
     X(flight_stale, "flight outcome accepted from a stale owner")              \
     X(flight_result, "flight result inconsistent")                             \
+    X(flight_twice, "two outcomes accepted for one flight")                    \
     X(lost_write, "acknowledged commit lost or rejected one stored")           \
     X(epoch, "broker epoch did not increase")                                  \
     X(transition_p99, "leader transition p99 >= 2 s (any fault kind)")         \

@@ -61,6 +61,9 @@ export const DEFAULT_REQUEST_TIMEOUT_MS = 30000;
 // Requests that wait by design (a lock, a flight's result, a leadership):
 // their own timeouts (timeout_ms, wait_ms) and signals bound them.
 const WAITING_OPS = new Set(['lock.acquire', 'flight.join', 'leader.campaign']);
+// What a TIMEOUT of each means, said with the wait's length (as libcoord).
+const WAIT_WHAT = { 'lock.acquire': 'lock not granted', 'flight.join': 'no result',
+  'leader.campaign': 'not elected' };
 // Events read per event-loop turn before the socket is paused for the rest
 // of the turn: bounds what waits for delivery (BroadcastChannel messages are
 // delivered in setImmediate tasks) whatever the broker sends.
@@ -224,8 +227,8 @@ export async function openSocket(o) {
     const left = deadline - Date.now();
     if (left <= 0) {
       throw new ConnectError(spawned
-        ? `the broker started for ${sockPath} did not answer within ${timeout} ms`
-        : `the broker at ${sockPath} did not accept within ${timeout} ms (${err.code})`);
+        ? `the broker started for ${sockPath} did not answer: timed out after ${seconds(timeout)}`
+        : `the broker at ${sockPath} did not accept: timed out after ${seconds(timeout)} (${err.code})`);
     }
     await sleep(Math.min(backoff, left));
     backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
@@ -315,7 +318,12 @@ export class Connection {
       try { p.onReply?.(m); } catch { /* the hook's own problem */ }
       p.resolve(m);
     } else {
-      const err = CoordError.from(typeof m.code === 'string' ? m.code : 'PROTOCOL', m.message);
+      const code = typeof m.code === 'string' ? m.code : 'PROTOCOL';
+      // "lock not granted: timed out after 0.5 s", not the broker's words
+      // (which name its request fields: timeout_ms, wait_ms)
+      const message = code === 'TIMEOUT' && p.wait > 0 && WAIT_WHAT[p.op]
+        ? `${WAIT_WHAT[p.op]}: timed out after ${seconds(p.wait)}` : m.message;
+      const err = CoordError.from(code, message);
       if (typeof m.reason === 'string') err.reason = m.reason;   // e.g. 'purged'
       p.reject(err);
     }
@@ -383,7 +391,9 @@ export class Connection {
     if (this.closed) return { rid: 0, promise: Promise.reject(this.closeError) };
     const rid = this.nextRid++;
     if (this.nextRid > 0xffffffff) this.nextRid = 1;
-    const promise = new Promise((resolve, reject) => this.pending.set(rid, { op, resolve, reject, onReply }));
+    // a wait's own limit, to say a TIMEOUT in the caller's terms
+    const wait = WAITING_OPS.has(op) ? (fields.timeout_ms ?? fields.wait_ms) : undefined;
+    const promise = new Promise((resolve, reject) => this.pending.set(rid, { op, wait, resolve, reject, onReply }));
     if (this.requestTimeoutMs > 0 && !WAITING_OPS.has(op) && op !== 'hello') {
       this.timed.set(rid, Date.now() + this.requestTimeoutMs);
       this._arm();

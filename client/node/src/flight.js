@@ -14,8 +14,9 @@
 //             served at once (stale: true); revalidating tells whether a
 //             revalidation runs meanwhile;
 //   'local'   fn ran here without coordination: the broker could not be
-//             reached and options.fallback is 'run' (also: reason, the
-//             error).
+//             reached, or a follower's wait passed, and options.fallback is
+//             'run' or 'retry' (also: reason, the error; fallbackCause
+//             'unreachable' | 'timeout').
 // With stale and keep, the record is kept keep + stale ms (as the Python
 // client does), so that it can still be served stale.
 // fn's signal aborts on flight.abort (ttl passed: "deadline"; all followers
@@ -48,8 +49,12 @@
 // fails; the connection is gone; or it drops while this caller waits or
 // runs), 'fail' (the default) rejects with that error (ConnectError,
 // ClosedError, or SHUTTING_DOWN), 'run' runs fn here without coordination
-// and resolves with source 'local' (reason: the error).  A client closed by close() always
-// rejects.  An owner whose connection drops keeps fn's value: 'run' resolves
+// and resolves with source 'local' (reason: the error).  A follower whose
+// wait passes (TimeoutError) falls back the same way: 'fail' rejects, 'run'
+// runs fn here (fallbackCause 'timeout'), 'retry' joins once more first
+// (retried: true; the owner if the old one is gone by now, else a second
+// wait) and runs fn here after a second timeout.  Only for work that is safe
+// to repeat.  A client closed by close() always rejects.  An owner whose connection drops keeps fn's value: 'run' resolves
 // it as 'local', 'fail' rejects.
 //
 // Values: by default fn's return value is MessagePack-encoded and followers'
@@ -60,7 +65,14 @@
 // Options (ms unless said): ttl (owner_ttl_ms, default 30000), wait (wait_ms,
 // default ttl; 0 = no limit), keep (keep_ms of the completion record, default
 // 0), maxAge (accept a record this young), stale, notify, onUpdated,
-// abortWhenOrphaned, signal, raw, retryable, fallback.
+// abortWhenOrphaned, signal, raw, retryable, fallback; supersede (the running
+// owner's work is stale: take the flight over; its fn's signal aborts with
+// reason 'superseded', its late result is FENCED, its followers get ours;
+// result.superseded: the old owner's fence), priority (a higher one than the
+// owner's supersedes it), version (of the code that runs fn, at most 64
+// bytes; kept in the flight and its record), otherVersion ('follow', the
+// default: follow a running flight of another version; 'own': run one of
+// our own beside it and never take another version's record).
 import { BackoffError, FencedError, FlightFailedError } from './errors.js';
 import { packValue, unpackValue, wireName } from './wire.js';
 import { anySignal, ms, str, withSignal } from './util.js';
@@ -70,6 +82,9 @@ const MAX_RETRIES = 10;
 
 // The broker's limit of keep_ms (366 days): keep + stale is lowered to it.
 const MAX_KEEP_MS = 31_622_400_000;
+
+// The broker's limit on a flight's version (bytes).
+const MAX_VERSION = 64;
 
 // Error codes that mean "the broker cannot be reached" for the fallback policy.
 const UNREACHABLE = new Set(['CONNECT', 'CLOSED', 'SHUTTING_DOWN']);
@@ -86,6 +101,19 @@ function joinFields(key, o) {
   if (stale !== undefined) f.stale_ms = stale;
   if (o.notify || o.onUpdated) f.notify = true;
   if (o.abortWhenOrphaned) f.abort_when_orphaned = true;
+  if (o.supersede) f.supersede = true;
+  const priority = ms(o.priority, 'priority');
+  if (priority) f.priority = priority;
+  if (o.version !== undefined && o.version !== null) {
+    const v = str(o.version, 'version');
+    if (Buffer.byteLength(v) > MAX_VERSION) throw new TypeError(`version: at most ${MAX_VERSION} bytes`);
+    f.version = wireName(v);
+  }
+  if (o.otherVersion !== undefined) {
+    if (o.otherVersion !== 'follow' && o.otherVersion !== 'own')
+      throw new TypeError("otherVersion must be 'follow' or 'own'");
+    f.other_version = o.otherVersion;
+  }
   return f;
 }
 
@@ -146,6 +174,8 @@ export class Flight {
         }
         const { ac } = owned;
         const o = { role: 'owner', key, flight, fence, signal: ac.signal, bypass: r.bypass === true };
+        if (r.superseded !== undefined) o.superseded = client._id(r.superseded, 'superseded');
+        if (r.version !== undefined) o.version = r.version;
         if (r.stale && typeof r.stale === 'object')
           o.stale = { result: r.stale.result, ageMs: r.stale.age_ms, fence: r.stale.fence };
         return o;
@@ -218,7 +248,7 @@ export class Flight {
     const r = await this.#client._call('flight.list', {});
     return (r.flights || []).map((e) => ({
       key: e.key, flight: e.flight, fence: e.fence, ownerConn: e.owner_conn, ownerPid: e.owner_pid,
-      followers: e.followers, ageMs: e.age_ms, completing: e.completing,
+      followers: e.followers, ageMs: e.age_ms, completing: e.completing, version: e.version,
     }));
   }
 
@@ -309,30 +339,43 @@ function retryAfterOf(e) {
 
 const unreachable = (client, e) => !client._closedByUser && e instanceof Error && UNREACHABLE.has(e.code);
 
-async function runLocal(key, fn, options, reason) {
+async function runLocal(key, fn, options, reason, retried = false) {
   const signal = options.signal ?? new AbortController().signal;
   const value = await fn({ key, fence: undefined, flight: undefined, signal, stale: undefined, bypass: false, local: true });
-  return { value, source: 'local', fence: undefined, ageMs: 0, stale: false, revalidating: false, reason };
+  return { value, source: 'local', fence: undefined, ageMs: 0, stale: false, revalidating: false, reason,
+    fallbackCause: reason?.code === 'TIMEOUT' ? 'timeout' : 'unreachable', retried };
 }
 
 export async function once(client, key, fn, options = {}) {
   key = str(key, 'once');
   if (typeof fn !== 'function') throw new TypeError('once: fn must be a function');
   const { raw = false, fallback = 'fail' } = options;
-  if (fallback !== 'fail' && fallback !== 'run') throw new TypeError("once: fallback must be 'fail' or 'run'");
+  if (fallback !== 'fail' && fallback !== 'run' && fallback !== 'retry')
+    throw new TypeError("once: fallback must be 'fail', 'run' or 'retry'");
   ms(options.keep, 'keep');                  // refused before anything runs
   let retries = 0;
+  let retried = false;
+  let joinOptions = { ...options, attempt: true };
   for (;;) {
     let j;
     try {
-      j = await client.flight.join(key, { ...options, attempt: true });
+      j = await client.flight.join(key, joinOptions);
     } catch (e) {
-      if (fallback === 'run' && unreachable(client, e)) return runLocal(key, fn, options, e);
+      const timedOut = e instanceof Error && e.code === 'TIMEOUT';
+      if (timedOut && fallback === 'retry' && !retried) {
+        // retry ownership: the owner may be gone by now, else wait once
+        // more (never supersede twice)
+        retried = true;
+        joinOptions = { ...joinOptions, supersede: false };
+        continue;
+      }
+      if (fallback !== 'fail' && (timedOut || unreachable(client, e)))
+        return runLocal(key, fn, options, e, retried);
       throw e;
     }
     if (j.role === 'result') {
       return { value: unpackValue(j.result, raw), source: j.stale ? 'stale' : j.source, fence: j.fence,
-        ageMs: j.ageMs, stale: j.stale, revalidating: j.revalidating };
+        ageMs: j.ageMs, stale: j.stale, revalidating: j.revalidating, retried };
     }
     if (j.role === 'failed') {
       const info = { fence: j.fence, source: j.source, ageMs: j.ageMs };
@@ -341,7 +384,9 @@ export async function once(client, key, fn, options = {}) {
       if (j.retryable && ++retries < MAX_RETRIES) continue;
       throw new FlightFailedError(j.error.code, j.error.message, { ...info, retryable: j.retryable });
     }
-    return own(client, key, fn, options, j);
+    const r = await own(client, key, fn, options, j);
+    r.retried = retried;
+    return r;
   }
 }
 
@@ -367,8 +412,9 @@ async function own(client, key, fn, options, j) {
   }
   const lost = cut();
   if (lost) {
-    if (fallback === 'run')
-      return { value, source: 'local', fence: j.fence, ageMs: 0, stale: false, revalidating: false, reason: lost };
+    if (fallback !== 'fail')
+      return { value, source: 'local', fence: j.fence, ageMs: 0, stale: false, revalidating: false, reason: lost,
+        fallbackCause: 'unreachable' };
     throw lost;
   }
   let bytes;
@@ -385,10 +431,13 @@ async function own(client, key, fn, options, j) {
     ({ delivered } = await client.flight.complete(j.flight, j.fence, bytes,
       { keep: keep && stale ? Math.min(keep + stale, MAX_KEEP_MS) : keep }));
   } catch (e) {
-    if (fallback === 'run' && unreachable(client, e))
-      return { value, source: 'local', fence: j.fence, ageMs: 0, stale: false, revalidating: false, reason: e };
+    if (fallback !== 'fail' && unreachable(client, e))
+      return { value, source: 'local', fence: j.fence, ageMs: 0, stale: false, revalidating: false, reason: e,
+        fallbackCause: 'unreachable' };
     throw e;
   }
-  return { value, source: j.bypass ? 'bypass' : 'owner', fence: j.fence, ageMs: 0, stale: false, revalidating: false,
+  const r = { value, source: j.bypass ? 'bypass' : 'owner', fence: j.fence, ageMs: 0, stale: false, revalidating: false,
     delivered, bypass: j.bypass, revalidated: !!j.stale };
+  if (j.superseded !== undefined) r.superseded = j.superseded;
+  return r;
 }

@@ -5,6 +5,17 @@ import { FlightFailedError, NotFoundError } from './errors.js';
 import { unpackValue, wireName } from './wire.js';
 import { ms, str } from './util.js';
 
+// Who wrote a record (its owner's hello) and the version its join carried;
+// absent in records of an older broker.
+function owner(r) {
+  const o = {};
+  if (r.client !== undefined) o.client = r.client;
+  if (r.pid !== undefined) o.pid = r.pid;
+  if (r.instance !== undefined) o.instance = r.instance;
+  if (r.version !== undefined) o.version = r.version;
+  return o;
+}
+
 export class Records {
   #client;
   constructor(client) { this.#client = client; }
@@ -12,7 +23,7 @@ export class Records {
   /**
    * The record of key, or null when there is none (or it expired):
    * {key, status: 'completed'|'failed', fence, value | error, retryable,
-   * createdMs, expiresMs}.  value is decoded from MessagePack unless raw.
+   * createdMs, expiresMs, client, pid, instance, version}.  value is decoded from MessagePack unless raw.
    */
   async get(key, { raw = false } = {}) {
     key = str(key, 'records.get');
@@ -23,7 +34,8 @@ export class Records {
       if (e instanceof NotFoundError) return null;
       throw e;
     }
-    const o = { key, status: r.status, fence: r.fence, createdMs: r.created_ms, expiresMs: r.expires_ms };
+    const o = { key, status: r.status, fence: r.fence, createdMs: r.created_ms, expiresMs: r.expires_ms,
+      ...owner(r) };
     if (r.status === 'completed') {
       o.result = r.result;
       try {
@@ -45,7 +57,7 @@ export class Records {
     if (l !== undefined) f.limit = l;
     const r = await this.#client._call('record.list', f);
     const out = (r.records || []).map((e) => ({ key: e.key, status: e.status, fence: e.fence, size: e.size,
-      createdMs: e.created_ms, expiresMs: e.expires_ms }));
+      createdMs: e.created_ms, expiresMs: e.expires_ms, ...owner(e) }));
     if (r.truncated) out.truncated = true;
     return out;
   }

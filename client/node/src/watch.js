@@ -5,7 +5,8 @@
 //
 // Each event is {channel, what, ..., atMs} (the wire's lifecycle fields in
 // camelCase: name, lock, mode, token, conn, pid, reason, key, flight, fence,
-// workstream, generation).  The subscriptions are made before the first
+// workstream, generation; on -flights also client, instance, startedMs,
+// deadlineMs, version, code, retryable, durationMs, waitMs).  The subscriptions are made before the first
 // next() resolves; `await it.ready` waits for them explicitly.  The iterator
 // ends on return()/break, on the signal, or with an error when the connection
 // is lost (events in between cannot be replayed).

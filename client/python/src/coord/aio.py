@@ -34,6 +34,7 @@ from .errors import (Aborted, Backoff, ConnectError, ConnectionLost, CoordError,
                      FlightFailed, LockLost, NotFound, ProtocolError, Refused, Timeout)
 from .handles import (LeaderTerm, Result, State, backstop, check_request_timeout,
                       no_reply, owner_failure, wait_error)
+from .handles import after_timeout, check_fallback, fallback_cause
 from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MAX_BACKOFF, MIN_HELLO_TIMEOUT,
                     MAX_SPAWNS, autostart, check_peer, check_socket_path, default_socket_path,
                     instance_id, program_name)
@@ -466,6 +467,8 @@ class Flight:
         self.stale = j.stale
         self.revalidating = j.revalidating
         self.bypass = j.bypass
+        self.superseded = j.superseded
+        self.version = j.version
         self.retry_after = j.retry_after
         self.updated: Optional["asyncio.Future[m.Updated]"] = None
         self.aborted = asyncio.Event()
@@ -515,11 +518,14 @@ class _FlightAPI:
     async def join(self, key: m.Name, *, ttl: Optional[float] = 30.0,
                    wait: Optional[float] = None, max_age: Optional[float] = None,
                    abort_when_orphaned: bool = False, stale: Optional[float] = None,
-                   notify: bool = False) -> Flight:
+                   notify: bool = False, supersede: bool = False, priority: int = 0,
+                   version: Optional[m.Name] = None,
+                   other_version: Optional[str] = None) -> Flight:
         k = m.name(key, "key")
         fields = m.flight_join(k, ttl=ttl, wait=wait, max_age=max_age,
                                abort_when_orphaned=abort_when_orphaned, stale=stale,
-                               notify=notify)
+                               notify=notify, supersede=supersede, priority=priority,
+                               version=version, other_version=other_version)
         c = self._c
         conn = await c._ensure()
         box: List[Flight] = []
@@ -1125,24 +1131,40 @@ class Client:
                    max_age: Optional[float] = None, stale: Optional[float] = None,
                    notify: Union[bool, Callable[[m.Updated], Any]] = False,
                    fallback: str = "fail", retries: int = 3,
-                   abort_when_orphaned: bool = False) -> Result:
+                   abort_when_orphaned: bool = False, supersede: bool = False,
+                   priority: int = 0, version: Optional[m.Name] = None,
+                   other_version: Optional[str] = None) -> Result:
         """As ``coord.Client.once``; fn is a coroutine function, and a
         ``notify`` function (plain or coroutine) runs on the loop."""
-        if fallback not in ("fail", "run"):
-            raise ValueError(f"fallback must be 'fail' or 'run', not {fallback!r}")
+        check_fallback(fallback)
         k = m.name(key, "key")
         store = keep + stale if keep and stale else keep
         deadline = None if wait is None else time.monotonic() + wait
         tries = 0
+        retried = False
         while True:
             left = None if deadline is None else max(0.001, deadline - time.monotonic())
             try:
                 f = await self.flight.join(k, ttl=ttl, wait=left,
                                            max_age=keep if max_age is None else max_age,
                                            abort_when_orphaned=abort_when_orphaned,
-                                           stale=stale, notify=bool(notify))
+                                           stale=stale, notify=bool(notify),
+                                           supersede=supersede and not retried,
+                                           priority=priority, version=version,
+                                           other_version=other_version)
+            except Timeout as e:
+                act = after_timeout(fallback, retried)
+                if act == "raise":
+                    raise
+                if act == "retry":
+                    retried = True
+                    deadline = None if wait is None else time.monotonic() + wait
+                    continue
+                r = await self._run_local(k, fn, e)
+                r.retried = retried
+                return r
             except _UNREACHABLE as e:
-                if fallback != "run":
+                if fallback == "fail":
                     raise
                 return await self._run_local(k, fn, e)
             if f.role == "result":
@@ -1150,7 +1172,7 @@ class Client:
                     f.updated.add_done_callback(_notify_task(notify))
                 return Result(f.result or b"", "stale" if f.stale else f.source,
                               fence=f.fence, age=f.age, revalidating=f.revalidating,
-                              updated=f.updated)
+                              updated=f.updated, retried=retried)
             if f.role == "failed":
                 assert f.error is not None
                 if f.retry_after is not None:
@@ -1179,16 +1201,19 @@ class Client:
             try:
                 await f.complete(out, store)
             except _UNREACHABLE as e:
-                if fallback != "run":
+                if fallback == "fail":
                     raise
-                return Result(out, "local", reason=f"ran as the owner, then: {e}")
-            return Result(out, "bypass" if f.bypass else "owner", fence=f.fence)
+                return Result(out, "local", reason=f"ran as the owner, then: {e}",
+                              fallback_cause="unreachable")
+            return Result(out, "bypass" if f.bypass else "owner", fence=f.fence,
+                          retried=retried, superseded=f.superseded)
 
     async def _run_local(self, key: Union[str, bytes],
                          fn: Callable[[Flight], Awaitable[m.Payload]],
                          why: BaseException) -> Result:
         f = Flight(self, None, m.Joined(role="local", key=key, fence=0))
-        return Result(m.payload(await fn(f), "result"), "local", reason=str(why))
+        return Result(m.payload(await fn(f), "result"), "local", reason=str(why),
+                      fallback_cause=fallback_cause(why))
 
     async def publish(self, channel: m.Name, data: m.Payload) -> int:
         return m.uint(await self.call("sub.publish", channel=m.name(channel, "channel"),

@@ -40,6 +40,7 @@ from .errors import (Backoff, ConnectError, ConnectionLost, CoordError, FlightFa
                      LockLost, NotFound, ProtocolError, Refused, ShuttingDown, Timeout)
 from .handles import (LeaderTerm, Result, State, backstop, check_request_timeout,
                       no_reply, owner_failure, wait_error)
+from .handles import after_timeout, check_fallback, fallback_cause
 from .paths import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_EXIT, MIN_HELLO_TIMEOUT,
                     default_socket_path, instance_id, open_socket, program_name)
 
@@ -476,6 +477,8 @@ class Flight:
         self.stale = j.stale
         self.revalidating = j.revalidating
         self.bypass = j.bypass
+        self.superseded = j.superseded
+        self.version = j.version
         self.retry_after = j.retry_after
         self.updated: Optional["concurrent.futures.Future[m.Updated]"] = None
         self.aborted = threading.Event()
@@ -561,7 +564,9 @@ class _FlightAPI:
 
     def join(self, key: m.Name, *, ttl: Optional[float] = 30.0, wait: Optional[float] = None,
              max_age: Optional[float] = None, abort_when_orphaned: bool = False,
-             stale: Optional[float] = None, notify: bool = False) -> Flight:
+             stale: Optional[float] = None, notify: bool = False, supersede: bool = False,
+             priority: int = 0, version: Optional[m.Name] = None,
+             other_version: Optional[str] = None) -> Flight:
         """Joins the flight of key; returns when the role is settled.
         ``Timeout`` when ``wait`` passed with no result.  ``stale``
         seconds: a record older than ``max_age`` but within ``stale``
@@ -572,7 +577,8 @@ class _FlightAPI:
         k = m.name(key, "key")
         fields = m.flight_join(k, ttl=ttl, wait=wait, max_age=max_age,
                                abort_when_orphaned=abort_when_orphaned, stale=stale,
-                               notify=notify)
+                               notify=notify, supersede=supersede, priority=priority,
+                               version=version, other_version=other_version)
         c = self._c
         conn = c._ensure()
         box: List[Flight] = []
@@ -1231,7 +1237,9 @@ class Client:
              max_age: Optional[float] = None, stale: Optional[float] = None,
              notify: Union[bool, Callable[[m.Updated], Any]] = False,
              fallback: str = "fail", retries: int = 3,
-             abort_when_orphaned: bool = False) -> Result:
+             abort_when_orphaned: bool = False, supersede: bool = False,
+             priority: int = 0, version: Optional[m.Name] = None,
+             other_version: Optional[str] = None) -> Result:
         """fn(flight) runs in one caller per key at a time; every concurrent
         caller gets its result, as a ``Result`` (bytes, with ``source``:
         owner, live, record, stale, bypass or local).
@@ -1254,21 +1262,34 @@ class Client:
         autostart failed, the connection dropped while waiting, the broker
         shuts down), fn runs here without coordination and the result
         says ``source == "local"`` and why (``reason``)."""
-        if fallback not in ("fail", "run"):
-            raise ValueError(f"fallback must be 'fail' or 'run', not {fallback!r}")
+        check_fallback(fallback)
         k = m.name(key, "key")
         store = keep + stale if keep and stale else keep
         deadline = None if wait is None else time.monotonic() + wait
         tries = 0
+        retried = False
         while True:
             left = None if deadline is None else max(0.001, deadline - time.monotonic())
             try:
                 f = self.flight.join(k, ttl=ttl, wait=left,
                                      max_age=keep if max_age is None else max_age,
                                      abort_when_orphaned=abort_when_orphaned, stale=stale,
-                                     notify=bool(notify))
+                                     notify=bool(notify), supersede=supersede and not retried,
+                                     priority=priority, version=version,
+                                     other_version=other_version)
+            except Timeout as e:
+                act = after_timeout(fallback, retried)
+                if act == "raise":
+                    raise
+                if act == "retry":
+                    retried = True
+                    deadline = None if wait is None else time.monotonic() + wait
+                    continue
+                r = self._run_local(k, fn, e)
+                r.retried = retried
+                return r
             except _UNREACHABLE as e:
-                if fallback != "run":
+                if fallback == "fail":
                     raise
                 return self._run_local(k, fn, e)
             if f.role == "result":
@@ -1276,7 +1297,7 @@ class Client:
                     f.updated.add_done_callback(_notify_thread(notify))
                 return Result(f.result or b"", "stale" if f.stale else f.source,
                               fence=f.fence, age=f.age, revalidating=f.revalidating,
-                              updated=f.updated)
+                              updated=f.updated, retried=retried)
             if f.role == "failed":
                 assert f.error is not None
                 if f.retry_after is not None:
@@ -1299,15 +1320,18 @@ class Client:
             try:
                 f.complete(out, store)
             except _UNREACHABLE as e:
-                if fallback != "run":
+                if fallback == "fail":
                     raise
-                return Result(out, "local", reason=f"ran as the owner, then: {e}")
-            return Result(out, "bypass" if f.bypass else "owner", fence=f.fence)
+                return Result(out, "local", reason=f"ran as the owner, then: {e}",
+                              fallback_cause="unreachable")
+            return Result(out, "bypass" if f.bypass else "owner", fence=f.fence,
+                          retried=retried, superseded=f.superseded)
 
     def _run_local(self, key: Union[str, bytes], fn: Callable[[Flight], m.Payload],
                    why: BaseException) -> Result:
         f = Flight(self, None, m.Joined(role="local", key=key, fence=0))
-        return Result(m.payload(fn(f), "result"), "local", reason=str(why))
+        return Result(m.payload(fn(f), "result"), "local", reason=str(why),
+                      fallback_cause=fallback_cause(why))
 
     # ---- channels ----
 

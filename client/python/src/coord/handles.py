@@ -218,6 +218,29 @@ def owner_failure(e: BaseException) -> Tuple[str, str, bool, Optional[float]]:
 
 SOURCES = ("owner", "live", "record", "stale", "bypass", "local")
 
+# once(fallback=...): "fail" raises; "run" runs fn here when the broker
+# cannot be reached or a follower's wait passes; "retry" joins once more
+# after a follower's timeout, then runs fn here.
+FALLBACKS = ("fail", "run", "retry")
+
+
+def check_fallback(fallback: str) -> None:
+    if fallback not in FALLBACKS:
+        raise ValueError(f"fallback must be 'fail', 'run' or 'retry', not {fallback!r}")
+
+
+def after_timeout(fallback: str, retried: bool) -> str:
+    """What once does when a follower's wait passed: "retry" (join
+    again), "run" (fn here) or "raise"."""
+    if fallback == "retry" and not retried:
+        return "retry"
+    return "raise" if fallback == "fail" else "run"
+
+
+def fallback_cause(e: BaseException) -> str:
+    """Why fn ran without coordination: "timeout" or "unreachable"."""
+    return "timeout" if isinstance(e, Timeout) else "unreachable"
+
 
 class Result(bytes):
     """What ``once`` returns: the result's bytes (compare it, slice it,
@@ -229,7 +252,13 @@ class Result(bytes):
                       (an older stored result, within ``stale``), "bypass"
                       (fn ran without deduplication: the key's prefix is
                       disabled), "local" (fn ran here without the broker:
-                      ``fallback="run"``; ``reason`` says why);
+                      ``fallback="run"`` or ``"retry"``; ``reason`` says
+                      why, ``fallback_cause`` is "unreachable" or
+                      "timeout": a follower's wait passed);
+    ``retried``       ``fallback="retry"``: a follower's wait passed and
+                      this caller joined again;
+    ``superseded``    owner: the fence of the owner it superseded (0:
+                      none);
     ``revalidating``  stale only: a revalidation runs now (False while
                       the key is in a backoff: nobody revalidates);
     ``updated``       stale and revalidating with ``notify``: a future
@@ -244,11 +273,18 @@ class Result(bytes):
     revalidating: bool
     reason: Optional[str]
     updated: Any
+    fallback_cause: Optional[str]
+    retried: bool
+    superseded: int
 
     def __new__(cls, value: bytes, source: str, *, fence: int = 0, age: float = 0.0,
                 revalidating: bool = False, reason: Optional[str] = None,
-                updated: Any = None) -> "Result":
+                updated: Any = None, fallback_cause: Optional[str] = None,
+                retried: bool = False, superseded: int = 0) -> "Result":
         r = super().__new__(cls, value)
+        r.fallback_cause = fallback_cause
+        r.retried = retried
+        r.superseded = superseded
         r.source = source
         r.fence = fence
         r.age = age

@@ -124,10 +124,37 @@ def lock_acquire(nm: Name, mode: str, *, if_available: bool = False, steal: bool
     return f
 
 
+# The broker's limit on a flight's version (bytes).
+MAX_VERSION = 64
+OTHER_VERSION = ("follow", "own")
+
+
 def flight_join(key: Name, *, ttl: Optional[float], wait: Optional[float],
                 max_age: Optional[float], abort_when_orphaned: bool,
-                stale: Optional[float] = None, notify: bool = False) -> Dict[str, Any]:
+                stale: Optional[float] = None, notify: bool = False,
+                supersede: bool = False, priority: int = 0, version: Optional[str] = None,
+                other_version: Optional[str] = None) -> Dict[str, Any]:
+    """``supersede`` (or a ``priority`` above the running owner's) takes a
+    running flight over; ``version`` (at most 64 bytes) is the version of
+    the code that runs the work; ``other_version`` "follow" (the default)
+    follows a running flight of another version, "own" runs one of its own
+    and takes no record of another version."""
     f: Dict[str, Any] = {"key": name(key, "key")}
+    if supersede:
+        f["supersede"] = True
+    if priority:
+        if not isinstance(priority, int) or isinstance(priority, bool) or priority < 0:
+            raise ValueError(f"priority must be a non-negative int, not {priority!r}")
+        f["priority"] = priority
+    if version is not None:
+        v = name(version, "version")
+        if len(name_key(v)) > MAX_VERSION:
+            raise ValueError(f"version: at most {MAX_VERSION} bytes")
+        f["version"] = v
+    if other_version is not None:
+        if other_version not in OTHER_VERSION:
+            raise ValueError(f"other_version must be 'follow' or 'own', not {other_version!r}")
+        f["other_version"] = other_version
     s = ms(stale, "stale")
     if s:
         f["stale_ms"] = s
@@ -346,6 +373,8 @@ class Joined:
     revalidating: bool = False      # stale result: a revalidation runs
     bypass: bool = False            # owner: the key's prefix is disabled
     retry_after: Optional[float] = None   # failed: a backoff, seconds left
+    superseded: int = 0             # owner: the fence of the owner it superseded
+    version: Union[str, bytes] = ""   # owner: the flight's version
 
 
 def joined(key: Union[str, bytes], body: Dict[str, Any]) -> Joined:
@@ -354,6 +383,8 @@ def joined(key: Union[str, bytes], body: Dict[str, Any]) -> Joined:
                age=uint(body, "age_ms") / 1000.0, source=str(body.get("source", "")))
     if role == "owner":
         j.bypass = body.get("bypass") is True
+        j.superseded = uint(body, "superseded")
+        j.version = body.get("version") or ""
         st = body.get("stale")
         if isinstance(st, dict):
             j.stale = Stale(as_bytes(st.get("result")), uint(st, "age_ms") / 1000.0,
@@ -418,6 +449,7 @@ class FlightEntry:
     followers: int
     age: float
     completing: bool
+    version: Union[str, bytes] = ""
 
 
 def flight_list(body: Dict[str, Any]) -> List[FlightEntry]:
@@ -427,7 +459,7 @@ def flight_list(body: Dict[str, Any]) -> List[FlightEntry]:
             out.append(FlightEntry(e.get("key", b""), uint(e, "flight"), uint(e, "fence"),
                                    uint(e, "owner_conn"), uint(e, "owner_pid"),
                                    uint(e, "followers"), uint(e, "age_ms") / 1000.0,
-                                   bool(e.get("completing"))))
+                                   bool(e.get("completing")), e.get("version") or ""))
     return out
 
 
@@ -442,11 +474,23 @@ class Record:
     result: Optional[bytes] = None
     error: Optional[FlightError] = None
     retryable: bool = False
+    # the owner that wrote it (its hello) and the version its join carried
+    # ("" and 0 in records of an older broker)
+    client: Union[str, bytes] = ""
+    pid: int = 0
+    instance: Union[str, bytes] = ""
+    version: Union[str, bytes] = ""
+
+
+def _owner(body: Dict[str, Any]) -> Dict[str, Any]:
+    return dict(client=body.get("client") or "", pid=uint(body, "pid"),
+                instance=body.get("instance") or "", version=body.get("version") or "")
 
 
 def record(key: Union[str, bytes], body: Dict[str, Any]) -> Record:
     r = Record(key, str(body.get("status", "")), uint(body, "fence"),
-               uint(body, "created_ms") / 1000.0, uint(body, "expires_ms") / 1000.0)
+               uint(body, "created_ms") / 1000.0, uint(body, "expires_ms") / 1000.0,
+               **_owner(body))
     if r.status == "completed":
         r.result = as_bytes(body.get("result"))
     else:
@@ -463,12 +507,16 @@ class RecordEntry:
     size: int
     created: float
     expires: float
+    client: Union[str, bytes] = ""
+    pid: int = 0
+    instance: Union[str, bytes] = ""
+    version: Union[str, bytes] = ""
 
 
 def record_list(body: Dict[str, Any]) -> List[RecordEntry]:
     return [RecordEntry(e.get("key", b""), str(e.get("status", "")), uint(e, "fence"),
                         uint(e, "size"), uint(e, "created_ms") / 1000.0,
-                        uint(e, "expires_ms") / 1000.0)
+                        uint(e, "expires_ms") / 1000.0, **_owner(e))
             for e in body.get("records") or [] if isinstance(e, dict)]
 
 
@@ -691,7 +739,10 @@ class Message:
 class Lifecycle:
     """An event of the broker's channels (-locks, -flights, -leaders):
     ``what`` (granted, released, lost, started, completed, elected, ...)
-    and every other field in ``fields``."""
+    and every other field in ``fields`` (on -flights: key, flight, fence,
+    reason, the owner's conn, client, pid, instance, started_ms,
+    deadline_ms, version; code and retryable of a failure; duration_ms,
+    wait_ms)."""
     channel: str
     what: str
     at: float

@@ -1,0 +1,79 @@
+// every-export.ts - type-checked by tsc --noEmit (test/types.test.js), never
+// run: every export of the package used as its README shows, through the
+// package's own name (so the "exports" map's "types" is what is checked).
+import {
+  connect, Client, defaultSocketPath, Lock, LockManager, DEFAULT_LEASE_MS, Leader, LeaderState,
+  CoordError, FencedError, TimeoutError, DisabledError, NotFoundError, ClosedError,
+  ConnectError, AbortedError, ProtocolPinnedError, PolicyError, ReadOnlyError, DrainingError,
+  UnavailableError, FlightFailedError, BackoffError, RetryAfterError, RequestKeyError,
+  WIRE_CODES, CLIENT_CODES, requestKey, wtf8Encode, wtf8Decode,
+} from 'coord-client';
+import type {
+  ConnectOptions, LockOptions, LockInfo, LockManagerSnapshot, CoordBroadcastChannel, OnceOptions,
+  OnceContext, OnceResult, JoinResult, RequestKeyInput, RecordEntry, LeaderOptions, ClaimResult,
+  PendingOp, WorkstreamDescriptor, LeaderInfo, LeaderTerm, LifecycleEvent, LeaderStateName,
+} from 'coord-client';
+import pkg from 'coord-client/package.json' with { type: 'json' };
+
+const version: string = pkg.version;
+const socket: string = defaultSocketPath();
+const options: ConnectOptions = { socket, scope: 'types', requestTimeoutMs: 1000 };
+
+export async function uses(): Promise<void> {
+  const client: Client = await connect(options);
+  const manager: LockManager = client.locks;
+  const lockOptions: LockOptions = { mode: 'shared', timeout: 500 };
+  const token: number = await manager.request('build', lockOptions, (lock) => (lock ? lock.token : 0));
+  const held: Lock | null = await manager.request('build', { ifAvailable: true }, (lock) => lock);
+  const snapshot: LockManagerSnapshot = await manager.query();
+  const first: LockInfo | undefined = snapshot.held[0];
+
+  const bc: CoordBroadcastChannel = new client.BroadcastChannel('settings');
+  bc.postMessage({ theme: 'dark' });
+  bc.close();
+
+  const onceOptions: OnceOptions = { keep: 60_000, stale: 600_000 };
+  const r: OnceResult<string> = await client.once('feed', (ctx: OnceContext) => `fence ${ctx.fence}`, onceOptions);
+  const joined: JoinResult = await client.flight.join('feed');
+  const input: RequestKeyInput = { method: 'GET', url: 'https://api.example.com/items', user: 'ada', authGen: 1 };
+  const key: string = requestKey(input).key + client.requestKey(input).canonical;
+  const rec: RecordEntry | null = await client.records.get('feed');
+
+  // leader(): the callback's leader is never null unless ifAvailable
+  const gen: number = await client.leader('outbox', (leader) => leader.generation);
+  const opts = { lease: DEFAULT_LEASE_MS * 10, protocol: 'outbox@1' } satisfies LeaderOptions;
+  const gen2: number = await client.leader('outbox', opts, (leader) => leader.generation);
+  const gen3: number = await client.leader('outbox', { timeout: 1000 }, (leader) => leader.generation);
+  const maybe: number | null = await client.leader('outbox', { ifAvailable: true }, (leader) => leader?.generation ?? null);
+  // @ts-expect-error: with ifAvailable the leader may be null
+  await client.leader('outbox', { ifAvailable: true }, (leader) => leader.generation);
+  const either = { ifAvailable: Math.random() > 0.5 };
+  // @ts-expect-error: ifAvailable known only at run time: null is possible
+  await client.leader('outbox', either, (leader) => leader.generation);
+  await client.leader('outbox', (leader: Leader) => {
+    const state: LeaderStateName = leader.state;
+    const isLeader: boolean = state === LeaderState.LEADER;
+    return leader.claim('op-1').then((c: ClaimResult) => c.claimed && isLeader);
+  });
+  const pending: PendingOp[] = await client.leaders.pending('outbox');
+  const desc: WorkstreamDescriptor | null = await client.leaders.describe('outbox');
+  const info: LeaderInfo = await client.leaders.info('outbox');
+  const terms: LeaderTerm[] = await client.leaders.history('outbox');
+
+  for await (const ev of client.watch('-locks')) {
+    const e: LifecycleEvent = ev;
+    if (e.what === 'released') break;
+  }
+
+  const errors: Array<new (...args: any[]) => Error> = [
+    CoordError, FencedError, TimeoutError, DisabledError, NotFoundError, ClosedError, ConnectError,
+    AbortedError, ProtocolPinnedError, PolicyError, ReadOnlyError, DrainingError, UnavailableError,
+    FlightFailedError, BackoffError, RetryAfterError, RequestKeyError,
+  ];
+  const e: CoordError = CoordError.from('TIMEOUT', 'timed out after 0.5 s');
+  const codes: readonly string[] = [...WIRE_CODES, ...CLIENT_CODES];
+  const text: string = wtf8Decode(wtf8Encode('x'));
+  void [version, token, held, first, r, joined, key, rec, gen, gen2, gen3, maybe, pending, desc,
+        info, terms, errors, e, codes, text];
+  await client.close();
+}
