@@ -367,6 +367,8 @@ export async function leader(client, workstream, options, fn) {
   workstream = str(workstream, 'leader');
   if (typeof fn !== 'function') throw new TypeError('leader: the callback is not a function');
   const { signal, raw = false } = options;
+  if (options.fallback !== undefined && typeof options.fallback !== 'boolean')
+    throw new TypeError('leader: fallback must be a boolean');
   const drainGrace = ms(options.drainGrace, 'drainGrace');
   const fields = campaignFields(workstream, options);
   signal?.throwIfAborted();
@@ -401,8 +403,8 @@ export async function leader(client, workstream, options, fn) {
     if (key) client.leaders._untrack(key, h);
     L.state = LeaderState.ABORTED;
     release();
-    // no broker: the workstream's descriptor file may name a fallback
-    if (!client._closedByUser && (e?.code === 'CONNECT' || e?.code === 'CLOSED'))
+    // no broker: with options.fallback, the workstream's descriptor file decides
+    if (options.fallback && !client._closedByUser && (e?.code === 'CONNECT' || e?.code === 'CLOSED'))
       return runLeaderFallback(workstream, { ...options, scope: client.scope }, fn, e);
     throw e;
   }

@@ -6,7 +6,8 @@
 // behind it, with COORD_CONFIG_DIR holding the workstream's file, runs its
 // callback read-only with no generation (SERVER_COORDINATED), fails closed
 // without a file, runs alone only with singleInstance under SINGLE_INSTANCE;
-// a client whose broker died does the same from client.leader().
+// a client whose broker died does the same from client.leader() with
+// fallback: true (without it the error stands).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -147,15 +148,18 @@ test('client.leader() after its broker died takes the fallback, or fails closed'
   await b2.kill();
   await gone;
   const cfg = configDir({ 'account-outbox': NOTE });
-  const L = await c2.leader('account-outbox', { configDir: cfg }, (x) => x);
+  // without the option the error stands, file or not
+  await assert.rejects(c2.leader('account-outbox', { configDir: cfg }, () => 1),
+    (e) => (e.code === 'CLOSED' || e.code === 'CONNECT') && e.fallback === undefined);
+  const L = await c2.leader('account-outbox', { fallback: true, configDir: cfg }, (x) => x);
   assert.ok(L instanceof FallbackLeader);
   assert.equal(L.mode, 'read-only');
   assert.equal(L.generation, undefined);
   await assert.rejects(L.claim('op'), ReadOnlyError);
-  await assert.rejects(c2.leader('nofile', { configDir: cfg }, () => 1),
+  await assert.rejects(c2.leader('nofile', { fallback: true, configDir: cfg }, () => 1),
     (e) => (e.code === 'CLOSED' || e.code === 'CONNECT') && e.fallback?.action === 'fail-closed');
   await c2.close();
   // closed by the user: never a fallback
-  await assert.rejects(c2.leader('account-outbox', { configDir: cfg }, () => 1), (e) => e.fallback === undefined);
+  await assert.rejects(c2.leader('account-outbox', { fallback: true, configDir: cfg }, () => 1), (e) => e.fallback === undefined);
   fs.rmSync(cfg, { recursive: true });
 });

@@ -119,6 +119,15 @@ def test_client_whose_broker_died(broker, tmp_path):
     with c.leader("account-outbox") as L:          # a real term first
         assert L.generation
     broker.kill()
+    os.environ["COORD_CONFIG_DIR"] = cfg
+    try:
+        # c.leader alone: the block never runs as a non-leader, file or not
+        with pytest.raises((coord.ConnectError, coord.ConnectionLost)) as ei:
+            with c.leader("account-outbox"):
+                pass
+        assert getattr(ei.value, "fallback", None) is None
+    finally:
+        del os.environ["COORD_CONFIG_DIR"]
     with descfile.leadership(c, "account-outbox", config_dir=cfg) as L:
         assert isinstance(L, descfile.FallbackTerm)
         assert L.mode == "read-only" and L.generation is None

@@ -19,11 +19,12 @@ The fallback (PROTOCOL.md, "Fallback when the broker cannot be reached"):
 a file of another origin than the client's scope: no leader, no work (the
 error stands).
 
-A leadership's ``with`` block (sync and asyncio clients) whose campaign
-cannot reach the broker asks ``on_unreachable``: it gets a ``FallbackTerm``
-instead of the leadership, or the error is raised as before with
-``.fallback`` (the decision).  ``leadership(client, ws, single_instance=...,
-config_dir=...)`` makes a leadership that carries those choices;
+A leadership made by ``leadership(client, ws, single_instance=...,
+config_dir=...)`` (the opt-in; ``c.leader(ws)`` alone keeps its promise
+that the block never runs as a non-leader) whose campaign cannot reach the
+broker asks ``on_unreachable`` from its ``with`` block (sync and asyncio
+clients): the block gets a ``FallbackTerm`` instead of the leadership, or
+the error is raised as before with ``.fallback`` (the decision);
 ``fallback_term(ws, error, ...)`` takes the same decision for a caller
 whose own connect failed.
 """
@@ -341,7 +342,11 @@ def fallback_term(workstream: Any, error: BaseException, *, single_instance: boo
 
 def on_unreachable(term: Any, error: BaseException) -> FallbackTerm:
     """The hook of a leadership's ``with``: its campaign could not reach the
-    broker."""
+    broker.  Only a leadership made by ``leadership()`` (it opted in) takes
+    the fallback; any other raises ``error`` as before: its block never runs
+    as a non-leader."""
+    if not getattr(term, "fallback", False):
+        raise error
     client = getattr(term, "_client", None)
     return fallback_term(term.workstream, error,
                          single_instance=bool(getattr(term, "single_instance", False)),
@@ -351,10 +356,13 @@ def on_unreachable(term: Any, error: BaseException) -> FallbackTerm:
 
 def leadership(client: Any, workstream: Any, *, single_instance: bool = False,
                config_dir: Optional[str] = None, **kw: Any) -> Any:
-    """``client.leader(workstream, **kw)`` carrying the fallback's choices:
-    ``single_instance`` (the user chose this instance to run alone under
-    SINGLE_INSTANCE) and ``config_dir``."""
+    """``client.leader(workstream, **kw)`` that takes the descriptor file's
+    fallback when its campaign cannot reach the broker (its ``with`` block
+    then gets a FallbackTerm, or the error with ``.fallback``), with the
+    fallback's choices: ``single_instance`` (the user chose this instance
+    to run alone under SINGLE_INSTANCE) and ``config_dir``."""
     term = client.leader(workstream, **kw)
+    term.fallback = True
     term.single_instance = single_instance
     term.config_dir = config_dir
     return term
