@@ -121,12 +121,37 @@ static int load_file(struct load *l, const char *dir, const char *fname)
             p.set |= WS_F_FALLBACK;
         }
     }
-    char msg[160];
-    if (!bad && (v = d.val[COORD_DK_CANONICAL_FENCE]) && strcmp(v, leaders_ledger_name())) {
-        snprintf(msg, sizeof msg, "canonicalFence must be \"%s\", the ledger this broker "
-                 "runs (--ledger)", leaders_ledger_name());
-        bad = msg;
+    if (!bad && GIVEN(COORD_DK_LOCK_NAME)) {
+        if (!(v = d.val[COORD_DK_LOCK_NAME])) {
+            p.reset |= WS_F_LOCK_NAME;
+        } else {
+            p.v.lock_name_len = (uint8_t)strlen(v);   /* checked by the parser */
+            memcpy(p.v.lock_name, v, p.v.lock_name_len);
+            p.set |= WS_F_LOCK_NAME;
+        }
     }
+    if (!bad && GIVEN(COORD_DK_CAPABILITIES)) {
+        if (!d.val[COORD_DK_CAPABILITIES]) {
+            p.reset |= WS_F_CAPS;
+        } else if (strlen(d.capabilities) > LIMIT_CAPS_TEXT) {
+            bad = "capabilities: too long";
+        } else {
+            p.v.caps_len = (uint8_t)strlen(d.capabilities);
+            memcpy(p.v.caps, d.capabilities, p.v.caps_len);
+            p.set |= WS_F_CAPS;
+        }
+    }
+    if (!bad && GIVEN(COORD_DK_IF_AVAILABLE)) {
+        if (!(v = d.val[COORD_DK_IF_AVAILABLE]))
+            p.reset |= WS_F_IF_AVAILABLE;
+        else
+            p.v.if_available = (uint8_t)ws_ifav_parse((const uint8_t *)v, strlen(v)),
+            p.set |= WS_F_IF_AVAILABLE;
+    }
+    char msg[200];
+    if (!bad && (v = d.val[COORD_DK_CANONICAL_FENCE]))
+        bad = leaders_fence_check("canonicalFence", (const uint8_t *)v, strlen(v), msg,
+                                  sizeof msg);
 #undef GIVEN
     uint8_t key[SKEY_HEADER + LIMIT_WORKSTREAM];
     if (!bad && strlen(origin) + stem > LIMIT_WORKSTREAM)

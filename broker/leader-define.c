@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "coord-limits.h"
+#include "desc-file.h"
 #include "errors.h"
 #include "events.h"
 #include "leaders-int.h"
@@ -49,6 +50,16 @@ static void put_descriptor(coord_enc *e, const struct workstream *ws, const stru
     else
         coord_enc_nil(e);
     coord_enc_kv_cstr(e, "canonical_fence", leaders_ledger_name());
+    /* the leadership lock's name in force: the defined one or the default */
+    uint8_t lname[sizeof "-leader/" - 1 + LIMIT_WORKSTREAM];
+    size_t ln = leaders_lock_name(ws, d, lname);
+    coord_enc_kv_name(e, "lock_name", lname, ln);
+    coord_enc_key(e, "capabilities");
+    if (d->caps_len)
+        coord_enc_str(e, d->caps, d->caps_len);
+    else
+        coord_enc_nil(e);
+    coord_enc_kv_cstr(e, "if_available", ws_ifav_name(d->if_available));
     coord_enc_kv_uint(e, "defined_ms", d->defined_ms);
     coord_enc_map_end(e);
 }
@@ -98,6 +109,32 @@ static void run_define(struct lreq *q, struct workstream *ws)
     leaders_submit(&call->req);
 }
 
+const char *leaders_fence_check(const char *field, const uint8_t *s, size_t len, char *msg,
+                                size_t size)
+{
+    const char *ledger = leaders_ledger_name();
+    bool remote = strcmp(ledger, "local") != 0;
+#define IS(lit) (len == sizeof lit - 1 && memcmp(s, lit, len) == 0)
+    if (IS("local") && !remote)
+        return NULL;
+    if ((IS("server-lease-ledger") || (len == strlen(ledger) && !memcmp(s, ledger, len))) &&
+        remote)
+        return NULL;
+    if (IS("server-lease-ledger"))
+        snprintf(msg, size, "%s server-lease-ledger needs the remote ledger: this broker "
+                 "runs the local one (start coordd with --ledger etcd)", field);
+    else if (IS("local") || IS("etcd"))
+        snprintf(msg, size, "%s %s is not the ledger this broker runs (%s)", field,
+                 IS("local") ? "local" : "etcd",
+                 remote ? "--ledger etcd: the remote one, server-lease-ledger"
+                        : "the local one; etcd needs coordd --ledger etcd");
+    else
+        snprintf(msg, size, "%s must be local or server-lease-ledger (the remote ledger, "
+                 "coordd --ledger etcd)", field);
+#undef IS
+    return msg;
+}
+
 /* An enum field: set, reset (nil) or absent. */
 static bool enum_field(coord_fields *f, const char *key, unsigned flag, struct ws_patch *p,
                        int (*parse)(const uint8_t *, size_t), uint8_t *out)
@@ -120,6 +157,7 @@ static bool enum_field(coord_fields *f, const char *key, unsigned flag, struct w
 void op_leader_define(struct conn *c, uint64_t rid, coord_fields *f)
 {
     coord_bytes name = { NULL, 0 }, protocol = name, fallback = name, fence = name;
+    coord_bytes lock_name = name, caps = name;
     struct lreq q = { .run = run_define };
     struct ws_patch *p = &q.patch;
     ws_desc_default(&p->v);
@@ -128,12 +166,17 @@ void op_leader_define(struct conn *c, uint64_t rid, coord_fields *f)
     bool has_hold = coord_field_uint(f, "max_hold_ms", false, &p->v.max_hold_ms);
     bool has_fallback = coord_field_str(f, "fallback", false, &fallback);
     bool has_fence = coord_field_str(f, "canonical_fence", false, &fence);
+    bool has_lock = coord_field_str(f, "lock_name", false, &lock_name);
+    bool has_caps = coord_field_str(f, "capabilities", false, &caps);
     coord_field_bool(f, "force", false, &p->force);
     const char *bad = NULL;
     if (!enum_field(f, "steal", WS_F_STEAL, p, ws_steal_parse, &p->v.steal))
         bad = "steal must be never, incident-only or allowed";
     else if (!enum_field(f, "mode", WS_F_MODE, p, ws_mode_parse, &p->v.mode))
         bad = "mode must be shadow, read-only or active";
+    else if (!enum_field(f, "if_available", WS_F_IF_AVAILABLE, p, ws_ifav_parse,
+                         &p->v.if_available))
+        bad = "if_available must be allowed or never";
     if (!fields_ok(c, rid, f) ||
         (has_hold && !duration_ok(c, rid, "max_hold_ms", p->v.max_hold_ms, LIMIT_WAIT_MS)))
         return;
@@ -141,12 +184,25 @@ void op_leader_define(struct conn *c, uint64_t rid, coord_fields *f)
         bad = "protocol must be name@N (name: 1..64 of A-Z a-z 0-9 . _ -, N: 1..4294967295)";
     else if (has_fallback && (fallback.len == 0 || fallback.len > LIMIT_FALLBACK))
         bad = "fallback must be 1..64 bytes";
-    char msg[128];
-    if (!bad && has_fence && (fence.len != strlen(leaders_ledger_name()) ||
-                              memcmp(fence.ptr, leaders_ledger_name(), fence.len) != 0)) {
-        snprintf(msg, sizeof msg, "canonical_fence must be \"%s\", the ledger this broker runs",
-                 leaders_ledger_name());
-        bad = msg;
+    else if (has_lock && (lock_name.len == 0 || lock_name.len > LIMIT_LOCK_NAME ||
+                          lock_name.ptr[0] == '-'))
+        bad = "lock_name must be 1..200 bytes, not starting with '-' (the broker's names)";
+    char msg[200], ctext[LIMIT_CAPS_TEXT + 1], cnorm[LIMIT_CAPS_TEXT + 1];
+    if (!bad && has_fence)
+        bad = leaders_fence_check("canonical_fence", fence.ptr, fence.len, msg, sizeof msg);
+    if (!bad && has_caps) {
+        if (caps.len > LIMIT_CAPS_TEXT || (caps.len && memchr(caps.ptr, 0, caps.len))) {
+            bad = "capabilities must be at most 255 bytes";
+        } else {
+            if (caps.len)
+                memcpy(ctext, caps.ptr, caps.len);
+            ctext[caps.len] = 0;
+            const char *why = coord_desc_caps_normalize(ctext, cnorm, sizeof cnorm);
+            if (why) {
+                snprintf(msg, sizeof msg, "capabilities: %s", why);
+                bad = msg;
+            }
+        }
     }
     if (bad) {
         conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, bad);
@@ -166,6 +222,20 @@ void op_leader_define(struct conn *c, uint64_t rid, coord_fields *f)
         memcpy(p->v.fallback, fallback.ptr, fallback.len);
     } else if (coord_field_nil(f, "fallback")) {
         p->reset |= WS_F_FALLBACK;
+    }
+    if (has_lock) {
+        p->set |= WS_F_LOCK_NAME;
+        p->v.lock_name_len = (uint8_t)lock_name.len;
+        memcpy(p->v.lock_name, lock_name.ptr, lock_name.len);
+    } else if (coord_field_nil(f, "lock_name")) {
+        p->reset |= WS_F_LOCK_NAME;
+    }
+    if (has_caps) {
+        p->set |= WS_F_CAPS;
+        p->v.caps_len = (uint8_t)strlen(cnorm);
+        memcpy(p->v.caps, cnorm, p->v.caps_len);
+    } else if (coord_field_nil(f, "capabilities")) {
+        p->reset |= WS_F_CAPS;
     }
     leaders_with_workstream(c, rid, name, &q);
 }

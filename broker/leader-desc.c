@@ -3,7 +3,10 @@
  * Storage forms, all integers big-endian:
  *   descriptor: u8 format (1), u8 flags (1: defined), u32 version, u32
  *               ratchet, u64 max_hold_ms, u8 steal, u8 mode, u64 defined_ms,
- *               u8 name length + name, u8 fallback length + fallback
+ *               u8 name length + name, u8 fallback length + fallback;
+ *               format 2 (only when one of these differs from its
+ *               default, so format 1 bytes stay what they were): the same,
+ *               then u8 if_available, u8 + lock name, u8 + capabilities
  *   term:       u8 format (1), u64 generation, u64 pid, u64 elected_ms, u64
  *               ended_ms, u8 mode, u8 reason, u32 version, u8 name length +
  *               name, u16 + client, u16 + instance, u16 + incident
@@ -59,7 +62,20 @@ int ws_desc_define(struct ws_desc *d, const struct ws_patch *p, uint64_t now_ms)
     FIELD(WS_F_MAX_HOLD, max_hold_ms);
     FIELD(WS_F_STEAL, steal);
     FIELD(WS_F_MODE, mode);
+    FIELD(WS_F_IF_AVAILABLE, if_available);
 #undef FIELD
+    if (p->set & WS_F_LOCK_NAME) {
+        n.lock_name_len = p->v.lock_name_len;
+        memcpy(n.lock_name, p->v.lock_name, p->v.lock_name_len);
+    } else if (p->reset & WS_F_LOCK_NAME) {
+        n.lock_name_len = 0;
+    }
+    if (p->set & WS_F_CAPS) {
+        n.caps_len = p->v.caps_len;
+        memcpy(n.caps, p->v.caps, p->v.caps_len);
+    } else if (p->reset & WS_F_CAPS) {
+        n.caps_len = 0;
+    }
     if (p->set & WS_F_FALLBACK) {
         n.fallback_len = p->v.fallback_len;
         memcpy(n.fallback, p->v.fallback, p->v.fallback_len);
@@ -80,6 +96,38 @@ int ws_desc_admit(const struct ws_desc *d, const struct ws_protocol *p)
     if (!p->name_len || !same_name(p, &d->protocol) || p->version < pin)
         return COORD_EPROTOCOL_PINNED;
     return 0;
+}
+
+bool ws_desc_caps_missing(const struct ws_desc *d, const uint8_t *caps, size_t caps_len,
+                          const char **name, size_t *len)
+{
+    const char *p = d->caps, *end = d->caps + d->caps_len;
+    while (p < end) {
+        const char *q = memchr(p, ',', (size_t)(end - p));
+        size_t nl = q ? (size_t)(q - p) : (size_t)(end - p);
+        bool found = false;
+        for (size_t i = 0; i < caps_len && !found;) {
+            size_t j = i;
+            while (j < caps_len && caps[j] != ',')
+                j++;
+            size_t a = i, b = j;       /* trim spaces */
+            while (a < b && caps[a] == ' ')
+                a++;
+            while (b > a && caps[b - 1] == ' ')
+                b--;
+            found = b - a == nl && memcmp(caps + a, p, nl) == 0;
+            i = j + 1;
+        }
+        if (!found) {
+            *name = p;
+            *len = nl;
+            return true;
+        }
+        if (!q)
+            break;
+        p = q + 1;
+    }
+    return false;
 }
 
 bool ws_desc_grant(struct ws_desc *d, const struct ws_protocol *p)
@@ -142,6 +190,7 @@ size_t ws_protocol_format(const struct ws_protocol *p, uint32_t version, char *b
 
 static const char *const steal_names[] = { "allowed", "incident-only", "never" };
 static const char *const mode_names[] = { "active", "read-only", "shadow" };
+static const char *const ifav_names[] = { "allowed", "never" };
 
 const char *ws_steal_name(unsigned s) { return s < 3 ? steal_names[s] : "allowed"; }
 const char *ws_mode_name(unsigned m) { return m < 3 ? mode_names[m] : "active"; }
@@ -156,6 +205,15 @@ static int lookup(const char *const *names, const uint8_t *s, size_t len)
 
 int ws_steal_parse(const uint8_t *s, size_t len) { return lookup(steal_names, s, len); }
 int ws_mode_parse(const uint8_t *s, size_t len) { return lookup(mode_names, s, len); }
+const char *ws_ifav_name(unsigned v) { return v < 2 ? ifav_names[v] : "allowed"; }
+
+int ws_ifav_parse(const uint8_t *s, size_t len)
+{
+    for (int i = 0; i < 2; i++)
+        if (strlen(ifav_names[i]) == len && memcmp(ifav_names[i], s, len) == 0)
+            return i;
+    return -1;
+}
 
 /* ---- storage forms ---- */
 
@@ -218,7 +276,8 @@ static bool protocol_ok(const struct ws_protocol *p)
 size_t ws_desc_encode(const struct ws_desc *d, uint8_t *buf)
 {
     struct wr w = { buf };
-    w8(&w, 1);
+    bool v2 = d->if_available || d->lock_name_len || d->caps_len;
+    w8(&w, v2 ? 2 : 1);
     w8(&w, d->defined ? 1 : 0);
     wn(&w, d->protocol.version, 4);
     wn(&w, d->ratchet, 4);
@@ -228,6 +287,11 @@ size_t ws_desc_encode(const struct ws_desc *d, uint8_t *buf)
     wn(&w, d->defined_ms, 8);
     wbytes(&w, d->protocol.name, d->protocol.name_len, 1);
     wbytes(&w, d->fallback, d->fallback_len, 1);
+    if (v2) {
+        w8(&w, d->if_available);
+        wbytes(&w, d->lock_name, d->lock_name_len, 1);
+        wbytes(&w, d->caps, d->caps_len, 1);
+    }
     return (size_t)(w.p - buf);
 }
 
@@ -235,7 +299,8 @@ int ws_desc_decode(struct ws_desc *d, const uint8_t *buf, size_t len)
 {
     struct rd r = { buf, len, false };
     ws_desc_default(d);
-    if (rn(&r, 1) != 1)
+    uint64_t format = rn(&r, 1);
+    if (format != 1 && format != 2)
         return -1;
     uint64_t flags = rn(&r, 1);
     d->defined = flags & 1;
@@ -247,7 +312,17 @@ int ws_desc_decode(struct ws_desc *d, const uint8_t *buf, size_t len)
     d->defined_ms = rn(&r, 8);
     d->protocol.name_len = (uint8_t)rbytes(&r, d->protocol.name, LIMIT_PROTOCOL_NAME, 1);
     d->fallback_len = (uint8_t)rbytes(&r, d->fallback, LIMIT_FALLBACK, 1);
-    if (r.bad || r.left || flags > 1 || d->steal > WS_STEAL_NEVER || d->mode > WS_MODE_SHADOW ||
+    bool v2_ok = true;
+    if (format == 2) {
+        d->if_available = (uint8_t)rn(&r, 1);
+        d->lock_name_len = (uint8_t)rbytes(&r, d->lock_name, LIMIT_LOCK_NAME, 1);
+        d->caps_len = (uint8_t)rbytes(&r, d->caps, LIMIT_CAPS_TEXT, 1);
+        /* canonical: format 2 only when it says something format 1 cannot */
+        v2_ok = d->if_available <= WS_IFAV_NEVER &&
+                (d->if_available || d->lock_name_len || d->caps_len) &&
+                (!d->lock_name_len || d->lock_name[0] != '-');
+    }
+    if (!v2_ok || r.bad || r.left || flags > 1 || d->steal > WS_STEAL_NEVER || d->mode > WS_MODE_SHADOW ||
         !protocol_ok(&d->protocol) || d->max_hold_ms > UINT32_MAX * 1000ull) {
         ws_desc_default(d);
         return -1;

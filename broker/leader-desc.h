@@ -28,7 +28,14 @@
 /* leader.pending answers at most this many per request. */
 #define LIMIT_PENDING_LIST 1000u
 
+/* A descriptor's lock name (lockName): the leadership lock's name. */
+#define LIMIT_LOCK_NAME 200u
+/* Its capabilities, "a,b" (desc-file.h's normalised form). */
+#define LIMIT_CAPS_TEXT 255u
+
 enum ws_steal { WS_STEAL_ALLOWED, WS_STEAL_INCIDENT_ONLY, WS_STEAL_NEVER };
+/* if_available campaigns: allowed (the default) or refused (POLICY) */
+enum ws_ifav { WS_IFAV_ALLOWED, WS_IFAV_NEVER };
 enum ws_mode { WS_MODE_ACTIVE, WS_MODE_READ_ONLY, WS_MODE_SHADOW };
 
 struct ws_protocol {
@@ -47,12 +54,18 @@ struct ws_desc {
     uint8_t fallback_len;          /* 0: none */
     char fallback[LIMIT_FALLBACK];
     uint64_t defined_ms;           /* the last define */
+    uint8_t if_available;          /* enum ws_ifav */
+    uint8_t lock_name_len;         /* 0: the default, "-leader/<workstream>" */
+    char lock_name[LIMIT_LOCK_NAME];
+    uint8_t caps_len;              /* 0: none required */
+    char caps[LIMIT_CAPS_TEXT];    /* "a,b": every campaign must name each */
 };
 
 /* A define: the fields in `set` take their value from v, those in `reset`
  * go back to their default, the others keep theirs. */
 enum {
     WS_F_PROTOCOL = 1, WS_F_MAX_HOLD = 2, WS_F_STEAL = 4, WS_F_MODE = 8, WS_F_FALLBACK = 16,
+    WS_F_LOCK_NAME = 32, WS_F_CAPS = 64, WS_F_IF_AVAILABLE = 128,
 };
 struct ws_patch {
     unsigned set, reset;
@@ -84,6 +97,10 @@ int ws_desc_define(struct ws_desc *d, const struct ws_patch *p, uint64_t now_ms)
 /* May a campaign with protocol p (name_len 0: none) be granted?  0 or
  * COORD_EPROTOCOL_PINNED. */
 int ws_desc_admit(const struct ws_desc *d, const struct ws_protocol *p);
+/* The first capability of d's that the campaign's list caps ("a,b", NULL:
+ * none) lacks, into *name and *len: true when one is missing. */
+bool ws_desc_caps_missing(const struct ws_desc *d, const uint8_t *caps, size_t caps_len,
+                          const char **name, size_t *len);
 /* A campaign with p was granted: raise the ratchet.  True when d changed. */
 bool ws_desc_grant(struct ws_desc *d, const struct ws_protocol *p);
 
@@ -97,11 +114,14 @@ size_t ws_protocol_format(const struct ws_protocol *p, uint32_t version, char *b
 const char *ws_steal_name(unsigned s);
 const char *ws_mode_name(unsigned m);
 int ws_steal_parse(const uint8_t *s, size_t len);
+const char *ws_ifav_name(unsigned v);
+int ws_ifav_parse(const uint8_t *s, size_t len);
 int ws_mode_parse(const uint8_t *s, size_t len);
 
 /* Storage forms.  Encoders return the length (cap at least WS_*_MAX);
  * decoders 0, or -1 for bytes that are not one (never read past len). */
-#define WS_DESC_MAX (64 + LIMIT_PROTOCOL_NAME + LIMIT_FALLBACK)
+#define WS_DESC_MAX (64 + LIMIT_PROTOCOL_NAME + LIMIT_FALLBACK + LIMIT_LOCK_NAME + \
+                     LIMIT_CAPS_TEXT)
 #define WS_TERM_MAX (64 + LIMIT_PROTOCOL_NAME + 256 + 128 + LIMIT_INCIDENT)
 size_t ws_desc_encode(const struct ws_desc *d, uint8_t *buf);
 int ws_desc_decode(struct ws_desc *d, const uint8_t *buf, size_t len);

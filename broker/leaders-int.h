@@ -23,6 +23,12 @@ struct workstream {
     bool disabled;
     struct ws_desc desc;           /* as stored (defaults when never defined) */
     unsigned campaigns_waiting;    /* queued on the leader lock */
+    unsigned campaigns;            /* campaigns alive (waiting, bumping, leading) */
+    /* the leadership lock's name campaigns use: the descriptor's lock name
+     * in force when the first of them came (a new one applies once none
+     * holds or waits for the old, so two names never grant two leaders) */
+    uint16_t lock_len;
+    uint8_t lock[8 + LIMIT_LOCK_NAME];
     /* the live leader, if any */
     struct campaign *term;         /* the leader's campaign, or NULL */
     uint64_t live_generation;      /* 0: nobody may commit */
@@ -49,6 +55,8 @@ struct lreq {
     bool internal;                 /* the broker's own (config), no conn */
     int8_t cfg_disabled;           /* config: -1 absent, 0, 1 */
     struct ws_protocol protocol;   /* campaign */
+    const uint8_t *caps;           /* campaign: its capabilities, "a,b" */
+    size_t caps_len;
     struct ws_patch patch;         /* define */
     const uint8_t *op_id, *key, *value, *text;   /* text: incident or reason */
     size_t op_len, key_len, value_len, text_len;
@@ -67,6 +75,15 @@ void leaders_ws_unref(struct workstream *ws);
 /* The ledger's name (canonical_fence), and a submit. */
 const char *leaders_ledger_name(void);
 void leaders_submit(struct ll_req *r);
+/* The leadership lock's name for ws under descriptor d (its lock_name,
+ * else "-leader/<workstream>") into out (8 + LIMIT_WORKSTREAM bytes): its
+ * length. */
+size_t leaders_lock_name(const struct workstream *ws, const struct ws_desc *d, uint8_t *out);
+/* NULL when canonical fence s names the ledger this broker runs ("local",
+ * or "server-lease-ledger"/"etcd" with --ledger etcd), else msg, saying
+ * why not (naming field, and --ledger etcd). */
+const char *leaders_fence_check(const char *field, const uint8_t *s, size_t len, char *msg,
+                                size_t size);
 /* A define was stored: the live term sees it (mode event, max hold). */
 void leaders_defined(struct workstream *ws, const struct ws_desc *old);
 

@@ -28,6 +28,7 @@
 #include "breaks.h"
 #include "coord-ops.h"
 #include "coord-limits.h"
+#include "desc-file.h"
 #include "errors.h"
 #include "events.h"
 #include "histo.h"
@@ -60,6 +61,8 @@ struct campaign {
     uint16_t incident_len;         /* an incident campaign's text */
     uint8_t incident[LIMIT_INCIDENT];
     struct list lead_link;         /* conn->leads while leading */
+    uint8_t caps_len;              /* the campaign's capabilities */
+    uint8_t caps[LIMIT_CAPS_TEXT];
     /* for a remote ledger, where the bump may wait for another machine's
      * term: the campaign's timeout (broker_now_ms, 0: none) and options */
     uint64_t deadline_ms;
@@ -91,6 +94,19 @@ void leaders_stop(void)
 }
 
 const char *leaders_ledger_name(void) { return ll_name(W.ledger); }
+
+size_t leaders_lock_name(const struct workstream *ws, const struct ws_desc *d, uint8_t *out)
+{
+    if (d->lock_name_len) {
+        memcpy(out, d->lock_name, d->lock_name_len);
+        return d->lock_name_len;
+    }
+    size_t nlen;
+    const uint8_t *wname = leaders_ws_name(ws, &nlen);
+    memcpy(out, LOCK_PREFIX, sizeof LOCK_PREFIX - 1);
+    memcpy(out + sizeof LOCK_PREFIX - 1, wname, nlen);
+    return sizeof LOCK_PREFIX - 1 + nlen;
+}
 
 void leaders_submit(struct ll_req *r)
 {
@@ -178,6 +194,7 @@ static void campaign_free(struct campaign *cp)
 {
     if (cp->waiting)
         cp->ws->campaigns_waiting--;
+    cp->ws->campaigns--;
     ll_req_free(&cp->bump);
     conn_unref(cp->conn);
     leaders_ws_unref(cp->ws);
@@ -416,6 +433,16 @@ static void start_bump(struct campaign *cp)
     struct conn *c = cp->conn;
     struct ws_term *t = &cp->bump.term;
     cp->state = CAMPAIGN_BUMPING;
+    const char *cap;
+    size_t cap_len;
+    if (ws_desc_caps_missing(&cp->ws->desc, cp->caps, cp->caps_len, &cap, &cap_len)) {
+        /* a define required it while the campaign waited */
+        cp->bump.status = COORD_EPROTOCOL_PINNED;
+        cp->bump.why = "the workstream requires a capability the campaign lacks";
+        cp->bump.ud = cp;
+        bump_done(&cp->bump);
+        return;
+    }
     if (ll_req_init(&cp->bump, LL_BUMP, cp->ws->skey, cp->ws->h.keylen,
                     NULL, 0, NULL, 0, NULL, 0) < 0) {
         cp->bump.status = COORD_ESTORAGE;
@@ -451,7 +478,8 @@ static const char *bump_refusal(int status, const struct ll_req *req)
 {
     switch (status) {
     case COORD_EDISABLED: return "workstream is disabled";
-    case COORD_EPROTOCOL_PINNED: return "the campaign's protocol is below the workstream's pin";
+    case COORD_EPROTOCOL_PINNED:
+        return req->why ? req->why : "the campaign's protocol is below the workstream's pin";
     case 0: return "leadership was stolen before it was granted";
     default: return req->why ? req->why : "cannot store the generation";
     }
@@ -567,7 +595,7 @@ static void campaign_lock_failed(struct lock_req *r, int code)
 }
 
 static const struct lock_owner campaign_owner = {
-    campaign_lock_granted, campaign_lock_lost, campaign_lock_failed,
+    campaign_lock_granted, campaign_lock_lost, campaign_lock_failed, true,
 };
 
 /* cancel / shutdown (code), or the connection gone (code 0), while the
@@ -694,7 +722,8 @@ static void with_key(struct conn *c, uint64_t rid, const uint8_t *key, size_t kl
         return;
     }
     /* it waits: its own copy, with its bytes */
-    struct lreq *w = malloc(sizeof *w + q->op_len + q->key_len + q->value_len + q->text_len);
+    struct lreq *w = malloc(sizeof *w + q->op_len + q->key_len + q->value_len + q->text_len +
+                            q->caps_len);
     if (!ws && w) {
         ws = calloc(1, sizeof *ws);
         uint8_t *sk = ws ? malloc(klen) : NULL;
@@ -731,10 +760,10 @@ static void with_key(struct conn *c, uint64_t rid, const uint8_t *key, size_t kl
     }
     *w = *q;
     uint8_t *bytes = (uint8_t *)(w + 1);
-    const uint8_t *src[4] = { q->op_id, q->key, q->value, q->text };
-    size_t lens[4] = { q->op_len, q->key_len, q->value_len, q->text_len };
-    const uint8_t **dst[4] = { &w->op_id, &w->key, &w->value, &w->text };
-    for (int i = 0; i < 4; i++) {
+    const uint8_t *src[5] = { q->op_id, q->key, q->value, q->text, q->caps };
+    size_t lens[5] = { q->op_len, q->key_len, q->value_len, q->text_len, q->caps_len };
+    const uint8_t **dst[5] = { &w->op_id, &w->key, &w->value, &w->text, &w->caps };
+    for (int i = 0; i < 5; i++) {
         if (lens[i])
             memcpy(bytes, src[i], lens[i]);
         *dst[i] = src[i] ? bytes : NULL;
@@ -767,6 +796,20 @@ static void run_campaign(struct lreq *q, struct workstream *ws)
         conn_reply_error(c, rid, COORD_EPROTOCOL_PINNED, msg);
         return;
     }
+    const char *cap;
+    size_t cap_len;
+    if (ws_desc_caps_missing(&ws->desc, q->caps, q->caps_len, &cap, &cap_len)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "the workstream requires capability %.*s, which the "
+                 "campaign lacks", (int)cap_len, cap);
+        conn_reply_error(c, rid, COORD_EPROTOCOL_PINNED, msg);
+        return;
+    }
+    if (q->if_available && ws->desc.if_available == WS_IFAV_NEVER) {
+        conn_reply_error(c, rid, COORD_EPOLICY,
+                         "the workstream's if_available policy is never: campaigns wait");
+        return;
+    }
     if (q->steal && (ws->desc.steal == WS_STEAL_NEVER ||
                      (ws->desc.steal == WS_STEAL_INCIDENT_ONLY && !incident))) {
         conn_reply_error(c, rid, COORD_EPOLICY, ws->desc.steal == WS_STEAL_NEVER
@@ -776,18 +819,19 @@ static void run_campaign(struct lreq *q, struct workstream *ws)
     }
     if (pending_check(c, rid) < 0)
         return;
-    size_t nlen;
-    const uint8_t *wname = leaders_ws_name(ws, &nlen);
-    uint8_t lname[sizeof LOCK_PREFIX - 1 + LIMIT_WORKSTREAM];
     struct campaign *cp = calloc(1, sizeof *cp);
     if (!cp) {
         conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
         return;
     }
-    memcpy(lname, LOCK_PREFIX, sizeof LOCK_PREFIX - 1);
-    memcpy(lname + sizeof LOCK_PREFIX - 1, wname, nlen);
+    if (ws->campaigns == 0)
+        ws->lock_len = (uint16_t)leaders_lock_name(ws, &ws->desc, ws->lock);
+    ws->campaigns++;
     cp->ws = ws;
     ws->refs++;
+    cp->caps_len = (uint8_t)q->caps_len;
+    if (q->caps_len)
+        memcpy(cp->caps, q->caps, q->caps_len);
     cp->conn = c;
     c->refs++;
     cp->lease_ms = q->lease_ms;
@@ -807,7 +851,7 @@ static void run_campaign(struct lreq *q, struct workstream *ws)
         return;
     }
     struct lock_request_args a = {
-        .name = lname, .name_len = (uint32_t)(sizeof LOCK_PREFIX - 1 + nlen),
+        .name = ws->lock, .name_len = ws->lock_len,
         .mode = LOCK_EXCLUSIVE, .if_available = q->if_available, .steal = q->steal,
         .timeout_ms = q->timeout_ms,
     };
@@ -829,8 +873,9 @@ static void run_campaign(struct lreq *q, struct workstream *ws)
 
 void op_leader_campaign(struct conn *c, uint64_t rid, coord_fields *f)
 {
-    coord_bytes name = { NULL, 0 }, protocol = name, incident = name;
+    coord_bytes name = { NULL, 0 }, protocol = name, incident = name, caps = name;
     struct lreq q = { .run = run_campaign, .lease_ms = 0 };
+    coord_field_str(f, "capabilities", false, &caps);
     coord_field_str(f, "workstream", true, &name);
     coord_field_uint(f, "lease_ms", false, &q.lease_ms);
     coord_field_bool(f, "if_available", false, &q.if_available);
@@ -852,10 +897,25 @@ void op_leader_campaign(struct conn *c, uint64_t rid, coord_fields *f)
         bad = "timeout_ms cannot be combined with steal or if_available";
     else if (has_protocol && ws_protocol_parse(protocol.ptr, protocol.len, &q.protocol) < 0)
         bad = "protocol must be name@N (name: 1..64 of A-Z a-z 0-9 . _ -, N: 1..4294967295)";
+    else if (caps.len > LIMIT_CAPS_TEXT || (caps.len && memchr(caps.ptr, 0, caps.len)))
+        bad = "capabilities must be at most 255 bytes";
+    /* the descriptor's rules: "a,b", "[a, b]"; normalised to "a,b" */
+    char ctext[LIMIT_CAPS_TEXT + 1], cnorm[LIMIT_CAPS_TEXT + 1], msg[160];
+    if (!bad && caps.len) {
+        memcpy(ctext, caps.ptr, caps.len);
+        ctext[caps.len] = 0;
+        const char *why = coord_desc_caps_normalize(ctext, cnorm, sizeof cnorm);
+        if (why) {
+            snprintf(msg, sizeof msg, "capabilities: %s", why);
+            bad = msg;
+        }
+    }
     if (bad) {
         conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, bad);
         return;
     }
+    q.caps = caps.len ? (const uint8_t *)cnorm : NULL;
+    q.caps_len = caps.len ? strlen(cnorm) : 0;
     q.text = incident.ptr;
     q.text_len = incident.len;
     leaders_with_workstream(c, rid, name, &q);
@@ -1011,6 +1071,11 @@ static void run_info(struct lreq *q, struct workstream *ws)
                                    : ws->disabled ? "disabled" : "idle");
     coord_enc_kv_cstr(&e, "mode", ws_mode_name(ws->desc.mode));
     coord_enc_kv_uint(&e, "max_hold_ms", ws->desc.max_hold_ms);
+    uint8_t lname[sizeof LOCK_PREFIX - 1 + LIMIT_WORKSTREAM];
+    if (ws->campaigns)
+        coord_enc_kv_name(&e, "lock_name", ws->lock, ws->lock_len);
+    else
+        coord_enc_kv_name(&e, "lock_name", lname, leaders_lock_name(ws, &ws->desc, lname));
     if (ws->desc.protocol.name_len) {
         char pin[WS_PROTOCOL_TEXT];
         size_t n = ws_protocol_format(&ws->desc.protocol, ws_desc_pin(&ws->desc), pin,

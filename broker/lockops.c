@@ -112,7 +112,7 @@ static void client_failed(struct lock_req *r, int code)
 }
 
 static const struct lock_owner client_owner = {
-    client_granted, client_lost, client_failed,
+    client_granted, client_lost, client_failed, false,
 };
 
 /* cancel (ABORTED) or shutdown (SHUTTING_DOWN) of a waiting acquire */

@@ -273,6 +273,14 @@ enum lock_outcome locks_request(struct lock_req *r, struct conn *c,
         queue_maybe_free(q);
         return LOCK_NOT_AVAILABLE;
     }
+    if (a->steal)
+        for (struct list *it = q->held.next; it != &q->held; it = it->next) {
+            const struct lock_req *h = list_entry(it, struct lock_req, qlink);
+            if (h->owner->guarded && h->owner != owner) {
+                queue_maybe_free(q);
+                return LOCK_GUARDED;
+            }
+        }
     r->id = ++L.next_id;
     r->q = q;
     r->conn = c;
@@ -312,6 +320,11 @@ void locks_reply_refused(struct conn *c, uint64_t rid, enum lock_outcome o)
     }
     if (o == LOCK_BUDGET) {
         budget_refuse(c, rid);
+        return;
+    }
+    if (o == LOCK_GUARDED) {
+        conn_reply_error(c, rid, COORD_EPOLICY, "a workstream's leader holds this lock: "
+                         "take leadership with leader.campaign steal, under its steal policy");
         return;
     }
     if (o != LOCK_NOT_AVAILABLE) {

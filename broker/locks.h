@@ -29,6 +29,9 @@ struct lock_owner {
     void (*granted)(struct lock_req *r);                   /* after waiting */
     void (*lost)(struct lock_req *r, enum reason why);     /* stolen, expired */
     void (*failed)(struct lock_req *r, int code);          /* never granted */
+    /* only a request of the same owner may steal it (leadership: a steal
+     * goes through leader.campaign and its steal policy) */
+    bool guarded;
 };
 
 struct lock_queue;
@@ -71,6 +74,7 @@ enum lock_outcome {
     LOCK_NO_MEMORY,
     LOCK_CONN_LIMIT,               /* LIMIT_CONN_LOCKS held by c */
     LOCK_BUDGET,                   /* the broker-wide budget is full (budget.h) */
+    LOCK_GUARDED,                  /* a steal of a guarded owner's lock */
 };
 
 void locks_init(struct broker *b);

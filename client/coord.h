@@ -834,10 +834,14 @@ COORD_API int coord_record_purge_counts(coord_t *c, const void *prefix, size_t p
  * string and byte argument is copied into the request: the caller keeps
  * ownership of all of them.
  *
- * Leadership never falls back: without a broker there is no leader (every
- * call returns COORD_ECONNECT or COORD_ECLOSED), and a process must never
- * act as leader on its own: that is how two leaders write at once.  Only
- * coord_once's safe reads may run uncoordinated (COORD_FALLBACK_RUN). */
+ * Leadership never falls back by itself: without a broker there is no
+ * leader (every call returns COORD_ECONNECT or COORD_ECLOSED), and a
+ * process must never act as leader on its own: that is how two leaders
+ * write at once.  What a caller may do instead is the workstream's
+ * fallback, read from its descriptor file (coord_leader_fallback, below):
+ * run read-only with no generation, or, in the one instance the user
+ * started so, alone.  Only coord_once's safe reads may run uncoordinated
+ * (COORD_FALLBACK_RUN). */
 
 /* The broker's leadership lease when a campaign names none (ms).  Short
  * on purpose: a frozen or stalled leader is replaced within it (under 2 s
@@ -870,6 +874,11 @@ typedef struct coord_leader_opts {
     const char *incident; /* 1..256 bytes: an incident takeover, granted
                              even while the workstream is disabled; with
                              steal, the only steal under "incident-only" */
+    /* Added with descriptor capabilities (NULL: none) */
+    const char *capabilities; /* "a,b": what the caller implements; a
+                             workstream that pins a capability the list
+                             lacks refuses the campaign like an old
+                             protocol (COORD_EPROTOCOL_PINNED) */
 } coord_leader_opts;
 
 /* leader.campaign, blocking until elected (or refused).  o may be NULL (wait
@@ -1071,6 +1080,9 @@ COORD_API int coord_leader_enable(coord_t *c, const void *ws, size_t ws_len);
 #define COORD_DESC_MODE            (1u << 3)
 #define COORD_DESC_FALLBACK        (1u << 4)
 #define COORD_DESC_CANONICAL_FENCE (1u << 5)
+#define COORD_DESC_LOCK_NAME       (1u << 6)
+#define COORD_DESC_CAPABILITIES    (1u << 7)
+#define COORD_DESC_IF_AVAILABLE    (1u << 8)
 
 typedef struct coord_leader_define_opts {
     unsigned set;               /* COORD_DESC_* fields sent with a value */
@@ -1082,8 +1094,16 @@ typedef struct coord_leader_define_opts {
     const char *steal;          /* "never", "incident-only", "allowed" */
     const char *mode;           /* "shadow", "read-only", "active" */
     const char *fallback;       /* 1..64 bytes, stored and returned only */
-    const char *canonical_fence;/* "local" (or the broker's other ledger) */
+    const char *canonical_fence;/* "local", or "server-lease-ledger" (the
+                                   remote ledger: coordd --ledger etcd) */
     bool force;                 /* lower (or remove) the protocol pin */
+    /* Added with lock names and capabilities (their bits unset: not sent) */
+    const char *lock_name;      /* the leadership lock's name: 1..200 bytes,
+                                   not starting with '-'; nil: the default
+                                   "-leader/WORKSTREAM" */
+    const char *capabilities;   /* "a,b": every campaign must name each */
+    const char *if_available;   /* "allowed", or "never" (if_available
+                                   campaigns refused: COORD_EPOLICY) */
 } coord_leader_define_opts;
 
 /* A descriptor as the broker returns it.  No pointers: copy it freely.
@@ -1097,6 +1117,10 @@ typedef struct coord_leader_descriptor {
     char fallback[72];          /* "" when none */
     char canonical_fence[32];   /* "local"... */
     uint64_t defined_ms;        /* the last define (Unix ms); 0: never */
+    /* Added with lock names and capabilities */
+    char lock_name[216];        /* the leadership lock's name in force */
+    char capabilities[256];     /* "a,b", "" when none */
+    char if_available[16];      /* "allowed" or "never" */
 } coord_leader_descriptor;
 
 /* leader.define of ws with *o (NULL: nothing but the workstream, which
@@ -1124,6 +1148,47 @@ COORD_API int coord_leader_describe(coord_t *c, const void *ws, size_t ws_len,
  * live: "resigned", "expired", "stolen", "incident", "disabled",
  * "max_hold", "disconnected", "restart"), incident}, and "truncated": true
  * when cut to fit a frame.  A workstream never led has no terms. */
+/* ---- the workstream's fallback, when the broker cannot be reached ----
+ *
+ * A workstream's descriptor file, CONFIG_DIR/workstreams/WORKSTREAM.v1
+ * (the file coordd --config-dir loads), says what its clients do when no
+ * broker can be reached (fallback:).  coord_leader_fallback reads it
+ * without a broker; the caller acts on out->action:
+ *   COORD_LEADER_FAIL_CLOSED      no leader, no work (the default: no file,
+ *                                 no fallback, FAIL_CLOSED, a bad file, or
+ *                                 a file of another origin than scope);
+ *   COORD_LEADER_READ_ONLY        READ_ONLY or SERVER_COORDINATED: run as a
+ *                                 read-only follower, with no generation
+ *                                 (the server drains; nothing is claimed or
+ *                                 committed);
+ *   COORD_LEADER_SINGLE_INSTANCE  SINGLE_INSTANCE: only an instance the user
+ *                                 explicitly started in single-instance
+ *                                 mode may run alone, with no generation;
+ *                                 every other instance fails closed.
+ * Never a lock of the caller's own making: the choice is the file's. */
+typedef enum coord_leader_fallback_action {
+    COORD_LEADER_FAIL_CLOSED = 0,
+    COORD_LEADER_READ_ONLY,
+    COORD_LEADER_SINGLE_INSTANCE,
+} coord_leader_fallback_action;
+
+typedef struct coord_leader_fallback_info {
+    coord_leader_fallback_action action;
+    char fallback[32];          /* the file's fallback, "" when none */
+    char path[4400];            /* the file looked for */
+    char reason[4800];          /* what was decided and why, for a message */
+} coord_leader_fallback_info;
+
+/* Reads ws's descriptor file under config_dir (NULL: $COORD_CONFIG_DIR,
+ * else $XDG_CONFIG_HOME/coord, else ~/.config/coord) into *out, for a
+ * client of scope (NULL: the default scope; the file's origin: must be
+ * it).  0 (out->action says what to do), or COORD_EINVAL (a NULL out).
+ * A workstream that cannot be a file name (empty, '/', NUL, a leading
+ * '.') has no file: fail closed. */
+COORD_API int coord_leader_fallback(const char *config_dir, const char *scope,
+                                    const void *ws, size_t ws_len,
+                                    coord_leader_fallback_info *out);
+
 COORD_API int coord_leader_history(coord_t *c, const void *ws, size_t ws_len,
                                    unsigned limit, coord_reply_t **reply);
 

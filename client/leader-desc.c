@@ -33,6 +33,9 @@ static coord_req_t *define_req(const void *ws, size_t ws_len,
     desc_str(r, o, COORD_DESC_MODE, "mode", o->mode);
     desc_str(r, o, COORD_DESC_FALLBACK, "fallback", o->fallback);
     desc_str(r, o, COORD_DESC_CANONICAL_FENCE, "canonical_fence", o->canonical_fence);
+    desc_str(r, o, COORD_DESC_LOCK_NAME, "lock_name", o->lock_name);
+    desc_str(r, o, COORD_DESC_CAPABILITIES, "capabilities", o->capabilities);
+    desc_str(r, o, COORD_DESC_IF_AVAILABLE, "if_available", o->if_available);
     if (o->force)
         coord_req_bool(r, "force", true);
     return r;
@@ -61,6 +64,11 @@ static int read_descriptor(coord_t *c, const coord_reply_t *reply, enum coord_op
         { "fallback", offsetof(coord_leader_descriptor, fallback), sizeof out->fallback },
         { "canonical_fence", offsetof(coord_leader_descriptor, canonical_fence),
           sizeof out->canonical_fence },
+        { "lock_name", offsetof(coord_leader_descriptor, lock_name), sizeof out->lock_name },
+        { "capabilities", offsetof(coord_leader_descriptor, capabilities),
+          sizeof out->capabilities },
+        { "if_available", offsetof(coord_leader_descriptor, if_available),
+          sizeof out->if_available },
     };
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
         if (!coord__map_strcpy(d, strs[i].key, (char *)out + strs[i].off, strs[i].size)) {

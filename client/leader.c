@@ -68,6 +68,8 @@ coord_req_t *coord__campaign_req(const void *ws, size_t ws_len, const coord_lead
             coord_req_cstr(r, "protocol", o->protocol);
         if (o->incident)
             coord_req_cstr(r, "incident", o->incident);
+        if (o->capabilities)
+            coord_req_cstr(r, "capabilities", o->capabilities);
     }
     return r;
 }

@@ -7,8 +7,85 @@
 
 static const char *const key_names[COORD_DK_COUNT] = {
     "schema", "workstream", "origin", "protocol", "maxHold", "steal", "fallback",
-    "canonicalFence", "mode", "disabled",
+    "canonicalFence", "mode", "disabled", "lockName", "capabilities", "ifAvailable",
 };
+
+int coord_desc_fallback_parse(const char *s)
+{
+    if (!s)
+        return -1;
+    if (!strcmp(s, "FAIL_CLOSED"))
+        return COORD_DF_FAIL_CLOSED;
+    if (!strcmp(s, "READ_ONLY") || !strcmp(s, "SERVER_COORDINATED"))
+        return COORD_DF_READ_ONLY;
+    if (!strcmp(s, "SINGLE_INSTANCE"))
+        return COORD_DF_SINGLE_INSTANCE;
+    return -1;
+}
+
+static bool cap_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '_' || c == '-' || c == ':' || c == '/' || c == '@' || c == '+';
+}
+
+const char *coord_desc_caps_normalize(const char *s, char *out, size_t size)
+{
+    size_t len = strlen(s), n = 0, count = 0;
+    while (len && (s[len - 1] == ' ' || s[len - 1] == '\t'))
+        len--;
+    while (len && (*s == ' ' || *s == '\t'))
+        s++, len--;
+    if (len && *s == '[') {
+        if (s[len - 1] != ']')
+            return "a list in [ ] lacks its closing ]";
+        s++;
+        len -= 2;
+    }
+    if (size)
+        out[0] = '\0';
+    const char *end = s + len;
+    while (s < end && (*s == ' ' || *s == '\t'))
+        s++;                           /* "[ ]": none */
+    while (s < end) {
+        while (s < end && (*s == ' ' || *s == '\t'))
+            s++;
+        const char *name = s;
+        while (s < end && *s != ',')
+            s++;
+        const char *ne = s;
+        while (ne > name && (ne[-1] == ' ' || ne[-1] == '\t'))
+            ne--;
+        size_t nl = (size_t)(ne - name);
+        if (s < end)
+            s++;                       /* the comma */
+        if (!nl)
+            return "an empty capability name";
+        if (nl > COORD_DESC_CAP_LEN)
+            return "a capability name is longer than 64 bytes";
+        for (size_t i = 0; i < nl; i++)
+            if (!cap_char(name[i]))
+                return "capability names are A-Z a-z 0-9 . _ - : / @ +";
+        if (++count > COORD_DESC_CAPS_MAX)
+            return "more than 16 capabilities";
+        /* no name twice */
+        for (const char *p = out; n && *p;) {
+            const char *q = strchr(p, ',');
+            size_t pl = q ? (size_t)(q - p) : strlen(p);
+            if (pl == nl && !memcmp(p, name, nl))
+                return "a capability is named twice";
+            p = q ? q + 1 : p + pl;
+        }
+        if (n + (n ? 1 : 0) + nl + 1 > size)
+            return "too many capabilities";
+        if (n)
+            out[n++] = ',';
+        memcpy(out + n, name, nl);
+        n += nl;
+        out[n] = '\0';
+    }
+    return NULL;
+}
 
 bool coord_parse_duration(const char *s, uint64_t *ms)
 {
@@ -127,31 +204,51 @@ void coord_desc_file_free(struct coord_desc_file *d)
 int coord_desc_file_read(const char *path, struct coord_desc_file *d,
                          coord_desc_err_fn err, void *ud)
 {
-    char msg[256], e1[80];
     memset(d, 0, sizeof *d);
     FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "r");
     if (!f) {
         err(ud, 0, strerror(errno));
         return 1;
     }
-    d->buf = malloc(COORD_DESC_FILE_MAX + 1);
-    size_t n = d->buf ? fread(d->buf, 1, COORD_DESC_FILE_MAX + 1, f) : 0;
+    char *text = malloc(COORD_DESC_FILE_MAX + 1);
+    size_t n = text ? fread(text, 1, COORD_DESC_FILE_MAX + 1, f) : 0;
     bool read_err = ferror(f);
     if (f != stdin)
         fclose(f);
+    if (!text) {
+        err(ud, 0, "out of memory");
+        return 1;
+    }
+    if (read_err) {
+        free(text);
+        err(ud, 0, "read error");
+        return 1;
+    }
+    int errors = coord_desc_file_parse(text, n, d, err, ud);
+    free(text);
+    return errors;
+}
+
+int coord_desc_file_parse(const char *text, size_t n, struct coord_desc_file *d,
+                          coord_desc_err_fn err, void *ud)
+{
+    char msg[256], e1[80];
+    memset(d, 0, sizeof *d);
+    if (n > COORD_DESC_FILE_MAX) {
+        err(ud, 0, "larger than 64 KiB");
+        return 1;
+    }
+    if (memchr(text, '\0', n)) {
+        err(ud, 0, "not a text file (NUL byte)");
+        return 1;
+    }
+    d->buf = malloc(n + 1);
     if (!d->buf) {
         err(ud, 0, "out of memory");
         return 1;
     }
-    if (read_err || n > COORD_DESC_FILE_MAX) {
-        err(ud, 0, read_err ? "read error" : "larger than 64 KiB");
-        return 1;
-    }
+    memcpy(d->buf, text, n);
     d->buf[n] = '\0';
-    if (memchr(d->buf, '\0', n)) {
-        err(ud, 0, "not a text file (NUL byte)");
-        return 1;
-    }
 
     int errors = 0;
     int lineno = 0;
@@ -218,6 +315,28 @@ int coord_desc_file_read(const char *path, struct coord_desc_file *d,
         case COORD_DK_MAX_HOLD:
             if (v && !coord_parse_duration(v, &d->max_hold_ms))
                 FILE_ERR("maxHold: not a duration (like 30s, 500ms, 2m): %s", shown(v, e1));
+            break;
+        case COORD_DK_FALLBACK:
+            if (v && coord_desc_fallback_parse(v) < 0)
+                FILE_ERR("fallback must be FAIL_CLOSED, READ_ONLY, SERVER_COORDINATED or "
+                         "SINGLE_INSTANCE, not %s", shown(v, e1));
+            break;
+        case COORD_DK_CAPABILITIES: {
+            const char *cerr = v ? coord_desc_caps_normalize(v, d->capabilities,
+                                                             sizeof d->capabilities)
+                                 : NULL;
+            if (cerr)
+                FILE_ERR("capabilities: %s", cerr);
+            break;
+        }
+        case COORD_DK_LOCK_NAME:
+            if (v && (v[0] == '-' || strlen(v) > 200))
+                FILE_ERR("lockName must be 1..200 bytes, not starting with '-' (the "
+                         "broker's names)");
+            break;
+        case COORD_DK_IF_AVAILABLE:
+            if (v && strcmp(v, "allowed") != 0 && strcmp(v, "never") != 0)
+                FILE_ERR("ifAvailable must be allowed or never, not %s", shown(v, e1));
             break;
         case COORD_DK_DISABLED:
             if (v && !strcmp(v, "true"))

@@ -1,7 +1,8 @@
 /* ctl-descriptor.c - coordctl's workstream descriptors:
  *   leader define WORKSTREAM [--protocol NAME@N] [--max-hold DURATION]
  *                 [--steal P] [--mode M] [--fallback F]
- *                 [--canonical-fence L] [--force]
+ *                 [--canonical-fence L] [--lock-name NAME]
+ *                 [--capabilities A,B] [--if-available P] [--force]
  *   leader define [WORKSTREAM] -f FILE [--force]
  *   leader describe WORKSTREAM
  *
@@ -56,6 +57,9 @@ static int read_desc_file(const char *path, struct desc_input *in)
         { COORD_DK_FALLBACK, COORD_DESC_FALLBACK },
         { COORD_DK_CANONICAL_FENCE, COORD_DESC_CANONICAL_FENCE },
         { COORD_DK_MODE, COORD_DESC_MODE },
+        { COORD_DK_LOCK_NAME, COORD_DESC_LOCK_NAME },
+        { COORD_DK_CAPABILITIES, COORD_DESC_CAPABILITIES },
+        { COORD_DK_IF_AVAILABLE, COORD_DESC_IF_AVAILABLE },
     };
     if (d->given[COORD_DK_ORIGIN] || d->given[COORD_DK_DISABLED]) {
         fprintf(stderr, "coordctl: leader define: %s: origin and disabled belong to the "
@@ -79,6 +83,9 @@ static int read_desc_file(const char *path, struct desc_input *in)
         case COORD_DESC_FALLBACK: in->o.fallback = v; break;
         case COORD_DESC_CANONICAL_FENCE: in->o.canonical_fence = v; break;
         case COORD_DESC_MODE: in->o.mode = v; break;
+        case COORD_DESC_LOCK_NAME: in->o.lock_name = v; break;
+        case COORD_DESC_CAPABILITIES: in->o.capabilities = d->capabilities; break;
+        case COORD_DESC_IF_AVAILABLE: in->o.if_available = v; break;
         }
     }
     return 0;
@@ -123,6 +130,9 @@ static int print_descriptor(struct ctl *ctl, const char *ws, const coord_leader_
         json_field("mode", d->mode, true);
         json_field("fallback", d->fallback, true);
         json_field("canonical_fence", d->canonical_fence, true);
+        json_field("lock_name", d->lock_name, true);
+        json_field("capabilities", d->capabilities, true);
+        json_field("if_available", d->if_available, true);
         printf(",\"defined_ms\":%llu}}\n", (unsigned long long)d->defined_ms);
         return CTL_EXIT_OK;
     }
@@ -138,6 +148,9 @@ static int print_descriptor(struct ctl *ctl, const char *ws, const coord_leader_
     add_str(&t, "mode", d->mode);
     add_str(&t, "fallback", d->fallback);
     add_str(&t, "canonical fence", d->canonical_fence);
+    add_str(&t, "lock name", d->lock_name);
+    add_str(&t, "capabilities", d->capabilities);
+    add_str(&t, "if available", d->if_available);
     char when[64] = "-";
     time_t sec = (time_t)(d->defined_ms / 1000);
     struct tm tm;
@@ -172,6 +185,9 @@ int ctl_leader_define(struct ctl *ctl, int argc, char **argv)
         { "mode", required_argument, NULL, 'M' },
         { "fallback", required_argument, NULL, 'F' },
         { "canonical-fence", required_argument, NULL, 'C' },
+        { "lock-name", required_argument, NULL, 'N' },
+        { "capabilities", required_argument, NULL, 'A' },
+        { "if-available", required_argument, NULL, 'V' },
         { "force", no_argument, NULL, 'x' },
         { "file", required_argument, NULL, 'f' },
         { "json", no_argument, NULL, 'j' },
@@ -213,6 +229,18 @@ int ctl_leader_define(struct ctl *ctl, int argc, char **argv)
             break;
         case 'C':
             flag_str(o, COORD_DESC_CANONICAL_FENCE, &o->canonical_fence, optarg);
+            break;
+        case 'N':
+            flag_str(o, COORD_DESC_LOCK_NAME, &o->lock_name, optarg);
+            break;
+        case 'A':
+            /* "" clears the list (sent as "", not nil: the same) */
+            o->set |= COORD_DESC_CAPABILITIES;
+            o->reset &= ~COORD_DESC_CAPABILITIES;
+            o->capabilities = optarg;
+            break;
+        case 'V':
+            flag_str(o, COORD_DESC_IF_AVAILABLE, &o->if_available, optarg);
             break;
         case 'x':
             o->force = true;

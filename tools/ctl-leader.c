@@ -15,7 +15,10 @@
  * the broker connection (leader.lost, leader.drain, renew replies, the
  * connection dying) and the signals to forward to the command at once.
  * The campaign is tracked as a coord_leader_term (the library's states). */
+#include <errno.h>
 #include <getopt.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +84,8 @@ static int leader_info(struct ctl *ctl, int argc, char **argv)
         add_escaped(&t, "drain reason", s, n);
     if (coord_map_str(m, "mode", &s, &n))
         add_escaped(&t, "mode", s, n);
+    if (coord_map_str(m, "lock_name", &s, &n) && n)
+        add_escaped(&t, "lock", s, n);
     if (coord_map_uint(m, "live_generation", &live)) {
         if (live != gen)
             ctl_table_addf(&t, "live generation", "%llu", (unsigned long long)live);
@@ -448,6 +453,7 @@ static int run_leading(struct leader_run *lr, char **cmd)
      * and `commit`: the same broker and scope, and the generation */
     const char *const env[] = {
         "COORD_GENERATION", gen,
+        "COORD_MODE", "leader",
         "COORD_WORKSTREAM", lr->ws,
         "COORD_LEADER_MODE", lr->term.mode,
         "COORD_SOCKET", ctl->socket,
@@ -455,6 +461,80 @@ static int run_leading(struct leader_run *lr, char **cmd)
         NULL,
     };
     return ctl_hold_run(&lr->hold, env, cmd);
+}
+
+/* ---- leader-run without a broker: the workstream's fallback ---- */
+
+/* CMD with no leader and no generation (COORD_MODE says how it runs); its
+ * exit status, SIGINT/SIGTERM/SIGHUP forwarded. */
+static int run_fallback(const char *ws, const char *fallback, const char *mode,
+                        char **cmd)
+{
+    const char *const env[] = {
+        "COORD_MODE", mode,
+        "COORD_FALLBACK", fallback,
+        "COORD_WORKSTREAM", ws,
+        NULL,
+    };
+    unsetenv("COORD_GENERATION");
+    if (!strcmp(mode, "read-only"))
+        setenv("COORD_LEADER_MODE", "read-only", 1);
+    else
+        unsetenv("COORD_LEADER_MODE");
+    if (!ctl_child_env("leader-run", env))
+        return CTL_EXIT_FAIL;
+    struct ctl_child ch;
+    if (ctl_child_start(&ch, "leader-run", cmd, -1, false) < 0)
+        return CTL_EXIT_FAIL;
+    while (ctl_child_running(&ch)) {
+        struct pollfd p = { .fd = ch.sfd, .events = POLLIN };
+        int n = poll(&p, 1, ctl_child_poll_ms(&ch));
+        if (n < 0 && errno != EINTR) {
+            fprintf(stderr, "coordctl: leader-run: poll: %s\n", strerror(errno));
+            ctl_child_stop(&ch, SIGKILL);
+            break;
+        }
+        if (n > 0)
+            ctl_child_signals(&ch);
+    }
+    ctl_child_end(&ch);
+    return ctl_exit_code(ch.wstatus);
+}
+
+/* The broker cannot be reached (code): the descriptor file's fallback
+ * decides; without one, fail closed as ever. */
+static int leader_fallback(struct ctl *ctl, const char *ws, const char *shown,
+                           bool single_instance, int code, char **cmd)
+{
+    coord_leader_fallback_info fb;
+    coord_leader_fallback(NULL, ctl->opts.scope, ws, strlen(ws), &fb);
+    const char *mode = NULL;
+    if (fb.action == COORD_LEADER_READ_ONLY)
+        mode = "read-only";
+    else if (fb.action == COORD_LEADER_SINGLE_INSTANCE && single_instance)
+        mode = "single-instance";
+    if (!mode) {
+        char why[sizeof fb.reason + 200];
+        if (fb.action == COORD_LEADER_SINGLE_INSTANCE)
+            snprintf(why, sizeof why, "fallback SINGLE_INSTANCE (%s): only the instance "
+                     "started with --single-instance runs alone; failing closed", fb.path);
+        else
+            snprintf(why, sizeof why, "%s", fb.reason);
+        if (ctl->json) {
+            /* one error object: the connect error and why no fallback ran */
+            ctl_error(ctl, ctl_code_name(code), "%s: %s", coord_error_message(NULL), why);
+            return CTL_EXIT_UNREACHABLE;
+        }
+        int rc = ctl_fail_connect(ctl, code);
+        fprintf(stderr, "coordctl: leader-run: %s: %s\n", shown, why);
+        return rc;
+    }
+    fprintf(stderr, "coordctl: leader-run: %s: the broker cannot be reached (%s): "
+            "fallback %s (%s): running the command %s, with no generation\n", shown,
+            ctl_code_name(code), fb.fallback, fb.path,
+            !strcmp(mode, "read-only") ? "read-only, not as leader"
+                                       : "alone, as the single instance the user chose");
+    return run_fallback(ws, fb.fallback, mode, cmd);
 }
 
 int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
@@ -467,9 +547,12 @@ int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
         { "steal", no_argument, NULL, 'S' },
         { "protocol", required_argument, NULL, 'P' },
         { "incident", required_argument, NULL, 'I' },
+        { "capabilities", required_argument, NULL, 'A' },
+        { "single-instance", no_argument, NULL, '1' },
         { "json", no_argument, NULL, 'j' },
         { NULL, 0, NULL, 0 },
     };
+    bool single_instance = false;
     coord_leader_opts o;
     memset(&o, 0, sizeof o);
     bool have_wait = false;
@@ -508,6 +591,12 @@ int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
                 return ctl_usage(ctl, "--incident needs a reason");
             o.incident = optarg;
             break;
+        case 'A':
+            o.capabilities = optarg;
+            break;
+        case '1':
+            single_instance = true;
+            break;
         case ':':
             return ctl_usage(ctl, "%s needs a value", argv[optind - 1]);
         default:
@@ -536,9 +625,21 @@ int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
     lr.hold.ops = &leader_ops;
     lr.hold.ctl = ctl;
     lr.ws = ws;
-    rc = ctl_connect_shown(ctl, ws, &lr.hold.shown);
-    if (rc)
+    lr.hold.shown = ctl_escape(ws, strlen(ws));
+    if (!lr.hold.shown) {
+        fprintf(stderr, "coordctl: leader-run: out of memory\n");
+        return CTL_EXIT_FAIL;
+    }
+    rc = ctl_try_connect(ctl, false);
+    if (rc == COORD_ECONNECT) {
+        rc = leader_fallback(ctl, ws, lr.hold.shown, single_instance, rc, cmd);
+        free(lr.hold.shown);
         return rc;
+    }
+    if (rc < 0) {
+        free(lr.hold.shown);
+        return ctl_fail_connect(ctl, rc);
+    }
     /* set before the campaign: a leader.lost right behind the grant then
      * reaches us too (the callback ignores anything until we lead) */
     coord_set_event_cb(ctl->c, on_event, &lr);

@@ -262,7 +262,60 @@ export interface LeaderOptions {
   drainGrace?: number;
   /** Commit/read values are Uint8Array as is (default: MessagePack). */
   raw?: boolean;
+  /** What this client implements; a workstream pinning a capability it lacks refuses the campaign (ProtocolPinnedError). */
+  capabilities?: string[] | string;
+  /** Without a broker (the campaign fails with CONNECT or CLOSED), act on the workstream's descriptor file's fallback: fn may get a FallbackLeader. Default false: the error stands. */
+  fallback?: boolean;
+  /** With fallback: the config dir holding workstreams/WORKSTREAM.v1 (default $COORD_CONFIG_DIR, $XDG_CONFIG_HOME/coord, ~/.config/coord). */
+  configDir?: string;
+  /** With fallback, under SINGLE_INSTANCE: this is the one instance the user chose to run alone. */
+  singleInstance?: boolean;
 }
+
+export type FallbackAction = 'fail-closed' | 'read-only' | 'single-instance';
+
+export interface LeaderFallback {
+  action: FallbackAction;
+  /** The file's fallback name (SERVER_COORDINATED, ...), undefined when none. */
+  fallback?: string;
+  path?: string;
+  reason: string;
+}
+
+/** The callback's argument when the descriptor's fallback runs it without a broker: no generation; its calls reject. */
+export declare class FallbackLeader extends EventTarget {
+  readonly workstream: string;
+  readonly generation: undefined;
+  readonly mode: 'read-only' | 'single-instance';
+  readonly state: 'FOLLOWER';
+  readonly fallback: string;
+  readonly fallbackPath: string;
+  /** The error that said the broker cannot be reached. */
+  readonly cause: unknown;
+  readonly signal: AbortSignal;
+  commit(...args: unknown[]): Promise<never>;
+  claim(...args: unknown[]): Promise<never>;
+  abandon(...args: unknown[]): Promise<never>;
+  pending(...args: unknown[]): Promise<never>;
+  read(...args: unknown[]): Promise<never>;
+  drain(): Promise<never>;
+}
+
+export interface ParsedDescriptor {
+  values: Record<string, string | null>;
+  maxHoldMs?: number;
+  capabilities?: string;
+  disabled?: boolean;
+  errors: { line: number; message: string }[];
+}
+
+export declare function parseDescriptor(data: Uint8Array | string): ParsedDescriptor;
+export declare function defaultConfigDir(): string;
+export declare function readLeaderFallback(workstream: string, options?: { configDir?: string; scope?: string }): LeaderFallback;
+/** Runs fn as workstream's descriptor file says when cause (no broker) happened, or rejects with cause (.fallback says why). */
+export declare function runLeaderFallback<T>(workstream: string,
+  options: { configDir?: string; scope?: string; singleInstance?: boolean; signal?: AbortSignal },
+  fn: (leader: FallbackLeader) => T | PromiseLike<T>, cause?: unknown): Promise<Awaited<T>>;
 
 export interface DrainEvent extends CustomEvent<{ reason: 'max_hold' | 'requested' }> {}
 export interface ModeEvent extends CustomEvent<{ mode: RolloutMode }> {}
@@ -318,7 +371,14 @@ export interface WorkstreamDefinition {
   steal?: StealPolicy | null;
   mode?: RolloutMode | null;
   fallback?: string | null;
-  canonicalFence?: 'local' | 'etcd' | null;
+  /** 'server-lease-ledger' is the remote ledger (coordd --ledger etcd; 'etcd' is the same). */
+  canonicalFence?: 'local' | 'server-lease-ledger' | 'etcd' | null;
+  /** The leadership lock's name (1..200 bytes, not starting with '-'); null: '-leader/WORKSTREAM'. */
+  lockName?: string | null;
+  /** Every campaign must name each (ProtocolPinnedError otherwise). */
+  capabilities?: string[] | string | null;
+  /** 'never': ifAvailable campaigns get PolicyError. */
+  ifAvailable?: 'allowed' | 'never' | null;
   /** Lets protocol lower (or remove) the pin. */
   force?: boolean;
 }
@@ -332,6 +392,10 @@ export interface WorkstreamDescriptor {
   mode: RolloutMode;
   fallback: string | null;
   canonicalFence: string;
+  lockName: string;
+  /** "a,b", null when none. */
+  capabilities: string | null;
+  ifAvailable: 'allowed' | 'never';
   definedMs: number;
 }
 
@@ -409,11 +473,14 @@ export declare class Client extends EventTarget {
   requestKey(request: RequestKeyInput): { key: string; canonical: string };
   /** fn gets the Leader once elected (a campaign that is not granted rejects: timeout, abort). */
   leader<T>(workstream: string, fn: (leader: Leader) => T | PromiseLike<T>): Promise<Awaited<T>>;
+  /** fallback: without a broker, fn may get the descriptor file's FallbackLeader (no generation). */
+  leader<T>(workstream: string, options: LeaderOptions & { fallback: true; ifAvailable: true }, fn: (leader: Leader | FallbackLeader | null) => T | PromiseLike<T>): Promise<Awaited<T>>;
+  leader<T>(workstream: string, options: LeaderOptions & { fallback: true }, fn: (leader: Leader | FallbackLeader) => T | PromiseLike<T>): Promise<Awaited<T>>;
   /** ifAvailable: fn gets null when someone else leads. */
-  leader<T>(workstream: string, options: LeaderOptions & { ifAvailable: true }, fn: (leader: Leader | null) => T | PromiseLike<T>): Promise<Awaited<T>>;
-  leader<T>(workstream: string, options: LeaderOptions & { ifAvailable?: false }, fn: (leader: Leader) => T | PromiseLike<T>): Promise<Awaited<T>>;
-  /** ifAvailable not known until run time: null is possible. */
-  leader<T>(workstream: string, options: LeaderOptions, fn: (leader: Leader | null) => T | PromiseLike<T>): Promise<Awaited<T>>;
+  leader<T>(workstream: string, options: LeaderOptions & { ifAvailable: true; fallback?: false }, fn: (leader: Leader | null) => T | PromiseLike<T>): Promise<Awaited<T>>;
+  leader<T>(workstream: string, options: LeaderOptions & { ifAvailable?: false; fallback?: false }, fn: (leader: Leader) => T | PromiseLike<T>): Promise<Awaited<T>>;
+  /** ifAvailable or fallback not known until run time: null and a FallbackLeader are possible. */
+  leader<T>(workstream: string, options: LeaderOptions, fn: (leader: Leader | FallbackLeader | null) => T | PromiseLike<T>): Promise<Awaited<T>>;
   watch(channels: string | string[], options?: { signal?: AbortSignal }): Watch;
   /** The broker's counters, camelCase; latency: {lockWait, lockHold, flightRun, followerWait, leaderTransition}. */
   stats(): Promise<Record<string, any> & { latency?: Record<'lockWait' | 'lockHold' | 'flightRun' | 'followerWait' | 'leaderTransition', LatencyHistogram> }>;

@@ -176,6 +176,78 @@ static void test_stored_forms(void)
     CHECK(ws_term_decode(&t2, badt, n) < 0);
 }
 
+static void sample_desc2(struct ws_desc *d)
+{
+    sample_desc(d);
+    d->if_available = WS_IFAV_NEVER;
+    d->lock_name_len = 28;
+    memcpy(d->lock_name, "app:leader:account-outbox:v3", 28);
+    d->caps_len = 13;
+    memcpy(d->caps, "outbox,claims", 13);
+}
+
+/* lock name, capabilities and the if_available policy: format 2, only
+ * when one of them is set (format 1 bytes stay as they were) */
+static void test_format2(void)
+{
+    struct ws_desc d, d2;
+    uint8_t buf[WS_DESC_MAX + 1];
+    sample_desc(&d);
+    size_t n1 = ws_desc_encode(&d, buf);
+    CHECK_EQ(buf[0], 1);
+    sample_desc2(&d);
+    size_t n = ws_desc_encode(&d, buf);
+    CHECK_EQ(buf[0], 2);
+    CHECK(n == n1 + 1 + 1 + 28 + 1 + 13);
+    CHECK_EQ(ws_desc_decode(&d2, buf, n), 0);
+    CHECK(d2.if_available == WS_IFAV_NEVER && d2.lock_name_len == 28 && d2.caps_len == 13);
+    CHECK(memcmp(d2.lock_name, d.lock_name, 28) == 0 && memcmp(d2.caps, d.caps, 13) == 0);
+    for (size_t cut = 0; cut < n; cut++)
+        CHECK_MSG(ws_desc_decode(&d2, buf, cut) < 0, "descriptor cut at %zu decoded", cut);
+    /* format 2 saying nothing more than format 1 is not canonical */
+    ws_desc_default(&d);
+    d.defined = true;
+    n = ws_desc_encode(&d, buf);
+    uint8_t two[WS_DESC_MAX + 3];
+    memcpy(two, buf, n);
+    two[0] = 2;
+    two[n] = 0, two[n + 1] = 0, two[n + 2] = 0;
+    CHECK(ws_desc_decode(&d2, two, n + 3) < 0);
+    /* a lock name in the broker's namespace is refused */
+    sample_desc2(&d);
+    d.lock_name[0] = '-';
+    n = ws_desc_encode(&d, buf);
+    CHECK(ws_desc_decode(&d2, buf, n) < 0);
+
+    /* capabilities: every pinned one must be named */
+    sample_desc2(&d);
+    const char *name;
+    size_t len;
+    CHECK(ws_desc_caps_missing(&d, NULL, 0, &name, &len));
+    CHECK(len == 6 && memcmp(name, "outbox", 6) == 0);
+    CHECK(ws_desc_caps_missing(&d, (const uint8_t *)"outbox", 6, &name, &len));
+    CHECK(len == 6 && memcmp(name, "claims", 6) == 0);
+    CHECK(!ws_desc_caps_missing(&d, (const uint8_t *)"claims, outbox,x", 16, &name, &len));
+    CHECK(ws_desc_caps_missing(&d, (const uint8_t *)"claim,outbox", 12, &name, &len));
+    d.caps_len = 0;
+    CHECK(!ws_desc_caps_missing(&d, NULL, 0, &name, &len));
+
+    /* a define sets, keeps and resets them */
+    struct ws_patch p;
+    memset(&p, 0, sizeof p);
+    sample_desc2(&p.v);
+    p.set = WS_F_LOCK_NAME | WS_F_CAPS | WS_F_IF_AVAILABLE;
+    ws_desc_default(&d);
+    CHECK_EQ(ws_desc_define(&d, &p, 1), 0);
+    CHECK(d.lock_name_len == 28 && d.caps_len == 13 && d.if_available == WS_IFAV_NEVER);
+    p.set = 0;
+    p.reset = WS_F_CAPS;
+    CHECK_EQ(ws_desc_define(&d, &p, 2), 0);
+    CHECK(d.lock_name_len == 28 && d.caps_len == 0 && d.if_available == WS_IFAV_NEVER);
+    CHECK_EQ(ws_ifav_parse((const uint8_t *)"never", 5), WS_IFAV_NEVER);
+    CHECK_EQ(ws_ifav_parse((const uint8_t *)"sometimes", 9), -1);
+}
+
 static int write_file(const char *dir, const char *name, const uint8_t *p, size_t n)
 {
     char path[512];
@@ -192,7 +264,7 @@ static int write_file(const char *dir, const char *name, const uint8_t *p, size_
  * 2 protocol text */
 static int write_corpus(const char *dir)
 {
-    uint8_t buf[1 + WS_TERM_MAX];
+    uint8_t buf[1 + WS_TERM_MAX + WS_DESC_MAX];
     struct ws_desc d;
     sample_desc(&d);
     buf[0] = 0;
@@ -201,15 +273,33 @@ static int write_corpus(const char *dir)
     ws_desc_default(&d);
     n = ws_desc_encode(&d, buf + 1);
     rc |= write_file(dir, "desc-default", buf, n + 1);
+    sample_desc2(&d);
+    n = ws_desc_encode(&d, buf + 1);
+    rc |= write_file(dir, "desc-lockname-caps", buf, n + 1);
     struct ws_term t;
     sample_term(&t);
     buf[0] = 1;
     n = ws_term_encode(&t, buf + 1);
     rc |= write_file(dir, "term-incident", buf, n + 1);
     rc |= write_file(dir, "term-cut", buf, n / 2);
-    const char *texts[] = { "\002sync@7", "\002a@4294967295", "\002bad" };
-    const char *names[] = { "protocol-sync", "protocol-max", "protocol-bad" };
-    for (int i = 0; i < 3; i++)
+    /* 3: a descriptor file's text (protocol/desc-file.c) */
+    const char *texts[] = {
+        "\002sync@7", "\002a@4294967295", "\002bad",
+        "\003schema: crossTabLeader.v1\nworkstream: account-outbox\n"
+        "lockName: app:leader:account-outbox:v3\nprotocol: leader-worker@3\n"
+        "canonicalFence: server-lease-ledger\nmaxHold: 30s\nsteal: incident-only\n"
+        "fallback: SERVER_COORDINATED\n",
+        "\003# every key\r\nschema: 'crossTabLeader.v1'\r\norigin: \"a\\\"b\"\r\n"
+        "capabilities: [outbox, claims]\r\nifAvailable: never\r\nmode: ~\r\n"
+        "disabled: true # c\r\nmaxHold: 1.5s\r\n",
+        "\003schema: crossTabLeader.v1\n  bogus\nmode: x\nmode: y\ncapabilities: a,,b\n"
+        "fallback: ELSE\nlockName: -x\nmaxHold: 0x10s\nworkstream: 'open\n",
+    };
+    const char *names[] = {
+        "protocol-sync", "protocol-max", "protocol-bad", "file-note000", "file-every-key",
+        "file-errors",
+    };
+    for (int i = 0; i < 6; i++)
         rc |= write_file(dir, names[i], (const uint8_t *)texts[i], strlen(texts[i]));
     return rc ? 1 : 0;
 }
@@ -222,5 +312,6 @@ int main(int argc, char **argv)
     test_define_merge();
     test_pin();
     test_stored_forms();
+    test_format2();
     return check_report("leader_desc");
 }

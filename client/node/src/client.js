@@ -165,6 +165,8 @@ export class Client extends EventTarget {
 
   /** True once close() was called (not when the connection was lost). */
   get _closedByUser() { return this.#closedByUser; }
+  /** The scope this client said hello in ('' by default). */
+  get scope() { return this.#opts.scope || ''; }
 
   #closedByUser = false;
 

@@ -5,6 +5,9 @@ export { defaultSocketPath } from './connection.js';
 export { Lock, LockManager } from './locks.js';
 export { DEFAULT_LEASE_MS, Leader, LeaderState } from './leader.js';
 export {
+  FallbackLeader, parseDescriptor, readLeaderFallback, runLeaderFallback, defaultConfigDir,
+} from './descfile.js';
+export {
   CoordError, FencedError, TimeoutError, DisabledError, NotFoundError, ClosedError,
   ConnectError, AbortedError, ProtocolPinnedError, PolicyError, ReadOnlyError, DrainingError,
   UnavailableError, FlightFailedError, BackoffError, RetryAfterError, RequestKeyError,

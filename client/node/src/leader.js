@@ -38,6 +38,7 @@
 // Values of commit/read are MessagePack-encoded by default; with
 // options.raw they are Uint8Array as is (what other languages see).
 import { DrainingError, FencedError, NotFoundError } from './errors.js';
+import { runLeaderFallback } from './descfile.js';
 import { packValue, unpackValue, wireName } from './wire.js';
 import { camel, ms, str, withSignal } from './util.js';
 
@@ -179,7 +180,8 @@ async function readKey(client, workstream, key, raw) {
 const DEFINE_FIELDS = {
   protocol: ['protocol', 'string'], maxHold: ['max_hold_ms', 'ms'], steal: ['steal', 'string'],
   mode: ['mode', 'string'], fallback: ['fallback', 'string'], canonicalFence: ['canonical_fence', 'string'],
-  force: ['force', 'boolean'],
+  lockName: ['lock_name', 'string'], capabilities: ['capabilities', 'capabilities'],
+  ifAvailable: ['if_available', 'string'], force: ['force', 'boolean'],
 };
 
 /** A reply without rid and ok, keys camelCased. */
@@ -219,7 +221,10 @@ export class Leaders {
       const [wire, kind] = spec;
       if (v === null) f[wire] = null;
       else if (kind === 'ms') f[wire] = ms(v, `leaders.define: ${k}`);
-      else if (kind === 'boolean') {
+      else if (kind === 'capabilities') {
+        if (Array.isArray(v) && v.every((x) => typeof x === 'string')) f[wire] = v.join(',');
+        else f[wire] = optStr(v, `leaders.define: ${k}`);
+      } else if (kind === 'boolean') {
         if (typeof v !== 'boolean') throw new TypeError(`leaders.define: ${k} must be a boolean`);
         f[wire] = v;
       } else f[wire] = optStr(v, `leaders.define: ${k}`);
@@ -340,6 +345,13 @@ function campaignFields(workstream, options) {
   const timeout = ms(options.timeout, 'timeout');
   const protocol = optStr(options.protocol ?? undefined, 'protocol');
   const incident = optStr(options.incident ?? undefined, 'incident');
+  const capabilities = options.capabilities;
+  if (capabilities !== undefined && capabilities !== null) {
+    const list = typeof capabilities === 'string' ? capabilities : Array.isArray(capabilities) ? capabilities.join(',') : undefined;
+    if (list === undefined || (Array.isArray(capabilities) && !capabilities.every((x) => typeof x === 'string')))
+      throw new TypeError('capabilities must be an array of strings (or "a,b")');
+    fields.capabilities = list;
+  }
   if (lease !== undefined) fields.lease_ms = lease;
   if (options.steal) fields.steal = true;
   if (options.ifAvailable) fields.if_available = true;
@@ -355,6 +367,8 @@ export async function leader(client, workstream, options, fn) {
   workstream = str(workstream, 'leader');
   if (typeof fn !== 'function') throw new TypeError('leader: the callback is not a function');
   const { signal, raw = false } = options;
+  if (options.fallback !== undefined && typeof options.fallback !== 'boolean')
+    throw new TypeError('leader: fallback must be a boolean');
   const drainGrace = ms(options.drainGrace, 'drainGrace');
   const fields = campaignFields(workstream, options);
   signal?.throwIfAborted();
@@ -389,6 +403,9 @@ export async function leader(client, workstream, options, fn) {
     if (key) client.leaders._untrack(key, h);
     L.state = LeaderState.ABORTED;
     release();
+    // no broker: with options.fallback, the workstream's descriptor file decides
+    if (options.fallback && !client._closedByUser && (e?.code === 'CONNECT' || e?.code === 'CLOSED'))
+      return runLeaderFallback(workstream, { ...options, scope: client.scope }, fn, e);
     throw e;
   }
   release();

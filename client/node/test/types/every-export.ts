@@ -7,11 +7,13 @@ import {
   ConnectError, AbortedError, ProtocolPinnedError, PolicyError, ReadOnlyError, DrainingError,
   UnavailableError, FlightFailedError, BackoffError, RetryAfterError, RequestKeyError,
   WIRE_CODES, CLIENT_CODES, requestKey, wtf8Encode, wtf8Decode,
+  FallbackLeader, parseDescriptor, readLeaderFallback, runLeaderFallback, defaultConfigDir,
 } from 'coord-client';
 import type {
   ConnectOptions, LockOptions, LockInfo, LockManagerSnapshot, CoordBroadcastChannel, OnceOptions,
   OnceContext, OnceResult, JoinResult, RequestKeyInput, RecordEntry, LeaderOptions, ClaimResult,
   PendingOp, WorkstreamDescriptor, LeaderInfo, LeaderTerm, LifecycleEvent, LeaderStateName,
+  LeaderFallback, FallbackAction, ParsedDescriptor, WorkstreamDefinition,
 } from 'coord-client';
 import pkg from 'coord-client/package.json' with { type: 'json' };
 
@@ -60,6 +62,18 @@ export async function uses(): Promise<void> {
   const info: LeaderInfo = await client.leaders.info('outbox');
   const terms: LeaderTerm[] = await client.leaders.history('outbox');
 
+  // the descriptor file's fallback when no broker can be reached (opt-in)
+  const def: WorkstreamDefinition = { lockName: 'app:leader:outbox:v3', capabilities: ['outbox'], ifAvailable: 'never', canonicalFence: 'server-lease-ledger' };
+  const named: string = (await client.leaders.define('outbox', def)).lockName;
+  const fbGen: number | undefined = await client.leader('outbox', { fallback: true, capabilities: ['outbox'] },
+    (leader) => (leader instanceof FallbackLeader ? leader.generation : leader.generation));
+  // @ts-expect-error: with fallback the leader may be a FallbackLeader, whose generation is undefined
+  const notNumber: number = await client.leader('outbox', { fallback: true }, (leader) => leader.generation);
+  const decision: LeaderFallback = readLeaderFallback('outbox', { configDir: defaultConfigDir(), scope: '' });
+  const action: FallbackAction = decision.action;
+  const parsed: ParsedDescriptor = parseDescriptor('schema: crossTabLeader.v1\n');
+  const mode: string = await runLeaderFallback('outbox', { singleInstance: false }, (fb: FallbackLeader) => fb.mode, new ConnectError('no broker'));
+
   for await (const ev of client.watch('-locks')) {
     const e: LifecycleEvent = ev;
     if (e.what === 'released') break;
@@ -74,6 +88,6 @@ export async function uses(): Promise<void> {
   const codes: readonly string[] = [...WIRE_CODES, ...CLIENT_CODES];
   const text: string = wtf8Decode(wtf8Encode('x'));
   void [version, token, held, first, r, joined, key, rec, gen, gen2, gen3, maybe, pending, desc,
-        info, terms, errors, e, codes, text];
+        info, terms, errors, e, codes, text, named, fbGen, notNumber, action, parsed, mode];
   await client.close();
 }

@@ -606,7 +606,11 @@ class Leadership(LeaderTerm):
         self._resigned(r)
 
     async def __aenter__(self) -> "Leadership":
-        if not await self.campaign():
+        try:
+            granted = await self.campaign()
+        except UNREACHABLE as e:    # no broker: the workstream's fallback, else e
+            return self._unreachable(e)
+        if not granted:
             raise self._busy()
         return self
 

@@ -588,7 +588,11 @@ class Leadership(LeaderTerm):
         self._resigned(r)
 
     def __enter__(self) -> "Leadership":
-        if not self.campaign():
+        try:
+            granted = self.campaign()
+        except UNREACHABLE as e:    # no broker: the workstream's fallback, else e
+            return self._unreachable(e)
+        if not granted:
             raise self._busy()
         return self
 

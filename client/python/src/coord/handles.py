@@ -24,12 +24,13 @@ import enum
 import time
 from typing import Any, Callable, Dict, Generic, List, Optional, Protocol, Tuple, TypeVar
 
-from . import messages as m
+from . import descfile, messages as m
 from .core import EventQueue, Reply
 from .errors import (Aborted, Backoff, ConnectError, ConnectionLost, CoordError, Fenced,
                      FlightFailed, LeadershipLost, LockLost, RetryAfter, ShuttingDown, Timeout)
 
 T = TypeVar("T")
+LT = TypeVar("LT", bound="LeaderTerm")
 
 # What "the broker cannot be reached" means for once(fallback="run").
 UNREACHABLE = (ConnectError, ConnectionLost, ShuttingDown)
@@ -270,7 +271,13 @@ class LeaderTerm:
     ``asyncio.Event``, whatever ``event`` makes) and what each reply and
     event does to them.  The blocking and asyncio Leadership add the
     sending.  The ``_`` methods run where replies and events are handled
-    (the reader thread, or the loop)."""
+    (the reader thread, or the loop).
+
+    ``fallback``, ``single_instance``, ``config_dir``: the opt-in of
+    ``descfile.leadership`` to the workstream's descriptor file's
+    fallback when the campaign of a ``with`` block cannot reach the
+    broker (``_unreachable``); off by default: the block of
+    ``c.leader(ws)`` never runs as a non-leader."""
 
     def __init__(self, client: Any, workstream: m.Name, *, lease: Optional[float],
                  steal: bool, timeout: Optional[float], protocol: Optional[str],
@@ -293,6 +300,9 @@ class LeaderTerm:
         self.drain_requested = event()            # leader.drain came
         self.drain_reason: Optional[str] = None   # "self" | "requested" | "max_hold"
         self._deadline = 0.0
+        self.fallback = False                     # set by descfile.leadership
+        self.single_instance = False
+        self.config_dir: Optional[str] = None
         m.campaign(self.workstream, lease=lease, steal=steal, if_available=False,
                    timeout=timeout, protocol=protocol, incident=incident)
 
@@ -485,6 +495,16 @@ class LeaderTerm:
 
     def _busy(self) -> Timeout:
         return Timeout(f"{self.workstream!r} has a leader")
+
+    def _unreachable(self: LT, e: BaseException) -> LT:
+        """What a ``with`` block gets when its campaign could not reach the
+        broker (e, one of ``UNREACHABLE``): a ``descfile.FallbackTerm``
+        when this leadership opted in (``fallback``) and the
+        workstream's descriptor file allows it, else e is raised (with
+        ``.fallback``: the decision, when it opted in).  The FallbackTerm
+        stands in for the leadership: typed as it, for the code that asked
+        for it (``descfile.leadership``) and handles both."""
+        return descfile.on_unreachable(self, e)  # type: ignore[return-value]
 
     def check(self) -> None:
         """Raises ``LeadershipLost`` unless the term is live as far as this
