@@ -129,6 +129,27 @@ def test_leader_term_states():
     assert conn.sent[-1] == ("leader.resign", {"workstream": "ws", "generation": gen + 1})
 
 
+def test_term_falls_back_only_when_asked(tmp_path):
+    c, down = FakeClient(), coord.ConnectionLost("no broker")
+    (tmp_path / "workstreams").mkdir()
+    (tmp_path / "workstreams" / "ws.v1").write_text(
+        "schema: crossTabLeader.v1\nfallback: READ_ONLY\n")
+    t = LeaderTerm(c, "ws", lease=None, steal=False, timeout=None, protocol=None,
+                   incident=None, event=threading.Event)
+    t.config_dir = str(tmp_path)
+    with pytest.raises(coord.ConnectionLost):             # not opted in: the error stands
+        t._unreachable(down)
+    t.fallback = True                                     # descfile.leadership's opt-in
+    ro: Any = t._unreachable(down)
+    assert (ro.mode, ro.generation, ro.leading, ro.cause) == ("read-only", None, False, down)
+    with pytest.raises(coord.ReadOnly):
+        ro.commit("op-1")
+    t.config_dir = str(tmp_path / "none")                 # no file: fails closed
+    with pytest.raises(coord.ConnectionLost) as ei:
+        t._unreachable(down)
+    assert getattr(ei.value, "fallback").action == "fail-closed"
+
+
 def test_join_and_once_decisions():
     c, conn = FakeClient(), FakeConn()
     j = Join(c, "k", ttl=5.0, wait=None, max_age=None, abort_when_orphaned=False,
