@@ -1,7 +1,7 @@
 /* leaders-int.h - what the files of leadership share: the workstream in
  * memory, the request that runs on it, and the ledger call that answers a
- * client.  leaders.c owns terms and campaigns (and the table); the other
- * leader-*.c files are ops on a loaded workstream. */
+ * client (workstreams.c owns them).  leaders.c owns terms and campaigns;
+ * the other leader-*.c files are ops on a loaded workstream. */
 #ifndef COORD_LEADERS_INT_H
 #define COORD_LEADERS_INT_H
 
@@ -54,9 +54,26 @@ struct lreq {
     size_t op_len, key_len, value_len, text_len;
 };
 
+/* workstreams.c: the cache and the ledger it loads from.  init opens the
+ * ledger --ledger names (0, or -1 with err); stop closes it. */
+int workstreams_init(struct broker *b, char *err, size_t errsize);
+void workstreams_stop(void);
+bool workstreams_stopping(void);
+/* The open ledger, or NULL once stopped. */
+struct leader_ledger *workstreams_ledger(void);
+size_t workstreams_count(void);
+/* The workstream of a scoped key, if in memory. */
+struct workstream *workstreams_find(const uint8_t *key, size_t len);
+/* Drops ws from memory when nothing uses it (its stored state is loaded
+ * again when it is next used). */
+void workstreams_maybe_free(struct workstream *ws);
+
 /* Runs q on the workstream name of c's scope, now or once loaded.  The
  * name is checked here (too long: replied). */
 void leaders_with_workstream(struct conn *c, uint64_t rid, coord_bytes name, struct lreq *q);
+/* The same for a scoped key; c NULL: the broker's own request (q->internal). */
+void leaders_with_key(struct conn *c, uint64_t rid, const uint8_t *key, size_t klen,
+                      struct lreq *q);
 /* The scoped key of name into key (SKEY_HEADER + LIMIT_WORKSTREAM bytes):
  * its length, or 0 after replying that it is too long. */
 size_t leaders_ws_key(struct conn *c, uint64_t rid, coord_bytes name, uint8_t *key);
