@@ -100,6 +100,9 @@ struct ll_call *ll_call_new(struct conn *c, uint64_t rid, struct workstream *ws,
                             enum ll_op op, const uint8_t *skey, size_t sklen,
                             const struct lreq *q, void (*done)(struct ll_req *));
 void ll_call_end(struct ll_call *call);
+/* The reply's preamble: the connection to answer on, or NULL when it is
+ * gone or when the call failed (then its error, with why, is sent here). */
+struct conn *ll_call_answer(struct ll_call *call, const char *why);
 
 /* A descriptor file's define (leader-config.c): applied to the scoped
  * workstream key now or once it is loaded, in memory at once (so no

@@ -849,10 +849,8 @@ static void switch_done(struct ll_req *req)
         /* announced once stored, with the generation it stored */
         emit(req->disable ? "disabled" : "enabled", ws, req->out_generation, REASON_NONE);
     }
-    struct conn *c = conn_job_conn(&call->job);
-    if (c && req->status) {
-        conn_reply_error(c, call->job.rid, req->status, req->why);
-    } else if (c) {
+    struct conn *c = ll_call_answer(call, req->why);
+    if (c) {
         coord_enc e;
         conn_enc_begin_reply(c, &e, call->job.rid);
         if (req->disable)

@@ -231,6 +231,16 @@ struct ll_call *ll_call_new(struct conn *c, uint64_t rid, struct workstream *ws,
     return call;
 }
 
+struct conn *ll_call_answer(struct ll_call *call, const char *why)
+{
+    struct conn *c = conn_job_conn(&call->job);
+    if (c && call->req.status) {
+        conn_reply_error(c, call->job.rid, call->req.status, why);
+        return NULL;
+    }
+    return c;
+}
+
 void ll_call_end(struct ll_call *call)
 {
     conn_job_end(&call->job);
