@@ -67,7 +67,6 @@ struct leader_counters leader_counts;
 
 static struct {
     struct broker *b;
-    struct campaign *incident_thief;   /* while its steal runs */
 } W;
 
 int leaders_init(struct broker *b, char *err, size_t errsize)
@@ -218,12 +217,11 @@ static void record_term_end(struct workstream *ws, uint64_t gen, enum reason why
 /* The leader is no longer: fence it at once, tell it (when tell), release
  * the lock (unless the lock table took it away: lock_gone) and end the
  * term.  ws stays: the caller drops it with workstreams_maybe_free when done. */
-/* The resign being answered by leader_end (its reply waits for the
- * history), or conn NULL. */
-static struct conn_job resigning;
-
+/* incident: the thief's text (an incident steal); resigner: the resign to
+ * answer once the term's end is stored (rid its request), or NULL. */
 static void leader_end_ex(struct workstream *ws, enum reason why, bool tell, bool lock_gone,
-                          const uint8_t *incident, size_t incident_len)
+                          const uint8_t *incident, size_t incident_len,
+                          struct conn *resigner, uint64_t rid)
 {
     struct campaign *cp = ws->term;
     uint64_t gen = ws->live_generation;
@@ -243,11 +241,9 @@ static void leader_end_ex(struct workstream *ws, enum reason why, bool tell, boo
         leader_counts.lost++;
         events_leader_ex("lost", ws->skey, ws->h.keylen, gen, why, incident, incident_len, -1);
     }
-    struct conn_job resign = resigning;
-    resigning.conn = NULL;
     bool end_first = workstreams_ledger() && ll_term_end_first(workstreams_ledger());
     if (end_first)
-        record_term_end_for(ws, gen, why, resign.conn, resign.rid);
+        record_term_end_for(ws, gen, why, resigner, rid);
     ws->refs++;                        /* cp's reference goes with it */
     if (!lock_gone)
         locks_release(&cp->lock);      /* the next campaign's bump is queued now */
@@ -255,13 +251,13 @@ static void leader_end_ex(struct workstream *ws, enum reason why, bool tell, boo
     /* else the history after it: the next term's generation does not wait
      * for the old term's end to be written (leader-ledger.h) */
     if (!end_first)
-        record_term_end_for(ws, gen, why, resign.conn, resign.rid);
+        record_term_end_for(ws, gen, why, resigner, rid);
     ws->refs--;
 }
 
 static void leader_end(struct workstream *ws, enum reason why, bool tell, bool lock_gone)
 {
-    leader_end_ex(ws, why, tell, lock_gone, NULL, 0);
+    leader_end_ex(ws, why, tell, lock_gone, NULL, 0, NULL, 0);
 }
 
 static void on_lease_expired(struct deadline *d)
@@ -494,8 +490,10 @@ static void campaign_lock_granted(struct lock_req *r)
     start_bump(cp);
 }
 
+static const struct lock_owner campaign_owner;
+
 /* stolen or expired: while the generation is written, or from the leader */
-static void campaign_lock_lost(struct lock_req *r, enum reason why)
+static void campaign_lock_lost(struct lock_req *r, enum reason why, const struct lock_req *by)
 {
     struct campaign *cp = campaign_of(r);
     if (cp->state == CAMPAIGN_BUMPING) {
@@ -503,10 +501,13 @@ static void campaign_lock_lost(struct lock_req *r, enum reason why)
         return;
     }
     struct workstream *ws = cp->ws;
-    struct campaign *thief = W.incident_thief;
+    /* an incident steal: the broken leader hears "incident" */
+    const struct campaign *thief = by && by->owner == &campaign_owner
+                                   ? campaign_of((struct lock_req *)by) : NULL;
     ws->refs++;
-    if (why == REASON_STOLEN && thief && thief->ws == ws)
-        leader_end_ex(ws, REASON_INCIDENT, true, true, thief->incident, thief->incident_len);
+    if (why == REASON_STOLEN && thief && thief->ws == ws && thief->incident_len)
+        leader_end_ex(ws, REASON_INCIDENT, true, true, thief->incident, thief->incident_len,
+                      NULL, 0);
     else
         leader_end(ws, why, true, true);
     leaders_ws_unref(ws);
@@ -636,10 +637,7 @@ static void run_campaign(struct lreq *q, struct workstream *ws)
         .mode = LOCK_EXCLUSIVE, .if_available = q->if_available, .steal = q->steal,
         .timeout_ms = q->timeout_ms,
     };
-    if (q->steal && incident)
-        W.incident_thief = cp;         /* the broken leader hears "incident" */
     enum lock_outcome o = locks_request(&cp->lock, c, &a, &campaign_owner);
-    W.incident_thief = NULL;
     if (o == LOCK_GRANTED) {
         start_bump(cp);
     } else if (o == LOCK_QUEUED) {
@@ -724,9 +722,8 @@ static void run_resign(struct lreq *q, struct workstream *ws)
     struct conn *c = q->job.conn;
     if (!leaders_live(c, q->job.rid, ws, q->generation))
         return;
-    resigning.conn = c;                /* answered once the term's end is stored */
-    resigning.rid = q->job.rid;
-    leader_end(ws, REASON_RESIGNED, false, false);
+    /* answered once the term's end is stored */
+    leader_end_ex(ws, REASON_RESIGNED, false, false, NULL, 0, c, q->job.rid);
 }
 
 static void run_drain(struct lreq *q, struct workstream *ws)
