@@ -81,7 +81,9 @@ size_t leaders_ws_key(struct conn *c, uint64_t rid, coord_bytes name, uint8_t *k
 bool leaders_live(struct conn *c, uint64_t rid, struct workstream *ws, uint64_t gen);
 const uint8_t *leaders_ws_name(const struct workstream *ws, size_t *len);
 void leaders_ws_unref(struct workstream *ws);
-/* The ledger's name (canonical_fence), and a submit. */
+/* The ledger's name (canonical_fence), and a submit: r is answered through
+ * r->done from the loop, never inside the call (once the ledger is closed:
+ * SHUTTING_DOWN). */
 const char *leaders_ledger_name(void);
 void leaders_submit(struct ll_req *r);
 /* A define was stored: the live term sees it (mode event, max hold). */

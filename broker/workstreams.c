@@ -20,11 +20,45 @@ static struct {
     struct leader_ledger *ledger;
     struct hashmap streams;
     bool stopping;
+    /* what is submitted once the ledger is closed: refused from the loop,
+     * never inside leaders_submit (leader-ledger.h's rule) */
+    uv_idle_t idle;
+    bool idle_open, answering;
+    struct ll_req *refused_head, *refused_tail;
 } W;
+
+static void answer_refused(void)
+{
+    W.answering = true;
+    while (W.refused_head) {
+        struct ll_req *r = W.refused_head;
+        W.refused_head = r->next_done;
+        if (!W.refused_head)
+            W.refused_tail = NULL;
+        r->done(r);                    /* may submit again: answered in turn */
+    }
+    W.answering = false;
+}
+
+static void on_idle(uv_idle_t *h)
+{
+    uv_idle_stop(h);
+    answer_refused();
+}
+
+/* the loop's last turn: what is left is answered now */
+static void on_idle_closed(uv_handle_t *h)
+{
+    (void)h;
+    W.idle_open = false;
+    answer_refused();
+}
 
 int workstreams_init(struct broker *b, char *err, size_t errsize)
 {
     hashmap_init(&W.streams);
+    uv_idle_init(b->loop, &W.idle);
+    W.idle_open = true;
     return ll_open(&W.ledger, b, err, errsize);
 }
 
@@ -33,6 +67,8 @@ void workstreams_stop(void)
     W.stopping = true;
     ll_close(W.ledger);
     W.ledger = NULL;
+    if (W.idle_open)
+        uv_close((uv_handle_t *)&W.idle, on_idle_closed);
 }
 
 bool workstreams_stopping(void) { return W.stopping; }
@@ -51,12 +87,24 @@ const char *leaders_ledger_name(void) { return ll_name(W.ledger); }
 
 void leaders_submit(struct ll_req *r)
 {
-    if (!W.ledger) {
-        r->status = COORD_ESHUTTING_DOWN;
-        r->done(r);
+    if (W.ledger) {
+        ll_submit(W.ledger, r);
         return;
     }
-    ll_submit(W.ledger, r);
+    r->status = COORD_ESHUTTING_DOWN;
+    r->next_done = NULL;
+    if (W.refused_tail)
+        W.refused_tail->next_done = r;
+    else
+        W.refused_head = r;
+    W.refused_tail = r;
+    if (W.answering)
+        return;                        /* the drain under way answers it */
+    if (!W.idle_open)
+        answer_refused();              /* past the loop's last turn */
+    else if (!uv_is_closing((uv_handle_t *)&W.idle))
+        uv_idle_start(&W.idle, on_idle);
+    /* else the close callback answers it */
 }
 
 const uint8_t *leaders_ws_name(const struct workstream *ws, size_t *len)
@@ -159,6 +207,7 @@ void leaders_with_key(struct conn *c, uint64_t rid, const uint8_t *key, size_t k
     }
     /* it waits: its own copy, with its bytes */
     struct lreq *w = malloc(sizeof *w + q->op_len + q->key_len + q->value_len + q->text_len);
+    bool load = false;
     if (!ws && w) {
         ws = calloc(1, sizeof *ws);
         uint8_t *sk = ws ? malloc(klen) : NULL;
@@ -181,7 +230,7 @@ void leaders_with_key(struct conn *c, uint64_t rid, const uint8_t *key, size_t k
             } else {
                 ws->load.ud = ws;
                 ws->load.done = load_done;
-                leaders_submit(&ws->load);
+                load = true;
             }
         }
     }
@@ -206,6 +255,9 @@ void leaders_with_key(struct conn *c, uint64_t rid, const uint8_t *key, size_t k
     }
     conn_job_start(&w->job, c, rid);
     list_append(&ws->waiting, &w->link);
+    /* the load goes once its first waiter is queued */
+    if (load)
+        leaders_submit(&ws->load);
 }
 
 
