@@ -1,5 +1,5 @@
-/* leaders.c - leadership over the fence ledger: campaigns and terms (leader.campaign, renew, resign, drain, info, check, disable,
- * enable).  The outbox (commit, claim, abandon, pending, read) is in
+/* leaders.c - leadership over the fence ledger: campaigns and terms
+ * (leader.campaign, renew, resign, drain, info, check, disable, enable).  The outbox (commit, claim, abandon, pending, read) is in
  * leader-outbox.c, descriptors and history in leader-define.c.
  *
  * A campaign queues on the workstream's leader lock, a reserved lock name
