@@ -15,7 +15,7 @@
 /* A key: prefix, "w/", the scoped workstream in hex, "/kind/", a name
  * (op id, key, history token) in hex. */
 #define WS_BYTES_MAX (SKEY_HEADER + LIMIT_WORKSTREAM)
-#define NAME_BYTES_MAX 256
+#define NAME_BYTES_MAX (LIMIT_LEADER_KEY > LIMIT_OP_ID ? LIMIT_LEADER_KEY : LIMIT_OP_ID)
 #define EKEY_MAX (128 + 2 + 2 * WS_BYTES_MAX + 10 + 2 * NAME_BYTES_MAX + 1)
 
 /* n bytes as lowercase hex, NUL-terminated (out: 2n + 1 bytes). */

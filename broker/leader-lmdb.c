@@ -31,6 +31,7 @@
 #include "errors.h"
 #include "leader-ledger.h"
 #include "reasons.h"
+#include "skey.h"
 
 struct lmdb_ll {
     struct ledger *ledger;
@@ -38,7 +39,14 @@ struct lmdb_ll {
     struct ll_req *done_head, *done_tail;
 };
 
-#define KEY_MAX 511                /* LMDB's default key size */
+#define KEY_MAX LEDGER_KEY_MAX
+
+/* Keys are [u16 length][scoped workstream][name]: the longest name is a
+ * committed key, an op id, or a u64 (sequence, generation). */
+_Static_assert(2 + SKEY_HEADER + LIMIT_WORKSTREAM + LIMIT_LEADER_KEY <= KEY_MAX,
+               "a committed key's LMDB key is longer than LMDB allows");
+_Static_assert(2 + SKEY_HEADER + LIMIT_WORKSTREAM + LIMIT_OP_ID <= KEY_MAX,
+               "an op id's LMDB key is longer than LMDB allows");
 
 /* [ws] then name */
 static size_t compose(uint8_t *out, const uint8_t *ws, size_t ws_len,

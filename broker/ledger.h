@@ -63,6 +63,10 @@ static inline const char *ledger_job_message(const struct ledger_job *job,
  * lower bound leaves room for the databases' roots and a few batches; the
  * default is far above what per-user coordination needs, yet keeps a
  * runaway client from filling the disk. */
+/* The longest LMDB key (LMDB's default mdb_env_get_maxkeysize): the
+ * tables that store keys check their sums against it (static assertions
+ * where the keys are made). */
+#define LEDGER_KEY_MAX 511u
 #define LEDGER_MIN_DATA_SIZE (1ull << 20)
 #define LEDGER_DEFAULT_DATA_SIZE (4ull << 30)
 #define LEDGER_MAX_DATA_SIZE (1ull << 40)

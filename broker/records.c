@@ -134,6 +134,10 @@ void record_write_free(struct record_write *w)
     w->skey = w->value = NULL;
 }
 
+/* A record's key is its scoped key; its expiry entry's adds 8 bytes. */
+_Static_assert(8 + SKEY_HEADER + LIMIT_RECORD_KEY <= LEDGER_KEY_MAX,
+               "a record's expiry key is longer than LMDB allows");
+
 /* expiry key: expires_ms BE, then the scoped key */
 static size_t expiry_key(uint8_t *out, uint64_t expires, const uint8_t *skey, size_t sklen)
 {
