@@ -21,6 +21,15 @@
 
 struct ledger;
 
+/* The options' defaults, named once: main.c sets them and prints them in
+ * coordd --help (the frame's is protocol/frame.h's, the held budget's
+ * coord-limits.h's, the data size's ledger.h's). */
+#define DEFAULT_MAX_CONNS 4096u
+#define DEFAULT_MAX_PENDING 1024u
+#define DEFAULT_MAX_OUTBUF (16u << 20)   /* or twice max_frame if more */
+#define DEFAULT_HANDSHAKE_MS 5000u
+#define DEFAULT_ETCD_PREFIX "/coord/"
+
 struct broker_options {
     char socket_path[128];
     char data_dir[4096];
