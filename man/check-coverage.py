@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """check-coverage.py - the man pages name everything they must (the test
-'man-coverage'): every option of `coordd --help`, every command, leader
+'man-coverage'): every option of `coordd --help` and the default it
+prints (the broker's named defaults), every command, leader
 subcommand and long flag of `coordctl --help`, every environment variable
 the sources read or set, every COORD_API function of coord.h (in the
 SYNOPSIS and again in the DESCRIPTION), the coord-uv.h functions and every
@@ -44,8 +45,18 @@ def help_of(prog):
 
 # coordd(8)
 d8 = page("coordd.8")
-for opt in sorted(set(re.findall(r"--[a-z][a-z-]+", help_of(coordd)))):
+dh = help_of(coordd)
+for opt in sorted(set(re.findall(r"--[a-z][a-z-]+", dh))):
     need("coordd.8", d8, f"option {opt}", flag(opt))
+# every default --help prints (from the broker's names) is the man page's:
+# an option's entry runs from its .It to the next
+for m in re.finditer(r"^  (--[a-z][a-z-]+)(.*?)(?=^  -)", dh, re.M | re.S):
+    opt, body = m.group(1), m.group(2)
+    d = re.search(r"default ([0-9]+|/[^ )]*)", body)
+    entry = re.search(r"^\.It " + flag(opt) + r".*?(?=^\.It |^\.El)", d8, re.M | re.S)
+    if d and entry and not re.search(r"(?<![0-9A-Za-z])" + re.escape(d.group(1)) + r"(?![0-9])",
+                                     entry.group(0)):
+        missing.append(f"coordd.8: {opt}'s default {d.group(1)} (coordd --help)")
 broker_src = "".join(text(os.path.join("broker", f)) for f in os.listdir(os.path.join(src, "broker"))
                      if f.endswith(".c") and f != "breaks.c") + text("protocol/paths.c")
 for env in sorted(set(re.findall(r'(?:getenv|env_nonempty)\("([A-Z_]+)"\)', broker_src))):
