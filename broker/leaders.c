@@ -97,7 +97,7 @@ void leaders_stats(coord_enc *e)
     coord_enc_kv_uint(e, "commits_fenced", n->fenced);
 }
 
-void leaders_stats_more(coord_enc *e)
+void leaders_stats_holds_claims(coord_enc *e)
 {
     const struct leader_counters *n = &leader_counts;
     coord_enc_kv_uint(e, "leader_terms", n->elected);

@@ -66,12 +66,12 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_uint(&e, "handshake_ms", b->opt.handshake_ms);
     coord_enc_kv_uint(&e, "max_data_size", b->opt.max_data_size);
     coord_enc_map_end(&e);
-    /* leadership's part-2 counters, the writer's timings, latencies and
+    /* leadership's max-hold and claim counters, the writer's timings, latencies and
      * the per-op counts go last: with a small max_frame
      * they are the parts left out (truncated: true) */
     bool cut = false;
     coord_enc_mark before = coord_enc_mark_here(&e);
-    leaders_stats_more(&e);
+    leaders_stats_holds_claims(&e);
     if (list_entry_overflows(c, &e, &before))
         cut = true;
     before = coord_enc_mark_here(&e);
