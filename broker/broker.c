@@ -15,7 +15,7 @@
 #include "ids.h"
 #include "redact.h"
 #include "deadline.h"
-#include "ledger.h"
+#include "store.h"
 #include "leaders.h"
 #include "listener.h"
 #include "paths.h"

@@ -16,7 +16,7 @@
 #include "errors.h"
 #include "flight-gates.h"
 #include "hashmap.h"
-#include "ledger.h"
+#include "store.h"
 #include "ops.h"
 #include "records.h"
 #include "skey.h"

@@ -4,7 +4,7 @@
 #include "log.h"
 #include "errors.h"
 #include "ids.h"
-#include "ledger.h"
+#include "store.h"
 
 #define COUNTER_END (1ull << IDS_COUNTER_BITS)
 #define CLOCK_BASE 1767225600ull           /* 2026-01-01T00:00:00Z */

@@ -37,7 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "leader-desc.h"
-#include "ledger.h"
+#include "store.h"
 
 enum ll_op {
     LL_LOAD,           /* -> generation, disabled, descriptor */

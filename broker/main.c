@@ -10,7 +10,7 @@
 #include "instance.h"
 #include "listener.h"
 #include "coord-version.h"
-#include "ledger.h"
+#include "store.h"
 #include "paths.h"
 
 static void usage(FILE *f)

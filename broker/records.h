@@ -9,7 +9,7 @@
 #include "clock.h"
 #include <stdint.h>
 #include "broker.h"
-#include "ledger.h"
+#include "store.h"
 
 #include "coord-limits.h"
 

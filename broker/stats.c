@@ -10,7 +10,7 @@
 #include "flights.h"
 #include "histo.h"
 #include "leaders.h"
-#include "ledger.h"
+#include "store.h"
 #include "locks.h"
 #include "ops.h"
 #include "records.h"

@@ -79,7 +79,7 @@
 #include "log.h"
 #include "errors.h"
 #include "histo.h"
-#include "ledger.h"
+#include "store.h"
 
 #define INITIAL_MAP_SIZE (256u << 20)   /* address space, not disk */
 #define MAX_BATCH 4096
