@@ -51,8 +51,8 @@ static void usage(FILE *f)
 "  -V, --version, -h, --help\n",
             COORD_MAX_FRAME_DEFAULT, DEFAULT_MAX_CONNS, DEFAULT_MAX_PENDING, DEFAULT_MAX_OUTBUF,
             COORD_FRAME_HEADER + LIMIT_OUTBUF_MIN_MARK, DEFAULT_HANDSHAKE_MS, LIMIT_HELD_DEFAULT,
-            (unsigned long long)LEDGER_DEFAULT_DATA_SIZE,
-            (unsigned long long)LEDGER_MIN_DATA_SIZE, DEFAULT_ETCD_PREFIX);
+            (unsigned long long)STORE_DEFAULT_DATA_SIZE,
+            (unsigned long long)STORE_MIN_DATA_SIZE, DEFAULT_ETCD_PREFIX);
 }
 
 static int parse_num(const char *s, unsigned long long min, unsigned long long max,
@@ -175,7 +175,7 @@ int main(int argc, char **argv)
     opt.handshake_ms = DEFAULT_HANDSHAKE_MS;
     strcpy(opt.leader_ledger, "local");
     strcpy(opt.etcd_prefix, DEFAULT_ETCD_PREFIX);
-    opt.max_data_size = LEDGER_DEFAULT_DATA_SIZE;
+    opt.max_data_size = STORE_DEFAULT_DATA_SIZE;
     opt.max_held = LIMIT_HELD_DEFAULT;
     const char *socket_arg = NULL, *data_arg = NULL, *config_arg = NULL;
 
@@ -227,7 +227,7 @@ int main(int argc, char **argv)
         case O_HANDSHAKE: bad = parse_num(optarg, 1, 3600000, &v); opt.handshake_ms = (unsigned)v; break;
         case O_MAXHELD: bad = parse_num(optarg, 16, 1ull << 32, &v); opt.max_held = v; break;
         case O_DATASIZE:
-            bad = parse_num(optarg, LEDGER_MIN_DATA_SIZE, LEDGER_MAX_DATA_SIZE, &v);
+            bad = parse_num(optarg, STORE_MIN_DATA_SIZE, STORE_MAX_DATA_SIZE, &v);
             opt.max_data_size = v;
             break;
         case O_LEDGER:

@@ -52,10 +52,10 @@ void stats_reply(struct conn *c, uint64_t rid)
     leaders_stats(&e);
     channels_stats(&e);
     coord_enc_kv_uint(&e, "records", records_count());
-    coord_enc_kv_uint(&e, "ledger_batches", b->ledger ? ledger_batches(b->ledger) : 0);
-    coord_enc_kv_uint(&e, "ledger_jobs", b->ledger ? ledger_jobs(b->ledger) : 0);
-    coord_enc_kv_uint(&e, "ledger_map_size", b->ledger ? ledger_map_size(b->ledger) : 0);
-    coord_enc_kv_uint(&e, "data_limit_hits", b->ledger ? ledger_data_limit_hits(b->ledger) : 0);
+    coord_enc_kv_uint(&e, "ledger_batches", b->store ? store_batches(b->store) : 0);
+    coord_enc_kv_uint(&e, "ledger_jobs", b->store ? store_jobs(b->store) : 0);
+    coord_enc_kv_uint(&e, "ledger_map_size", b->store ? store_map_size(b->store) : 0);
+    coord_enc_kv_uint(&e, "data_limit_hits", b->store ? store_data_limit_hits(b->store) : 0);
     coord_enc_kv_uint(&e, "timers", deadlines_count());
     coord_enc_key(&e, "limits");
     coord_enc_map_begin(&e);
@@ -81,9 +81,9 @@ void stats_reply(struct conn *c, uint64_t rid)
     if (list_entry_overflows(c, &e, &before))
         cut = true;
     before = coord_enc_mark_here(&e);
-    struct ledger_times lt = { 0, 0, 0, 0 };
-    if (b->ledger)
-        ledger_times(b->ledger, &lt);
+    struct store_times lt = { 0, 0, 0, 0 };
+    if (b->store)
+        store_times(b->store, &lt);
     coord_enc_kv_uint(&e, "ledger_commit_us", lt.commit_us);
     coord_enc_kv_uint(&e, "ledger_flush_us", lt.flush_us);
     coord_enc_kv_uint(&e, "ledger_flushes", lt.flushes);
