@@ -857,12 +857,13 @@ static void switch_done(struct ll_req *req)
     ll_call_end(call);
 }
 
-static void run_switch(struct lreq *q, struct workstream *ws)
+/* A disable or enable, for c's request rid (c NULL: a descriptor file's),
+ * answered by done once stored. */
+static void start_switch(struct workstream *ws, bool disable, struct conn *c, uint64_t rid,
+                         void (*done)(struct ll_req *))
 {
-    struct conn *c = q->job.conn;
-    bool disable = q->disable;
-    struct ll_call *call = ll_call_new(c, q->job.rid, ws, LL_SET_DISABLED, ws->skey,
-                                       ws->h.keylen, NULL, switch_done);
+    struct ll_call *call = ll_call_new(c, rid, ws, LL_SET_DISABLED, ws->skey, ws->h.keylen,
+                                       NULL, done);
     if (!call)
         return;
     /* in memory at once: no campaign passes, no commit of the old leader */
@@ -872,6 +873,11 @@ static void run_switch(struct lreq *q, struct workstream *ws)
     call->req.disable = disable;
     call->req.generation = BROKEN(WIPE_GENERATION) ? 0 : ids_next();
     leaders_submit(&call->req);
+}
+
+static void run_switch(struct lreq *q, struct workstream *ws)
+{
+    start_switch(ws, q->disable, q->job.conn, q->job.rid, switch_done);
 }
 
 void op_leader_disable(struct conn *c, uint64_t rid, coord_fields *f)
@@ -944,19 +950,8 @@ static void run_config(struct lreq *q, struct workstream *ws)
             leaders_submit(&call->req);
         }
     }
-    if (q->cfg_disabled >= 0 && (bool)q->cfg_disabled != ws->disabled) {
-        bool disable = q->cfg_disabled;
-        struct ll_call *call = ll_call_new(NULL, 0, ws, LL_SET_DISABLED, ws->skey,
-                                           ws->h.keylen, NULL, config_switch_done);
-        if (!call)
-            return;
-        ws->disabled = disable;
-        if (disable && ws->live_generation)
-            leader_end(ws, REASON_DISABLED, true, false);
-        call->req.disable = disable;
-        call->req.generation = BROKEN(WIPE_GENERATION) ? 0 : ids_next();
-        leaders_submit(&call->req);
-    }
+    if (q->cfg_disabled >= 0 && (bool)q->cfg_disabled != ws->disabled)
+        start_switch(ws, q->cfg_disabled, NULL, 0, config_switch_done);
 }
 
 void leaders_apply_config(const uint8_t *key, size_t klen, const struct ws_patch *p,
