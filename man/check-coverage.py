@@ -57,7 +57,8 @@ for m in re.finditer(r"^  (--[a-z][a-z-]+)(.*?)(?=^  -)", dh, re.M | re.S):
     if d and entry and not re.search(r"(?<![0-9A-Za-z])" + re.escape(d.group(1)) + r"(?![0-9])",
                                      entry.group(0)):
         missing.append(f"coordd.8: {opt}'s default {d.group(1)} (coordd --help)")
-broker_src = "".join(text(os.path.join("broker", f)) for f in os.listdir(os.path.join(src, "broker"))
+broker_src = "".join(text(os.path.relpath(os.path.join(d, f), src))
+                     for d, _, fs in os.walk(os.path.join(src, "broker")) for f in fs
                      if f.endswith(".c") and f != "breaks.c") + text("protocol/paths.c")
 for env in sorted(set(re.findall(r'(?:getenv|env_nonempty)\("([A-Z_]+)"\)', broker_src))):
     need("coordd.8", d8, f"environment {env}", r"\.It Ev .*\b" + env + r"\b")
