@@ -74,7 +74,8 @@ for sub in sorted(set(re.findall(r"\b([a-z]+) WORKSTREAM", leader_help)) - {"inf
     need("coordctl.1", c1, f"leader {sub}", r"Cm leader " + sub + r"\b")
 for opt in sorted(set(re.findall(r"(?<!timeout )--[a-z][a-z-]+", h))):   # not timeout(1)'s
     need("coordctl.1", c1, f"flag {opt}", flag(opt))
-ctl_src = "".join(text(os.path.join("tools", f)) for f in os.listdir(os.path.join(src, "tools"))
+ctl_src = "".join(text(os.path.join("tools", "coordctl", f))
+                  for f in os.listdir(os.path.join(src, "tools", "coordctl"))
                   if f.endswith(".c") and (f.startswith("ctl-") or f == "coordctl.c"))
 for env in sorted(set(re.findall(r'"(COORD_[A-Z_]+)"', ctl_src)) | {"COORD_SOCKET", "COORD_BROKER"}):
     need("coordctl.1", c1, f"environment {env}", r"\.It Ev .*\b" + env + r"\b")
