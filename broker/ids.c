@@ -4,13 +4,13 @@
 #include "log.h"
 #include "errors.h"
 #include "ids.h"
-#include "ledger.h"
+#include "store.h"
 
 #define COUNTER_END (1ull << IDS_COUNTER_BITS)
 #define CLOCK_BASE 1767225600ull           /* 2026-01-01T00:00:00Z */
 
 static struct {
-    struct ledger *ledger;
+    struct store *store;
     uint64_t epoch;
     uint64_t counter;                      /* ids issued in this epoch */
     uint64_t reserved;                     /* the next epoch, once stored */
@@ -24,10 +24,10 @@ uint64_t ids_clock_floor(void)
     return (uint64_t)now > CLOCK_BASE ? (uint64_t)now - CLOCK_BASE : 0;
 }
 
-int ids_start(struct ledger *l, char *err, size_t errsize)
+int ids_start(struct store *l, char *err, size_t errsize)
 {
-    I.ledger = l;
-    I.epoch = ledger_store_epoch(l, ids_clock_floor(), err, errsize);
+    I.store = l;
+    I.epoch = store_epoch(l, ids_clock_floor(), err, errsize);
     I.counter = 0;
     return I.epoch ? 0 : -1;
 }
@@ -36,18 +36,18 @@ uint64_t ids_epoch(void) { return I.epoch; }
 uint64_t ids_last(void) { return I.last; }
 
 struct epoch_job {
-    struct ledger_job job;
+    struct store_job job;
     uint64_t floor;
     uint64_t stored;
 };
 
-static int apply_epoch(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
+static int apply_epoch(struct store *l, MDB_txn *txn, struct store_job *job)
 {
     struct epoch_job *ej = (struct epoch_job *)job;
-    return ledger_put_epoch(l, txn, ej->floor, &ej->stored);
+    return store_put_epoch(l, txn, ej->floor, &ej->stored);
 }
 
-static void epoch_done(struct ledger_job *job, int status)
+static void epoch_done(struct store_job *job, int status)
 {
     struct epoch_job *ej = (struct epoch_job *)job;
     I.reserving = false;
@@ -68,7 +68,7 @@ static void reserve_next(void)
     ej->job.apply = apply_epoch;
     ej->job.done = epoch_done;
     I.reserving = true;
-    ledger_submit(I.ledger, &ej->job);
+    store_submit(I.store, &ej->job);
 }
 
 uint64_t ids_next(void)
@@ -80,7 +80,7 @@ uint64_t ids_next(void)
         if (!next) {
             /* more than 2^20 ids within one disk write: store it now */
             char err[256];
-            next = ledger_store_epoch(I.ledger, I.epoch + 1, err, sizeof err);
+            next = store_epoch(I.store, I.epoch + 1, err, sizeof err);
             if (!next) {
                 log_event(LOG_ERROR, "ids.epoch_failed", "error=\"%s\"", err);
                 abort();           /* an id issued twice would break fencing */

@@ -20,13 +20,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct ledger;
+struct store;
 
 #define IDS_COUNTER_BITS 21
 
 /* Stores the first epoch (synchronously: nothing is served before).
  * Returns 0, or -1 with err. */
-int ids_start(struct ledger *l, char *err, size_t errsize);
+int ids_start(struct store *l, char *err, size_t errsize);
 uint64_t ids_next(void);
 uint64_t ids_epoch(void);
 /* The last id handed out (0 before the first). */

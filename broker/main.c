@@ -10,7 +10,7 @@
 #include "instance.h"
 #include "listener.h"
 #include "coord-version.h"
-#include "ledger.h"
+#include "store.h"
 #include "paths.h"
 
 static void usage(FILE *f)
@@ -29,26 +29,30 @@ static void usage(FILE *f)
 "  --ready-fd N            write \"ready\\n\" to fd N once accepting, or\n"
 "                          \"error REASON\\n\" when it cannot start; then close it\n"
 "  --log-level LEVEL       debug, info, warn or error (default info)\n"
-"  --max-frame BYTES       largest frame accepted (default 1048576)\n"
-"  --max-conns N           connections at once (default 4096)\n"
-"  --max-pending N         waiting requests per connection (default 1024)\n"
+"  --max-frame BYTES       largest frame accepted (default %u)\n"
+"  --max-conns N           connections at once (default %u)\n"
+"  --max-pending N         waiting requests per connection (default %u)\n"
 "  --max-outbuf BYTES      bytes queued to one client before it is cut off\n"
-"                          (default 16777216, or twice --max-frame if more;\n"
-"                          at least --max-frame + 1028)\n"
-"  --handshake-timeout MS  time allowed for hello (default 5000)\n"
+"                          (default %u, or twice --max-frame if more;\n"
+"                          at least --max-frame + %u)\n"
+"  --handshake-timeout MS  time allowed for hello (default %u)\n"
 "  --max-held N            locks, waiting requests, flights and subscriptions\n"
-"                          held for all clients together (default 1048576)\n"
-"  --max-data-size BYTES   cap of the LMDB ledger (default 4294967296, at least\n"
-"                          1048576); past it writes fail with STORAGE\n"
+"                          held for all clients together (default %u)\n"
+"  --max-data-size BYTES   cap of the LMDB ledger (default %llu, at least\n"
+"                          %llu); past it writes fail with STORAGE\n"
 "  --ledger NAME           where leadership's generations and commits live:\n"
 "                          local (LMDB in the data dir, the default) or etcd\n"
 "                          (shared by the brokers of several machines)\n"
 "  --etcd-endpoints URLS   etcd's client URLs, comma-separated\n"
 "                          (http://127.0.0.1:2379,...), for --ledger etcd\n"
-"  --etcd-prefix P         the ledger's keys in etcd start with P (default /coord/)\n"
+"  --etcd-prefix P         the ledger's keys in etcd start with P (default %s)\n"
 "  --log-names hash|plain  names, keys and client text in the log as keyed\n"
 "                          hashes (the default) or as they are (debugging)\n"
-"  -V, --version, -h, --help\n");
+"  -V, --version, -h, --help\n",
+            COORD_MAX_FRAME_DEFAULT, DEFAULT_MAX_CONNS, DEFAULT_MAX_PENDING, DEFAULT_MAX_OUTBUF,
+            COORD_FRAME_HEADER + LIMIT_OUTBUF_MIN_MARK, DEFAULT_HANDSHAKE_MS, LIMIT_HELD_DEFAULT,
+            (unsigned long long)STORE_DEFAULT_DATA_SIZE,
+            (unsigned long long)STORE_MIN_DATA_SIZE, DEFAULT_ETCD_PREFIX);
 }
 
 static int parse_num(const char *s, unsigned long long min, unsigned long long max,
@@ -165,13 +169,13 @@ int main(int argc, char **argv)
     opt.socket_lock_fd = -1;
     opt.data_lock_fd = -1;
     opt.max_frame = COORD_MAX_FRAME_DEFAULT;
-    opt.max_conns = 4096;
-    opt.max_pending = 1024;
+    opt.max_conns = DEFAULT_MAX_CONNS;
+    opt.max_pending = DEFAULT_MAX_PENDING;
     opt.max_outbuf = 0;                /* below: from max_frame unless given */
-    opt.handshake_ms = 5000;
+    opt.handshake_ms = DEFAULT_HANDSHAKE_MS;
     strcpy(opt.leader_ledger, "local");
-    strcpy(opt.etcd_prefix, "/coord/");
-    opt.max_data_size = LEDGER_DEFAULT_DATA_SIZE;
+    strcpy(opt.etcd_prefix, DEFAULT_ETCD_PREFIX);
+    opt.max_data_size = STORE_DEFAULT_DATA_SIZE;
     opt.max_held = LIMIT_HELD_DEFAULT;
     const char *socket_arg = NULL, *data_arg = NULL, *config_arg = NULL;
 
@@ -223,7 +227,7 @@ int main(int argc, char **argv)
         case O_HANDSHAKE: bad = parse_num(optarg, 1, 3600000, &v); opt.handshake_ms = (unsigned)v; break;
         case O_MAXHELD: bad = parse_num(optarg, 16, 1ull << 32, &v); opt.max_held = v; break;
         case O_DATASIZE:
-            bad = parse_num(optarg, LEDGER_MIN_DATA_SIZE, LEDGER_MAX_DATA_SIZE, &v);
+            bad = parse_num(optarg, STORE_MIN_DATA_SIZE, STORE_MAX_DATA_SIZE, &v);
             opt.max_data_size = v;
             break;
         case O_LEDGER:
@@ -273,7 +277,7 @@ int main(int argc, char **argv)
      * mark (coord-limits.h), else a reply could never be queued */
     size_t outbuf_min = (size_t)opt.max_frame + COORD_FRAME_HEADER + LIMIT_OUTBUF_MIN_MARK;
     if (opt.max_outbuf == 0) {
-        opt.max_outbuf = 16u << 20;
+        opt.max_outbuf = DEFAULT_MAX_OUTBUF;
         if (opt.max_outbuf < 2 * (size_t)opt.max_frame)
             opt.max_outbuf = 2 * (size_t)opt.max_frame;
     } else if (opt.max_outbuf < outbuf_min) {

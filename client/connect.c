@@ -5,7 +5,6 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,14 +12,13 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include "errors.h"
 #include "internal.h"
 #include "ready.h"
+#include "spawn.h"
 
 #define DEFAULT_IDLE_EXIT_S 60
 #define DEFAULT_CONNECT_TIMEOUT_MS 2000
@@ -189,92 +187,26 @@ static int resolve_broker(const char *name, char *out, size_t size)
     return -1;
 }
 
-static void close_from(int lowfd)
-{
-#ifdef SYS_close_range
-    if (syscall(SYS_close_range, (unsigned)lowfd, ~0u, 0u) == 0)
-        return;
-#endif
-    long max = sysconf(_SC_OPEN_MAX);
-    if (max < 0 || max > 65536)
-        max = 65536;
-    for (int fd = lowfd; fd < max; fd++)
-        close(fd);
-}
-
-/* In the grandchild: only async-signal-safe calls from here on. */
-__attribute__((noreturn))
-static void exec_broker(const char *broker, char *const argv[], int ready_w)
-{
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    for (int s = 1; s < NSIG; s++)
-        if (s != SIGKILL && s != SIGSTOP)
-            sigaction(s, &dfl, NULL);          /* ignored signals survive exec */
-
-    int w = fcntl(ready_w, F_DUPFD, 4);        /* out of the way of 0..3 */
-    int nul = open("/dev/null", O_RDWR);
-    if (w < 0 || nul < 0)
-        _exit(127);
-    dup2(nul, 0);
-    dup2(nul, 1);
-    dup2(nul, 2);
-    dup2(w, 3);                                /* w >= 4: clears CLOEXEC */
-    close_from(4);
-    execv(broker, argv);
-
-    /* tell the client why: "E<errno>\n" on the ready pipe */
-    char msg[16];
-    int e = errno, i = sizeof msg;
-    msg[--i] = '\n';
-    do {
-        msg[--i] = (char)('0' + e % 10);
-        e /= 10;
-    } while (e && i > 1);
-    msg[--i] = 'E';
-    ssize_t wr = write(3, msg + i, sizeof msg - (size_t)i);
-    (void)wr;
-    _exit(127);
-}
-
-/* Starts the broker detached (double fork + setsid).  Returns the read end
- * of its ready pipe, or -1 with connect_err set. */
-static int spawn_broker(const char *broker, const char *sock, unsigned idle_s)
+/* Starts the broker detached (spawn.h: double fork + setsid).  Returns the
+ * read end of its ready pipe, or -1 with connect_err set. */
+static int autostart_broker(const char *broker, const char *sock, unsigned idle_s)
 {
     char idle[16];
     snprintf(idle, sizeof idle, "%u", idle_s);
-    char *argv[] = {
-        (char *)broker, "--foreground", "--socket", (char *)sock,
+    const char *argv[] = {
+        broker, "--foreground", "--socket", sock,
         "--idle-exit", idle, "--ready-fd", "3", NULL,
     };
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) < 0) {
-        cerr("pipe: %s", strerror(errno));
+    struct coord_spawn s = {
+        .argv = argv, .detach = true, .stdin_null = true,
+        .stdout_path = "/dev/null", .stderr_path = "/dev/null",
+    };
+    int rfd;
+    if (coord_spawn(&s, &rfd) < 0) {
+        cerr("cannot start the broker: %s", strerror(errno));
         return -1;
     }
-    pid_t pid = fork();
-    if (pid < 0) {
-        cerr("fork: %s", strerror(errno));
-        close(p[0]);
-        close(p[1]);
-        return -1;
-    }
-    if (pid == 0) {
-        setsid();
-        pid_t gc = fork();
-        if (gc != 0)
-            _exit(gc < 0 ? 1 : 0);            /* the middle child */
-        exec_broker(broker, argv, p[1]);
-    }
-    close(p[1]);
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    return p[0];
+    return rfd;
 }
 
 enum ready { READY_OK, READY_EOF, READY_TIMEOUT, READY_FAILED };
@@ -349,7 +281,7 @@ static int open_socket(const char *path, const coord_options *o)
                 }
                 spawned = true;
                 spawns++;
-                rfd = spawn_broker(broker, path, o->idle_exit_s ? o->idle_exit_s
+                rfd = autostart_broker(broker, path, o->idle_exit_s ? o->idle_exit_s
                                                                 : DEFAULT_IDLE_EXIT_S);
                 if (rfd < 0)
                     goto fail;

@@ -865,8 +865,8 @@ typedef struct coord_leader_opts {
     uint64_t timeout_ms;  /* give up waiting after this (COORD_ETIMEOUT);
                              0: wait forever.  Not with steal or
                              if_available (COORD_EINVALID_OPTIONS) */
-    /* Added in leadership part 2; zero-initialised callers keep the old
-     * behaviour.  Both strings are NUL-terminated, only read (copied into
+    /* Added with protocol pins and incident takeovers; zero-initialised
+     * callers keep the old behaviour.  Both strings are NUL-terminated, only read (copied into
      * the request), NULL: not sent. */
     const char *protocol; /* "name@N": the version of the caller's protocol;
                              a workstream with a pinned protocol refuses an

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """check-coverage.py - the man pages name everything they must (the test
-'man-coverage'): every option of `coordd --help`, every command, leader
+'man-coverage'): every option of `coordd --help` and the default it
+prints (the broker's named defaults), every command, leader
 subcommand and long flag of `coordctl --help`, every environment variable
 the sources read or set, every COORD_API function of coord.h (in the
 SYNOPSIS and again in the DESCRIPTION), the coord-uv.h functions and every
@@ -44,9 +45,20 @@ def help_of(prog):
 
 # coordd(8)
 d8 = page("coordd.8")
-for opt in sorted(set(re.findall(r"--[a-z][a-z-]+", help_of(coordd)))):
+dh = help_of(coordd)
+for opt in sorted(set(re.findall(r"--[a-z][a-z-]+", dh))):
     need("coordd.8", d8, f"option {opt}", flag(opt))
-broker_src = "".join(text(os.path.join("broker", f)) for f in os.listdir(os.path.join(src, "broker"))
+# every default --help prints (from the broker's names) is the man page's:
+# an option's entry runs from its .It to the next
+for m in re.finditer(r"^  (--[a-z][a-z-]+)(.*?)(?=^  -)", dh, re.M | re.S):
+    opt, body = m.group(1), m.group(2)
+    d = re.search(r"default ([0-9]+|/[^ )]*)", body)
+    entry = re.search(r"^\.It " + flag(opt) + r".*?(?=^\.It |^\.El)", d8, re.M | re.S)
+    if d and entry and not re.search(r"(?<![0-9A-Za-z])" + re.escape(d.group(1)) + r"(?![0-9])",
+                                     entry.group(0)):
+        missing.append(f"coordd.8: {opt}'s default {d.group(1)} (coordd --help)")
+broker_src = "".join(text(os.path.relpath(os.path.join(d, f), src))
+                     for d, _, fs in os.walk(os.path.join(src, "broker")) for f in fs
                      if f.endswith(".c") and f != "breaks.c") + text("protocol/paths.c")
 for env in sorted(set(re.findall(r'(?:getenv|env_nonempty)\("([A-Z_]+)"\)', broker_src))):
     need("coordd.8", d8, f"environment {env}", r"\.It Ev .*\b" + env + r"\b")
@@ -62,7 +74,8 @@ for sub in sorted(set(re.findall(r"\b([a-z]+) WORKSTREAM", leader_help)) - {"inf
     need("coordctl.1", c1, f"leader {sub}", r"Cm leader " + sub + r"\b")
 for opt in sorted(set(re.findall(r"(?<!timeout )--[a-z][a-z-]+", h))):   # not timeout(1)'s
     need("coordctl.1", c1, f"flag {opt}", flag(opt))
-ctl_src = "".join(text(os.path.join("tools", f)) for f in os.listdir(os.path.join(src, "tools"))
+ctl_src = "".join(text(os.path.join("tools", "coordctl", f))
+                  for f in os.listdir(os.path.join(src, "tools", "coordctl"))
                   if f.endswith(".c") and (f.startswith("ctl-") or f == "coordctl.c"))
 for env in sorted(set(re.findall(r'"(COORD_[A-Z_]+)"', ctl_src)) | {"COORD_SOCKET", "COORD_BROKER"}):
     need("coordctl.1", c1, f"environment {env}", r"\.It Ev .*\b" + env + r"\b")

@@ -1,6 +1,6 @@
 /* spawn-broker.h - start a coordd for a tool (coord-bench, coord-fault):
  * --foreground on a given socket and data dir, stdout/stderr appended to a
- * log, and wait for its --ready-fd line. */
+ * log (protocol/spawn.h starts it), and wait for its --ready-fd line. */
 #ifndef COORD_SPAWN_BROKER_H
 #define COORD_SPAWN_BROKER_H
 

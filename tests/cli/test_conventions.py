@@ -83,7 +83,7 @@ SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 def complete(*words):
     """COMPREPLY of the bash completion for the command line words (the
     last one being completed)."""
-    script = os.path.join(SRC, "tools", "completion", "coordctl.bash")
+    script = os.path.join(SRC, "tools", "coordctl", "completion", "coordctl.bash")
     prog = (f'source "{script}"; COMP_WORDS=("$@"); COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 )); '
             'COMPREPLY=(); _coordctl; printf "%s\\n" "${COMPREPLY[@]}"')
     r = run("bash", "-c", prog, "bash", COORDCTL, *words)
@@ -109,7 +109,7 @@ def test_zsh_completion_parses():
     if not shutil.which("zsh"):
         import pytest
         pytest.skip("zsh is not installed")
-    r = run("zsh", "-n", os.path.join(SRC, "tools", "completion", "_coordctl"))
+    r = run("zsh", "-n", os.path.join(SRC, "tools", "coordctl", "completion", "_coordctl"))
     assert r.returncode == 0, r.stderr
 
 

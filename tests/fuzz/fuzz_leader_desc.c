@@ -1,5 +1,5 @@
 /* fuzz_leader_desc.c - the libFuzzer target over leadership's stored forms
- * (broker/leader-desc.c): a descriptor, a term of history and a protocol
+ * (broker/leadership/leader-desc.c): a descriptor, a term of history and a protocol
  * text, as a damaged or foreign ledger could hold them.
  *
  * The first byte picks the decoder, the rest is its input.  What decodes

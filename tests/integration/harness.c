@@ -7,7 +7,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/ioctl.h>
@@ -17,6 +16,7 @@
 #include <unistd.h>
 #include "paths.h"
 #include "ready.h"
+#include "spawn.h"
 #include "harness.h"
 #include "proc.h"
 
@@ -108,69 +108,45 @@ pid_t broker_spawn(struct broker_proc *bp, const char *const *extra, bool foregr
 {
     if (!bp->dir[0])
         broker_paths(bp);
-    int pfd[2];
-    if (pipe(pfd) < 0)
-        return -1;
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(pfd[0]);
-        close(pfd[1]);
-        return -1;
+    const char *args[64];
+    int n = 0;
+    char vglog[400];
+    if (foreground && getenv("COORD_VALGRIND")) {
+        /* the broker under memcheck: errors make it exit 99 */
+        snprintf(vglog, sizeof vglog, "--log-file=%s/valgrind.%%p.log", bp->dir);
+        args[n++] = "valgrind";
+        args[n++] = "--error-exitcode=99";
+        args[n++] = "--leak-check=full";
+        args[n++] = "--errors-for-leak-kinds=definite";
+        args[n++] = vglog;
     }
-    if (pid == 0) {
-        const char *args[64];
-        int n = 0;
-        char vglog[400];
-        if (foreground && getenv("COORD_VALGRIND")) {
-            /* the broker under memcheck: errors make it exit 99 */
-            snprintf(vglog, sizeof vglog, "--log-file=%s/valgrind.%%p.log", bp->dir);
-            args[n++] = "valgrind";
-            args[n++] = "--error-exitcode=99";
-            args[n++] = "--leak-check=full";
-            args[n++] = "--errors-for-leak-kinds=definite";
-            args[n++] = vglog;
-        }
-        args[n++] = broker_binary();
-        if (foreground)
-            args[n++] = "--foreground";
-        args[n++] = "--socket";
-        args[n++] = bp->sock;
-        args[n++] = "--data-dir";
-        args[n++] = bp->data;
-        args[n++] = "--ready-fd";
-        args[n++] = "3";
-        bool level = false;
-        for (int i = 0; extra && extra[i] && n < 60; i++) {
-            level = level || strcmp(extra[i], "--log-level") == 0;
-            args[n++] = extra[i];
-        }
-        if (!level) {
-            args[n++] = "--log-level";
-            args[n++] = "debug";
-        }
-        args[n] = NULL;
-        close(pfd[0]);
-        /* a test that dies or fails early must not leave brokers behind */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (pfd[1] != 3) {
-            dup2(pfd[1], 3);
-            close(pfd[1]);
-        }
-        int log = open(bp->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (log >= 0) {
-            dup2(log, 2);
-            close(log);
-        }
-        if (nofile > 0) {
-            struct rlimit rl = { (rlim_t)nofile, (rlim_t)nofile };
-            setrlimit(RLIMIT_NOFILE, &rl);
-        }
-        execvp(args[0], (char *const *)args);
-        perror("exec coordd");
-        _exit(127);
+    args[n++] = broker_binary();
+    if (foreground)
+        args[n++] = "--foreground";
+    args[n++] = "--socket";
+    args[n++] = bp->sock;
+    args[n++] = "--data-dir";
+    args[n++] = bp->data;
+    args[n++] = "--ready-fd";
+    args[n++] = "3";
+    bool level = false;
+    for (int i = 0; extra && extra[i] && n < 60; i++) {
+        level = level || strcmp(extra[i], "--log-level") == 0;
+        args[n++] = extra[i];
     }
-    close(pfd[1]);
-    *ready_fd = pfd[0];
+    if (!level) {
+        args[n++] = "--log-level";
+        args[n++] = "debug";
+    }
+    args[n] = NULL;
+    /* a test that dies or fails early must not leave brokers behind */
+    struct coord_spawn s = {
+        .argv = args, .search_path = true, .die_with_parent = true,
+        .stderr_path = bp->log, .nofile = nofile,
+    };
+    pid_t pid = coord_spawn(&s, ready_fd);
+    if (pid < 0)
+        return -1;
     bp->names_plain = false;
     for (int i = 0; extra && extra[i] && extra[i + 1]; i++)
         if (strcmp(extra[i], "--log-names") == 0 && strcmp(extra[i + 1], "plain") == 0)

@@ -1,8 +1,8 @@
 /* leader-util.h - what the leadership integration tests share: raw-client
- * leadership requests (test_leaders.c, test_leaders2.c), coordctl runs
+ * leadership requests (test_leaders.c, test_leader_policies.c), coordctl runs
  * against one broker with a report pipe on descriptor 5 and checks on
- * their output (test_cli_leader.c, test_cli_leader2.c), and a libcoord
- * client of a test broker (those two and test_leader2_client.c).
+ * their output (test_cli_leader.c, test_cli_leader_policies.c), and a libcoord
+ * client of a test broker (those two and test_leader_policies_client.c).
  *
  * Linked by the harness library; lib_connect, the only part that needs
  * libcoord, is in leader-util-lib.c so that the raw-client tests link

@@ -6,7 +6,7 @@
  * leader.commit of a fresh op id and key, leader.claim of a fresh op id,
  * and flight.join + flight.complete with keep_ms (a completion record).
  * The ledger batches them (one flush per batch, each batch answered once a
- * later flush covered it: broker/ledger.c), and the broker is killed with
+ * later flush covered it: broker/store.c), and the broker is killed with
  * SIGKILL either after a random number of replies arrived (right after a
  * batch was answered, while the next is unsynced) or after a random delay
  * (anywhere in a batch).  Every reply read from the sockets afterwards,

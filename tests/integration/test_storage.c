@@ -103,7 +103,7 @@ static off_t file_size(const char *path)
 }
 
 /* The bytes of data.mdb up to its last page that is not all zeros: the
- * broker keeps zeros ahead of LMDB's pages (ledger.c, PREALLOC_BYTES). */
+ * broker keeps zeros ahead of LMDB's pages (store.c, PREALLOC_BYTES). */
 static off_t used_size(const char *path)
 {
     long ps = sysconf(_SC_PAGESIZE);

@@ -21,7 +21,7 @@ static const char *const v1_codes[] = {
     "INVALID_OPTIONS", "NAME_RESERVED", "TOO_LARGE", "LIMIT", "ABORTED",
     "TIMEOUT", "FENCED", "NOT_FOUND", "UNKNOWN_LOCK", "DISABLED", "STORAGE",
     "SHUTTING_DOWN",
-    /* part 2 */
+    /* descriptors, rollout modes, draining, remote ledgers */
     "PROTOCOL_PINNED", "POLICY", "READ_ONLY", "DRAINING", "UNAVAILABLE",
 };
 #define NV1 (sizeof v1_codes / sizeof v1_codes[0])

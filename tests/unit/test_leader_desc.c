@@ -1,5 +1,5 @@
 /* test_leader_desc.c - unit tests of leadership's pure rules and stored
- * forms (broker/leader-desc.c): a define's merge (set, nil, omitted),
+ * forms (broker/leadership/leader-desc.c): a define's merge (set, nil, omitted),
  * the protocol pin with its ratchet and force, protocol texts, and the
  * validating decoders (every truncation and bad enum refused).
  *

@@ -1,6 +1,6 @@
 /* client.h - what the client roles of coord-fault share (client.c: the
  * connection, the blocking-call deadline, the slot's state; outbox.c: the
- * outbox leaders of leadership part 2). */
+ * outbox leaders: claims, descriptors, rollout modes). */
 #ifndef COORD_FAULT_CLIENT_H
 #define COORD_FAULT_CLIENT_H
 

@@ -40,7 +40,7 @@
 #define SCOPE "fault"
 #define MAX_BROKERS 4
 
-/* leadership part 2: the outbox workstreams ("outbox-0" has a max hold and
+/* the outbox workstreams ("outbox-0" has a max hold and
  * steal: incident-only, takes incident takeovers; "outbox-1" has its
  * rollout mode switched shadow -> read-only -> active), their logical
  * operations and the provider that performs their external effects */
@@ -396,7 +396,7 @@ struct config {
     unsigned broker_kill_min_ms, broker_kill_max_ms;
     bool keep;              /* keep the temp dir */
     unsigned wipe_pct;      /* broker kills that also wipe the data dir */
-    bool outbox;            /* run leadership part 2's outbox roles and faults */
+    bool outbox;            /* run the outbox roles and their faults */
     const char *expect;     /* --expect-violation NAME: pass iff it is seen */
     bool etcd;              /* --etcd N: N brokers sharing an etcd leader ledger */
     unsigned nbrokers;

@@ -54,7 +54,8 @@ static void usage(FILE *f)
 "  --wipe-pct N         broker kills that also delete the data dir (default 25)\n"
 "  --ignore-drain-pct N outbox terms that ignore a max-hold drain and work on until\n"
 "                       fenced (default 20)\n"
-"  --no-outbox          no outbox leaders (leadership part 2) and none of their faults\n"
+"  --no-outbox          no outbox leaders (claims, descriptors, rollout modes) and\n"
+"                       none of their faults\n"
 "  --etcd N             N brokers (\"machines\": own sockets and data dirs; clients spread\n"
 "                       over them) sharing one etcd leader ledger (etcd-server needed);\n"
 "                       etcd itself is stopped (SIGSTOP) or killed and restarted every\n"
@@ -340,7 +341,7 @@ static void kill_slot(unsigned i)
 enum fault {
     F_KILL_LEADER, F_KILL_CAMPAIGNER, F_KILL_HOLDER, F_KILL_WAITER, F_KILL_OWNER,
     F_KILL_FOLLOWER, F_STOP_LEADER, F_STEAL_LOCK, F_STEAL_LEADER, F_KILL_ANY,
-    /* leadership part 2 (cfg.outbox) */
+    /* the outbox leaders' faults (cfg.outbox) */
     F_KILL_CLAIMED, F_STOP_CLAIMED, F_MODE, F_ROLLOUT, F_ROLLBACK, F_INCIDENT, F_COUNT
 };
 static const unsigned fault_weight[F_COUNT] = { 25, 5, 10, 10, 10, 5, 10, 12, 8, 5,

@@ -1,4 +1,4 @@
-/* outbox.c - leadership part 2 under faults: outbox leaders, incident
+/* outbox.c - the outbox under faults: outbox leaders, incident
  * takeovers, protocol rollbacks, and the driver's descriptor switches.
  *
  * An outbox leader campaigns with the deployed protocol version, reads

@@ -10,7 +10,7 @@
 #include "flights.h"
 #include "histo.h"
 #include "leaders.h"
-#include "ledger.h"
+#include "store.h"
 #include "locks.h"
 #include "ops.h"
 #include "records.h"
@@ -52,10 +52,10 @@ void stats_reply(struct conn *c, uint64_t rid)
     leaders_stats(&e);
     channels_stats(&e);
     coord_enc_kv_uint(&e, "records", records_count());
-    coord_enc_kv_uint(&e, "ledger_batches", b->ledger ? ledger_batches(b->ledger) : 0);
-    coord_enc_kv_uint(&e, "ledger_jobs", b->ledger ? ledger_jobs(b->ledger) : 0);
-    coord_enc_kv_uint(&e, "ledger_map_size", b->ledger ? ledger_map_size(b->ledger) : 0);
-    coord_enc_kv_uint(&e, "data_limit_hits", b->ledger ? ledger_data_limit_hits(b->ledger) : 0);
+    coord_enc_kv_uint(&e, "ledger_batches", b->store ? store_batches(b->store) : 0);
+    coord_enc_kv_uint(&e, "ledger_jobs", b->store ? store_jobs(b->store) : 0);
+    coord_enc_kv_uint(&e, "ledger_map_size", b->store ? store_map_size(b->store) : 0);
+    coord_enc_kv_uint(&e, "data_limit_hits", b->store ? store_data_limit_hits(b->store) : 0);
     coord_enc_kv_uint(&e, "timers", deadlines_count());
     coord_enc_key(&e, "limits");
     coord_enc_map_begin(&e);
@@ -66,12 +66,12 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_uint(&e, "handshake_ms", b->opt.handshake_ms);
     coord_enc_kv_uint(&e, "max_data_size", b->opt.max_data_size);
     coord_enc_map_end(&e);
-    /* leadership's part-2 counters, the writer's timings, latencies and
+    /* leadership's max-hold and claim counters, the writer's timings, latencies and
      * the per-op counts go last: with a small max_frame
      * they are the parts left out (truncated: true) */
     bool cut = false;
     coord_enc_mark before = coord_enc_mark_here(&e);
-    leaders_stats_more(&e);
+    leaders_stats_holds_claims(&e);
     if (list_entry_overflows(c, &e, &before))
         cut = true;
     before = coord_enc_mark_here(&e);
@@ -81,9 +81,9 @@ void stats_reply(struct conn *c, uint64_t rid)
     if (list_entry_overflows(c, &e, &before))
         cut = true;
     before = coord_enc_mark_here(&e);
-    struct ledger_times lt = { 0, 0, 0, 0 };
-    if (b->ledger)
-        ledger_times(b->ledger, &lt);
+    struct store_times lt = { 0, 0, 0, 0 };
+    if (b->store)
+        store_times(b->store, &lt);
     coord_enc_kv_uint(&e, "ledger_commit_us", lt.commit_us);
     coord_enc_kv_uint(&e, "ledger_flush_us", lt.flush_us);
     coord_enc_kv_uint(&e, "ledger_flushes", lt.flushes);

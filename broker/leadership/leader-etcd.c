@@ -1,7 +1,8 @@
 /* leader-etcd.c - the "etcd" leader ledger: generations, descriptors,
  * commits, claims, pending lists, history and the disabled flag of every
  * workstream in an etcd cluster that the brokers of several machines
- * share (etcd-http.c: the v3 JSON gateway on the loop).
+ * share (etcd-http.c: the v3 JSON gateway on the loop; etcd-json.c: the
+ * keys, Txns and answers it sends and reads).
  *
  * The fence.  One contested leader key per workstream, bound to an etcd
  * lease of the term's own: a term's generation is that key's
@@ -57,6 +58,7 @@
 #include "coord-limits.h"
 #include "errors.h"
 #include "etcd-http.h"
+#include "etcd-json.h"
 #include "leader-ledger.h"
 #include "reasons.h"
 #include "records.h"
@@ -78,11 +80,6 @@
 #define ETCD_COMPACT_KEEP 10000
 /* Attempts of a read-check-write that others keep changing. */
 #define ETCD_MAX_ATTEMPTS 32
-/* A key: prefix, "w/", the scoped workstream in hex, "/kind/", a name
- * (op id, key, history token) in hex. */
-#define WS_BYTES_MAX (SKEY_HEADER + LIMIT_WORKSTREAM)
-#define NAME_BYTES_MAX 256
-#define EKEY_MAX (128 + 2 + 2 * WS_BYTES_MAX + 10 + 2 * NAME_BYTES_MAX + 1)
 
 struct eterm;
 
@@ -143,205 +140,10 @@ struct eterm {
 
 static void step(struct eop *o);
 
-/* ---- keys and JSON ---- */
-
-static void hex(char *out, const uint8_t *p, size_t n)
-{
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        *out++ = digits[p[i] >> 4];
-        *out++ = digits[p[i] & 15];
-    }
-    *out = 0;
-}
-
-/* P w/W/kind[/N]: kind may end in "/" (a prefix) */
-static void ekey(char *out, const struct etcd_ll *E, const uint8_t *ws, size_t wl,
-                 const char *kind, const uint8_t *name, size_t nl)
-{
-    char wh[2 * WS_BYTES_MAX + 1], nh[2 * NAME_BYTES_MAX + 1];
-    hex(wh, ws, wl < WS_BYTES_MAX ? wl : WS_BYTES_MAX);
-    nh[0] = 0;
-    if (name)
-        hex(nh, name, nl < NAME_BYTES_MAX ? nl : NAME_BYTES_MAX);
-    snprintf(out, EKEY_MAX, "%.127sw/%s/%.8s%s%s", E->prefix, wh, kind, name ? "/" : "", nh);
-}
+/* ---- keys ---- */
 
 #define KEY(var, r, kind, name, nl) \
-    char var[EKEY_MAX]; ekey(var, o->E, (r)->ws, (r)->ws_len, kind, name, nl)
-
-static json_t *jb64(const void *p, size_t n)
-{
-    char *s = etcd_b64(p, n);
-    json_t *j = s ? json_string(s) : NULL;
-    free(s);
-    return j;
-}
-
-/* the end of the range of keys starting with k */
-static json_t *jend(const char *k)
-{
-    size_t n = strlen(k);
-    char *e = strdup(k);
-    if (!e)
-        return NULL;
-    e[n - 1]++;
-    json_t *j = jb64(e, n);
-    free(e);
-    return j;
-}
-
-static json_t *jnumstr(uint64_t v)
-{
-    char b[24];
-    snprintf(b, sizeof b, "%llu", (unsigned long long)v);
-    return json_string(b);
-}
-
-/* compare: target "CREATE", "MOD" or "VERSION" of key equals v */
-static json_t *cmp(const char *key, const char *target, uint64_t v)
-{
-    const char *field = strcmp(target, "CREATE") == 0 ? "create_revision"
-                        : strcmp(target, "MOD") == 0 ? "mod_revision" : "version";
-    json_t *c = json_object();
-    json_object_set_new(c, "key", jb64(key, strlen(key)));
-    json_object_set_new(c, "target", json_string(target));
-    json_object_set_new(c, "result", json_string("EQUAL"));
-    json_object_set_new(c, field, jnumstr(v));
-    return c;
-}
-
-enum { R_KEYS_ONLY = 1, R_COUNT_ONLY = 2, R_NEWEST = 4, R_OLDEST = 8, R_PREFIX = 16 };
-
-static json_t *range_body(const char *key, unsigned flags, uint64_t limit)
-{
-    json_t *r = json_object();
-    json_object_set_new(r, "key", jb64(key, strlen(key)));
-    if (flags & R_PREFIX)
-        json_object_set_new(r, "range_end", jend(key));
-    if (limit)
-        json_object_set_new(r, "limit", jnumstr(limit));
-    if (flags & (R_NEWEST | R_OLDEST)) {
-        json_object_set_new(r, "sort_target", json_string("CREATE"));
-        json_object_set_new(r, "sort_order", json_string(flags & R_NEWEST ? "DESCEND"
-                                                                           : "ASCEND"));
-    }
-    if (flags & R_KEYS_ONLY)
-        json_object_set_new(r, "keys_only", json_true());
-    if (flags & R_COUNT_ONLY)
-        json_object_set_new(r, "count_only", json_true());
-    return r;
-}
-
-static json_t *op_range(const char *key, unsigned flags, uint64_t limit)
-{
-    json_t *o = json_object();
-    json_object_set_new(o, "request_range", range_body(key, flags, limit));
-    return o;
-}
-
-static json_t *op_put(const char *key, const void *val, size_t vlen, int64_t lease)
-{
-    json_t *p = json_object();
-    json_object_set_new(p, "key", jb64(key, strlen(key)));
-    json_object_set_new(p, "value", jb64(val, vlen));
-    if (lease)
-        json_object_set_new(p, "lease", jnumstr((uint64_t)lease));
-    json_t *o = json_object();
-    json_object_set_new(o, "request_put", p);
-    return o;
-}
-
-static json_t *op_del(const char *key)
-{
-    json_t *d = json_object();
-    json_object_set_new(d, "key", jb64(key, strlen(key)));
-    json_t *o = json_object();
-    json_object_set_new(o, "request_delete_range", d);
-    return o;
-}
-
-struct txn { json_t *root, *cmp, *ok, *fail; };
-
-static void txn_init(struct txn *t)
-{
-    t->root = json_object();
-    t->cmp = json_array();
-    t->ok = json_array();
-    t->fail = json_array();
-    json_object_set_new(t->root, "compare", t->cmp);
-    json_object_set_new(t->root, "success", t->ok);
-    json_object_set_new(t->root, "failure", t->fail);
-}
-
-/* 64-bit numbers come back as strings; absent is 0 */
-static uint64_t jnum(json_t *o, const char *field)
-{
-    json_t *v = o ? json_object_get(o, field) : NULL;
-    if (json_is_string(v))
-        return strtoull(json_string_value(v), NULL, 10);
-    if (json_is_integer(v))
-        return (uint64_t)json_integer_value(v);
-    return 0;
-}
-
-struct kv {
-    bool found;
-    uint64_t create, mod;
-    int64_t lease;
-    char *key;                     /* decoded, NUL-terminated */
-    uint8_t *val;
-    size_t vlen;
-};
-
-static void kv_free(struct kv *k)
-{
-    free(k->key);
-    free(k->val);
-    memset(k, 0, sizeof *k);
-}
-
-/* One kvs entry into k.  0, or -1 when it does not decode. */
-static int kv_decode(json_t *e, struct kv *k)
-{
-    memset(k, 0, sizeof *k);
-    k->found = true;
-    k->create = jnum(e, "create_revision");
-    k->mod = jnum(e, "mod_revision");
-    k->lease = (int64_t)jnum(e, "lease");
-    const char *key = json_string_value(json_object_get(e, "key"));
-    const char *val = json_string_value(json_object_get(e, "value"));
-    size_t kn;
-    if (!key || etcd_unb64(key, (uint8_t **)&k->key, &kn) < 0)
-        return -1;
-    k->key[kn] = 0;
-    if (etcd_unb64(val ? val : "", &k->val, &k->vlen) < 0)
-        return -1;
-    return 0;
-}
-
-/* The i-th response of a Txn answer, of kind ("response_range", ...). */
-static json_t *txn_resp(json_t *j, size_t i, const char *kind)
-{
-    json_t *rs = json_object_get(j, "responses");
-    json_t *one = json_array_get(rs, i);
-    return one ? json_object_get(one, kind) : NULL;
-}
-
-/* The first kv of the i-th response (a range) into k (found false when
- * empty); *count its count when asked.  0, or -1 malformed. */
-static int txn_kv(json_t *j, size_t i, struct kv *k, uint64_t *count)
-{
-    memset(k, 0, sizeof *k);
-    json_t *rr = txn_resp(j, i, "response_range");
-    if (count)
-        *count = jnum(rr, "count");
-    json_t *kvs = rr ? json_object_get(rr, "kvs") : NULL;
-    json_t *first = json_array_get(kvs, 0);
-    if (!first)
-        return 0;
-    return kv_decode(first, k);
-}
+    char var[EKEY_MAX]; ej_key(var, o->E->prefix, (r)->ws, (r)->ws_len, kind, name, nl)
 
 static void saw_revision(struct etcd_ll *E, json_t *j)
 {
@@ -350,16 +152,10 @@ static void saw_revision(struct etcd_ll *E, json_t *j)
         json_t *res = json_object_get(j, "result");
         h = res ? json_object_get(res, "header") : NULL;
     }
-    uint64_t rev = jnum(h, "revision");
+    uint64_t rev = ej_num(h, "revision");
     if (rev > E->revision)
         E->revision = rev;
 }
-
-static uint64_t header_revision(json_t *j)
-{
-    return jnum(json_object_get(j, "header"), "revision");
-}
-
 /* ---- answers ---- */
 
 static void on_idle(uv_idle_t *h)
@@ -458,7 +254,7 @@ static void lease_revoke(struct etcd_ll *E, int64_t lease)
     if (E->closing)
         return;
     json_t *b = json_object();
-    json_object_set_new(b, "ID", jnumstr((uint64_t)lease));
+    json_object_set_new(b, "ID", ej_numstr((uint64_t)lease));
     etcd_post(E->http, "/v3/lease/revoke", b, true, ETCD_CALL_MS, on_ignore, NULL);
 }
 
@@ -520,15 +316,16 @@ static void term_end(struct eterm *t, uint64_t ended_ms, uint8_t reason, struct 
     tm.reason = reason;
     uint8_t buf[WS_TERM_MAX];
     char hk[EKEY_MAX];
-    ekey(hk, E, t->ws, t->ws_len, "hist", (const uint8_t *)t->token, strlen(t->token));
-    struct txn x;
-    txn_init(&x);
-    json_array_append_new(x.cmp, cmp(hk, "CREATE", t->generation));
-    json_array_append_new(x.ok, op_put(hk, buf, ws_term_encode(&tm, buf), 0));
+    ej_key(hk, E->prefix, t->ws, t->ws_len, "hist", (const uint8_t *)t->token,
+           strlen(t->token));
+    struct ej_txn x;
+    ej_txn_init(&x);
+    json_array_append_new(x.cmp, ej_cmp(hk, "CREATE", t->generation));
+    json_array_append_new(x.ok, ej_put(hk, buf, ws_term_encode(&tm, buf), 0));
     t->end_calls = 2;
     etcd_post(E->http, "/v3/kv/txn", x.root, true, ETCD_CALL_MS, on_term_end_call, t);
     json_t *b = json_object();
-    json_object_set_new(b, "ID", jnumstr((uint64_t)t->lease));
+    json_object_set_new(b, "ID", ej_numstr((uint64_t)t->lease));
     etcd_post(E->http, "/v3/lease/revoke", b, true, ETCD_CALL_MS, on_term_end_call, t);
 }
 
@@ -559,7 +356,7 @@ static void on_keepalive(void *ud, enum etcd_status st, long http, json_t *j)
     uint64_t now = uv_now(t->E->b->loop);
     if (st == ETCD_OK && !t->ended) {
         json_t *res = json_object_get(j, "result");
-        uint64_t ttl = jnum(res ? res : j, "TTL");
+        uint64_t ttl = ej_num(res ? res : j, "TTL");
         saw_revision(t->E, j);
         if (ttl == 0) {
             term_lost(t, REASON_LEDGER_UNAVAILABLE);   /* the lease is gone */
@@ -579,14 +376,14 @@ static void on_check(void *ud, enum etcd_status st, long http, json_t *j)
     (void)http;
     t->check_inflight = false;
     if (st == ETCD_OK && !t->ended) {
-        struct kv leader, dis;
-        if (txn_kv(j, 0, &leader, NULL) == 0 && txn_kv(j, 1, &dis, NULL) == 0) {
+        struct ej_kv leader, dis;
+        if (ej_txn_kv(j, 0, &leader, NULL) == 0 && ej_txn_kv(j, 1, &dis, NULL) == 0) {
             bool disabled = dis.found && dis.vlen == 1 && dis.val[0] == '1';
             if (!leader.found || leader.create != t->generation)
                 term_lost(t, disabled ? REASON_DISABLED : REASON_STOLEN);
         }
-        kv_free(&leader);
-        kv_free(&dis);
+        ej_kv_free(&leader);
+        ej_kv_free(&dis);
     }
     term_maybe_free(t);
 }
@@ -606,18 +403,18 @@ static void term_tick(struct eterm *t, uint64_t now)
     t->ka_sent = now;
     t->next_ka = now + t->ttl_ms / 3;
     json_t *b = json_object();
-    json_object_set_new(b, "ID", jnumstr((uint64_t)t->lease));
+    json_object_set_new(b, "ID", ej_numstr((uint64_t)t->lease));
     uint64_t left = t->acked_sent + t->ttl_ms - now;
     etcd_post(E->http, "/v3/lease/keepalive", b, true, left < ETCD_CALL_MS ? left : ETCD_CALL_MS,
               on_keepalive, t);
     if (!t->check_inflight) {
         char lk[EKEY_MAX], dk[EKEY_MAX];
-        ekey(lk, E, t->ws, t->ws_len, "leader", NULL, 0);
-        ekey(dk, E, t->ws, t->ws_len, "disabled", NULL, 0);
-        struct txn x;
-        txn_init(&x);
-        json_array_append_new(x.ok, op_range(lk, R_KEYS_ONLY, 0));
-        json_array_append_new(x.ok, op_range(dk, 0, 0));
+        ej_key(lk, E->prefix, t->ws, t->ws_len, "leader", NULL, 0);
+        ej_key(dk, E->prefix, t->ws, t->ws_len, "disabled", NULL, 0);
+        struct ej_txn x;
+        ej_txn_init(&x);
+        json_array_append_new(x.ok, ej_range(lk, EJ_KEYS_ONLY, 0));
+        json_array_append_new(x.ok, ej_range(dk, 0, 0));
         t->check_inflight = true;
         etcd_post(E->http, "/v3/kv/txn", x.root, true, ETCD_CALL_MS, on_check, t);
     }
@@ -640,17 +437,17 @@ static void send_read(struct eop *o)
     KEY(dk, r, "desc", NULL, 0);
     KEY(xk, r, "disabled", NULL, 0);
     KEY(hk, r, "hist/", NULL, 0);
-    struct txn x;
-    txn_init(&x);
-    json_array_append_new(x.ok, op_range(lk, 0, 0));
-    json_array_append_new(x.ok, op_range(dk, 0, 0));
-    json_array_append_new(x.ok, op_range(xk, 0, 0));
-    json_array_append_new(x.ok, op_range(hk, R_PREFIX | R_NEWEST, 1));
-    json_array_append_new(x.ok, op_range(hk, R_PREFIX | R_OLDEST | R_KEYS_ONLY, 1));
+    struct ej_txn x;
+    ej_txn_init(&x);
+    json_array_append_new(x.ok, ej_range(lk, 0, 0));
+    json_array_append_new(x.ok, ej_range(dk, 0, 0));
+    json_array_append_new(x.ok, ej_range(xk, 0, 0));
+    json_array_append_new(x.ok, ej_range(hk, EJ_PREFIX | EJ_NEWEST, 1));
+    json_array_append_new(x.ok, ej_range(hk, EJ_PREFIX | EJ_OLDEST | EJ_KEYS_ONLY, 1));
     post(o, "/v3/kv/txn", x.root, true);
 }
 
-static int desc_of(const struct kv *k, struct ws_desc *d)
+static int desc_of(const struct ej_kv *k, struct ws_desc *d)
 {
     if (!k->found) {
         ws_desc_default(d);
@@ -659,7 +456,7 @@ static int desc_of(const struct kv *k, struct ws_desc *d)
     return ws_desc_decode(d, k->val, k->vlen);
 }
 
-static bool is_disabled(const struct kv *k)
+static bool is_disabled(const struct ej_kv *k)
 {
     return k->found && k->vlen == 1 && k->val[0] == '1';
 }
@@ -667,9 +464,9 @@ static bool is_disabled(const struct kv *k)
 static void load_read(struct eop *o, json_t *j)
 {
     struct ll_req *r = o->r;
-    struct kv leader, desc, dis, newest;
-    int bad = txn_kv(j, 0, &leader, NULL) | txn_kv(j, 1, &desc, NULL) |
-              txn_kv(j, 2, &dis, NULL) | txn_kv(j, 3, &newest, NULL);
+    struct ej_kv leader, desc, dis, newest;
+    int bad = ej_txn_kv(j, 0, &leader, NULL) | ej_txn_kv(j, 1, &desc, NULL) |
+              ej_txn_kv(j, 2, &dis, NULL) | ej_txn_kv(j, 3, &newest, NULL);
     uint64_t g = leader.create;
     if (newest.create > g) g = newest.create;
     if (dis.mod > g) g = dis.mod;
@@ -677,10 +474,10 @@ static void load_read(struct eop *o, json_t *j)
     r->out_disabled = is_disabled(&dis);
     if (!bad && desc_of(&desc, &r->desc) < 0)
         bad = -1;
-    kv_free(&leader);
-    kv_free(&desc);
-    kv_free(&dis);
-    kv_free(&newest);
+    ej_kv_free(&leader);
+    ej_kv_free(&desc);
+    ej_kv_free(&dis);
+    ej_kv_free(&newest);
     if (bad)
         answer_malformed(o);
     else
@@ -691,11 +488,11 @@ static void load_read(struct eop *o, json_t *j)
 static void bump_read(struct eop *o, json_t *j)
 {
     struct ll_req *r = o->r;
-    struct kv leader, desc, dis, newest, oldest;
+    struct ej_kv leader, desc, dis, newest, oldest;
     uint64_t count = 0;
-    int bad = txn_kv(j, 0, &leader, NULL) | txn_kv(j, 1, &desc, NULL) |
-              txn_kv(j, 2, &dis, NULL) | txn_kv(j, 3, &newest, &count) |
-              txn_kv(j, 4, &oldest, NULL);
+    int bad = ej_txn_kv(j, 0, &leader, NULL) | ej_txn_kv(j, 1, &desc, NULL) |
+              ej_txn_kv(j, 2, &dis, NULL) | ej_txn_kv(j, 3, &newest, &count) |
+              ej_txn_kv(j, 4, &oldest, NULL);
     if (!bad && desc_of(&desc, &r->desc) < 0)
         bad = -1;
     o->leader_create = leader.create;
@@ -718,11 +515,11 @@ static void bump_read(struct eop *o, json_t *j)
     bool disabled = is_disabled(&dis);
     bool ours = leader.found && o->lease && leader.lease == o->lease;
     uint64_t leader_gen = leader.create;
-    kv_free(&leader);
-    kv_free(&desc);
-    kv_free(&dis);
-    kv_free(&newest);
-    kv_free(&oldest);
+    ej_kv_free(&leader);
+    ej_kv_free(&desc);
+    ej_kv_free(&dis);
+    ej_kv_free(&newest);
+    ej_kv_free(&oldest);
     if (bad) {
         answer_malformed(o);
         return;
@@ -769,35 +566,35 @@ static void send_bump_txn(struct eop *o)
     KEY(dk, r, "desc", NULL, 0);
     KEY(xk, r, "disabled", NULL, 0);
     KEY(hk, r, "hist", (const uint8_t *)o->token, strlen(o->token));
-    struct txn x;
-    txn_init(&x);
-    json_array_append_new(x.cmp, cmp(lk, "CREATE", 0));
-    json_array_append_new(x.cmp, cmp(dk, "MOD", o->desc_mod));
-    json_array_append_new(x.cmp, cmp(xk, "MOD", o->dis_mod));
+    struct ej_txn x;
+    ej_txn_init(&x);
+    json_array_append_new(x.cmp, ej_cmp(lk, "CREATE", 0));
+    json_array_append_new(x.cmp, ej_cmp(dk, "MOD", o->desc_mod));
+    json_array_append_new(x.cmp, ej_cmp(xk, "MOD", o->dis_mod));
     char who[96];
     int wn = snprintf(who, sizeof who, "%016llx %s", (unsigned long long)E->nonce, o->token);
-    json_array_append_new(x.ok, op_put(lk, who, (size_t)wn, o->lease));
+    json_array_append_new(x.ok, ej_put(lk, who, (size_t)wn, o->lease));
     struct ws_term t = r->term;
     t.generation = 0;              /* its key's create_revision */
     t.mode = r->desc.mode;
     t.reason = REASON_NONE;
     t.ended_ms = 0;
     uint8_t buf[WS_TERM_MAX];
-    json_array_append_new(x.ok, op_put(hk, buf, ws_term_encode(&t, buf), 0));
+    json_array_append_new(x.ok, ej_put(hk, buf, ws_term_encode(&t, buf), 0));
     struct ws_desc d = r->desc;
     if (ws_desc_grant(&d, &r->term.protocol)) {
         uint8_t db[WS_DESC_MAX];
-        json_array_append_new(x.ok, op_put(dk, db, ws_desc_encode(&d, db), 0));
+        json_array_append_new(x.ok, ej_put(dk, db, ws_desc_encode(&d, db), 0));
     }
     /* the term before, never ended (its broker stopped): restart */
     if (o->last_key) {
-        json_array_append_new(x.cmp, cmp(o->last_key, "MOD", o->last_mod));
+        json_array_append_new(x.cmp, ej_cmp(o->last_key, "MOD", o->last_mod));
         struct ws_term last = o->last;
         last.reason = REASON_RESTART;
-        json_array_append_new(x.ok, op_put(o->last_key, buf, ws_term_encode(&last, buf), 0));
+        json_array_append_new(x.ok, ej_put(o->last_key, buf, ws_term_encode(&last, buf), 0));
     }
     if (o->oldest_key && (!o->last_key || strcmp(o->oldest_key, o->last_key) != 0))
-        json_array_append_new(x.ok, op_del(o->oldest_key));
+        json_array_append_new(x.ok, ej_del(o->oldest_key));
     post(o, "/v3/kv/txn", x.root, false);
 }
 
@@ -841,11 +638,11 @@ static void send_disable(struct eop *o)
     struct ll_req *r = o->r;
     KEY(lk, r, "leader", NULL, 0);
     KEY(xk, r, "disabled", NULL, 0);
-    struct txn x;
-    txn_init(&x);
-    json_array_append_new(x.ok, op_put(xk, r->disable ? "1" : "0", 1, 0));
+    struct ej_txn x;
+    ej_txn_init(&x);
+    json_array_append_new(x.ok, ej_put(xk, r->disable ? "1" : "0", 1, 0));
     if (r->disable)
-        json_array_append_new(x.ok, op_del(lk));
+        json_array_append_new(x.ok, ej_del(lk));
     post(o, "/v3/kv/txn", x.root, true);
 }
 
@@ -853,12 +650,12 @@ static void disable_done(struct eop *o, json_t *j)
 {
     struct ll_req *r = o->r;
     /* the flag's revision: disabling fences every earlier generation */
-    r->out_generation = header_revision(j);
+    r->out_generation = ej_header_revision(j);
     answer(o, 0);
 }
 
 /* the fence of commit, claim and abandon: generation, mode, op, abandon */
-static void fence_compares(struct eop *o, struct txn *x, bool claim)
+static void fence_compares(struct eop *o, struct ej_txn *x, bool claim)
 {
     struct ll_req *r = o->r;
     KEY(lk, r, "leader", NULL, 0);
@@ -866,17 +663,17 @@ static void fence_compares(struct eop *o, struct txn *x, bool claim)
     KEY(ok, r, "op", r->op_id, r->op_len);
     KEY(ak, r, "aband", r->op_id, r->op_len);
     KEY(pk, r, "pend", r->op_id, r->op_len);
-    json_array_append_new(x->cmp, cmp(lk, "CREATE", r->generation));
-    json_array_append_new(x->cmp, cmp(rk, "CREATE", 0));
-    json_array_append_new(x->cmp, cmp(ok, "CREATE", 0));
-    json_array_append_new(x->cmp, cmp(ak, "CREATE", 0));
+    json_array_append_new(x->cmp, ej_cmp(lk, "CREATE", r->generation));
+    json_array_append_new(x->cmp, ej_cmp(rk, "CREATE", 0));
+    json_array_append_new(x->cmp, ej_cmp(ok, "CREATE", 0));
+    json_array_append_new(x->cmp, ej_cmp(ak, "CREATE", 0));
     if (claim)
-        json_array_append_new(x->cmp, cmp(pk, "CREATE", 0));
-    json_array_append_new(x->fail, op_range(lk, R_KEYS_ONLY, 0));
-    json_array_append_new(x->fail, op_range(rk, R_KEYS_ONLY, 0));
-    json_array_append_new(x->fail, op_range(ok, 0, 0));
-    json_array_append_new(x->fail, op_range(ak, R_KEYS_ONLY, 0));
-    json_array_append_new(x->fail, op_range(pk, 0, 0));
+        json_array_append_new(x->cmp, ej_cmp(pk, "CREATE", 0));
+    json_array_append_new(x->fail, ej_range(lk, EJ_KEYS_ONLY, 0));
+    json_array_append_new(x->fail, ej_range(rk, EJ_KEYS_ONLY, 0));
+    json_array_append_new(x->fail, ej_range(ok, 0, 0));
+    json_array_append_new(x->fail, ej_range(ak, EJ_KEYS_ONLY, 0));
+    json_array_append_new(x->fail, ej_range(pk, 0, 0));
 }
 
 /* A refused fence, in LMDB's order: FENCED, READ_ONLY, then applied or
@@ -886,9 +683,10 @@ enum refusal { REF_FENCED = 1, REF_READ_ONLY, REF_APPLIED, REF_ABANDONED, REF_PE
 static enum refusal why_refused(struct eop *o, json_t *j, uint64_t *applied_gen)
 {
     struct ll_req *r = o->r;
-    struct kv leader, ro, op, ab, pend;
-    int bad = txn_kv(j, 0, &leader, NULL) | txn_kv(j, 1, &ro, NULL) | txn_kv(j, 2, &op, NULL) |
-              txn_kv(j, 3, &ab, NULL) | txn_kv(j, 4, &pend, NULL);
+    struct ej_kv leader, ro, op, ab, pend;
+    int bad = ej_txn_kv(j, 0, &leader, NULL) | ej_txn_kv(j, 1, &ro, NULL) |
+              ej_txn_kv(j, 2, &op, NULL) | ej_txn_kv(j, 3, &ab, NULL) |
+              ej_txn_kv(j, 4, &pend, NULL);
     enum refusal why = REF_BAD;
     if (bad)
         why = REF_BAD;
@@ -907,11 +705,11 @@ static enum refusal why_refused(struct eop *o, json_t *j, uint64_t *applied_gen)
         o->pend_gen = get_be64(pend.val);
         o->pend_ms = get_be64(pend.val + 8);
     }
-    kv_free(&leader);
-    kv_free(&ro);
-    kv_free(&op);
-    kv_free(&ab);
-    kv_free(&pend);
+    ej_kv_free(&leader);
+    ej_kv_free(&ro);
+    ej_kv_free(&op);
+    ej_kv_free(&ab);
+    ej_kv_free(&pend);
     return why;
 }
 
@@ -921,13 +719,13 @@ static void send_commit(struct eop *o)
     KEY(ok, r, "op", r->op_id, r->op_len);
     KEY(pk, r, "pend", r->op_id, r->op_len);
     KEY(kk, r, "kv", r->key, r->key_len);
-    struct txn x;
-    txn_init(&x);
+    struct ej_txn x;
+    ej_txn_init(&x);
     fence_compares(o, &x, false);
     uint8_t g[8];
     put_be64(g, r->generation);
-    json_array_append_new(x.ok, op_put(ok, g, 8, 0));
-    json_array_append_new(x.ok, op_del(pk));
+    json_array_append_new(x.ok, ej_put(ok, g, 8, 0));
+    json_array_append_new(x.ok, ej_del(pk));
     if (r->has_key) {
         uint8_t *v = malloc(8 + r->value_len);
         if (!v) {
@@ -938,7 +736,7 @@ static void send_commit(struct eop *o)
         memcpy(v, g, 8);
         if (r->value_len)
             memcpy(v + 8, r->value, r->value_len);
-        json_array_append_new(x.ok, op_put(kk, v, 8 + r->value_len, 0));
+        json_array_append_new(x.ok, ej_put(kk, v, 8 + r->value_len, 0));
         free(v);
     }
     post(o, "/v3/kv/txn", x.root, false);
@@ -983,17 +781,17 @@ static void send_claim(struct eop *o)
     KEY(lk, r, "leader", NULL, 0);
     uint8_t v[16];
     put_u64s(v, r->generation, r->now_ms);
-    struct txn x;
-    txn_init(&x);
+    struct ej_txn x;
+    ej_txn_init(&x);
     if (o->phase == PH_FIX) {
         /* reconcile: an earlier generation's claim becomes ours, in its place */
-        json_array_append_new(x.cmp, cmp(lk, "CREATE", r->generation));
-        json_array_append_new(x.cmp, cmp(pk, "MOD", o->pend_mod));
-        json_array_append_new(x.ok, op_put(pk, v, 16, 0));
+        json_array_append_new(x.cmp, ej_cmp(lk, "CREATE", r->generation));
+        json_array_append_new(x.cmp, ej_cmp(pk, "MOD", o->pend_mod));
+        json_array_append_new(x.ok, ej_put(pk, v, 16, 0));
     } else {
         fence_compares(o, &x, true);
-        json_array_append_new(x.ok, op_put(pk, v, 16, 0));
-        json_array_append_new(x.ok, op_range(pp, R_PREFIX | R_COUNT_ONLY, 0));
+        json_array_append_new(x.ok, ej_put(pk, v, 16, 0));
+        json_array_append_new(x.ok, ej_range(pp, EJ_PREFIX | EJ_COUNT_ONLY, 0));
     }
     post(o, "/v3/kv/txn", x.root, false);
 }
@@ -1022,13 +820,13 @@ static void claim_done(struct eop *o, json_t *j)
         return;
     }
     if (ok) {
-        json_t *rr = txn_resp(j, 1, "response_range");
-        if (jnum(rr, "count") > LIMIT_CLAIMS) {
+        json_t *rr = ej_txn_resp(j, 1, "response_range");
+        if (ej_num(rr, "count") > LIMIT_CLAIMS) {
             KEY(pk, r, "pend", r->op_id, r->op_len);
-            struct txn x;
-            txn_init(&x);
-            json_array_append_new(x.cmp, cmp(pk, "MOD", header_revision(j)));
-            json_array_append_new(x.ok, op_del(pk));
+            struct ej_txn x;
+            ej_txn_init(&x);
+            json_array_append_new(x.cmp, ej_cmp(pk, "MOD", ej_header_revision(j)));
+            json_array_append_new(x.ok, ej_del(pk));
             o->phase = PH_STEAL;
             post(o, "/v3/kv/txn", x.root, true);
             return;
@@ -1073,11 +871,11 @@ static void send_abandon(struct eop *o)
     put_u64s(v, r->generation, r->now_ms);
     if (rlen)
         memcpy(v + 16, r->value, rlen);
-    struct txn x;
-    txn_init(&x);
+    struct ej_txn x;
+    ej_txn_init(&x);
     fence_compares(o, &x, false);
-    json_array_append_new(x.ok, op_put(ak, v, 16 + rlen, 0));
-    json_array_append_new(x.ok, op_del(pk));
+    json_array_append_new(x.ok, ej_put(ak, v, 16 + rlen, 0));
+    json_array_append_new(x.ok, ej_del(pk));
     post(o, "/v3/kv/txn", x.root, false);
 }
 
@@ -1087,19 +885,19 @@ static void send_define(struct eop *o)
     KEY(dk, r, "desc", NULL, 0);
     KEY(rk, r, "ro", NULL, 0);
     if (o->phase == PH_READ) {
-        struct txn x;
-        txn_init(&x);
-        json_array_append_new(x.ok, op_range(dk, 0, 0));
+        struct ej_txn x;
+        ej_txn_init(&x);
+        json_array_append_new(x.ok, ej_range(dk, 0, 0));
         post(o, "/v3/kv/txn", x.root, true);
         return;
     }
     uint8_t db[WS_DESC_MAX];
-    struct txn x;
-    txn_init(&x);
-    json_array_append_new(x.cmp, cmp(dk, "MOD", o->desc_mod));
-    json_array_append_new(x.ok, op_put(dk, db, ws_desc_encode(&r->desc, db), 0));
-    json_array_append_new(x.ok, r->desc.mode == WS_MODE_ACTIVE ? op_del(rk)
-                                                                : op_put(rk, "1", 1, 0));
+    struct ej_txn x;
+    ej_txn_init(&x);
+    json_array_append_new(x.cmp, ej_cmp(dk, "MOD", o->desc_mod));
+    json_array_append_new(x.ok, ej_put(dk, db, ws_desc_encode(&r->desc, db), 0));
+    json_array_append_new(x.ok, r->desc.mode == WS_MODE_ACTIVE ? ej_del(rk)
+                                                                : ej_put(rk, "1", 1, 0));
     post(o, "/v3/kv/txn", x.root, false);
 }
 
@@ -1107,14 +905,14 @@ static void define_done(struct eop *o, json_t *j)
 {
     struct ll_req *r = o->r;
     if (o->phase == PH_READ) {
-        struct kv desc;
-        if (txn_kv(j, 0, &desc, NULL) < 0 || desc_of(&desc, &r->desc) < 0) {
-            kv_free(&desc);
+        struct ej_kv desc;
+        if (ej_txn_kv(j, 0, &desc, NULL) < 0 || desc_of(&desc, &r->desc) < 0) {
+            ej_kv_free(&desc);
             answer_malformed(o);
             return;
         }
         o->desc_mod = desc.mod;
-        kv_free(&desc);
+        ej_kv_free(&desc);
         int rc = ws_desc_define(&r->desc, &r->patch, r->now_ms);
         if (rc) {
             answer(o, rc);
@@ -1139,36 +937,16 @@ static void send_list(struct eop *o)
     json_t *b;
     if (r->op == LL_READ) {
         KEY(kk, r, "kv", r->key, r->key_len);
-        b = range_body(kk, 0, 0);
+        b = ej_range_body(kk, 0, 0);
     } else if (r->op == LL_PENDING) {
         KEY(pp, r, "pend/", NULL, 0);
-        b = range_body(pp, R_PREFIX | R_OLDEST, (uint64_t)r->limit + 1);
+        b = ej_range_body(pp, EJ_PREFIX | EJ_OLDEST, (uint64_t)r->limit + 1);
     } else {
         KEY(hp, r, "hist/", NULL, 0);
         uint64_t lim = r->limit > LIMIT_HISTORY ? LIMIT_HISTORY : r->limit;
-        b = range_body(hp, R_PREFIX | R_NEWEST, lim ? lim : 1);
+        b = ej_range_body(hp, EJ_PREFIX | EJ_NEWEST, lim ? lim : 1);
     }
     post(o, "/v3/kv/range", b, true);
-}
-
-static int unhex(const char *s, uint8_t *out, size_t cap, size_t *n)
-{
-    size_t len = strlen(s);
-    if (len % 2 || len / 2 > cap)
-        return -1;
-    for (size_t i = 0; i < len; i += 2) {
-        int v = 0;
-        for (int k = 0; k < 2; k++) {
-            char c = s[i + k];
-            int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-            if (d < 0)
-                return -1;
-            v = v * 16 + d;
-        }
-        out[i / 2] = (uint8_t)v;
-    }
-    *n = len / 2;
-    return 0;
 }
 
 static void list_done(struct eop *o, json_t *j)
@@ -1177,13 +955,13 @@ static void list_done(struct eop *o, json_t *j)
     json_t *kvs = json_object_get(j, "kvs");
     size_t n = json_array_size(kvs);
     if (r->op == LL_READ) {
-        struct kv k;
+        struct ej_kv k;
         if (!n) {
             answer(o, COORD_ENOT_FOUND);
             return;
         }
-        if (kv_decode(json_array_get(kvs, 0), &k) < 0 || k.vlen < 8) {
-            kv_free(&k);
+        if (ej_kv_decode(json_array_get(kvs, 0), &k) < 0 || k.vlen < 8) {
+            ej_kv_free(&k);
             answer_malformed(o);
             return;
         }
@@ -1192,7 +970,7 @@ static void list_done(struct eop *o, json_t *j)
         r->out_value = malloc(r->out_value_len ? r->out_value_len : 1);
         if (r->out_value)
             memcpy(r->out_value, k.val + 8, r->out_value_len);
-        kv_free(&k);
+        ej_kv_free(&k);
         if (!r->out_value)
             answer_why(o, COORD_ESTORAGE, "out of memory");
         else
@@ -1206,15 +984,15 @@ static void list_done(struct eop *o, json_t *j)
             return;
         }
         for (size_t i = 0; i < n; i++) {
-            struct kv k;
-            if (kv_decode(json_array_get(kvs, i), &k) < 0 ||
+            struct ej_kv k;
+            if (ej_kv_decode(json_array_get(kvs, i), &k) < 0 ||
                 ws_term_decode(&r->terms[i], k.val, k.vlen) < 0) {
-                kv_free(&k);
+                ej_kv_free(&k);
                 answer_malformed(o);
                 return;
             }
             r->terms[i].generation = k.create;
-            kv_free(&k);
+            ej_kv_free(&k);
         }
         r->n_out = n;
         answer(o, 0);
@@ -1234,12 +1012,12 @@ static void list_done(struct eop *o, json_t *j)
     KEY(pp, r, "pend/", NULL, 0);
     size_t plen = strlen(pp);
     for (size_t i = 0; i < n; i++) {
-        struct kv k;
+        struct ej_kv k;
         struct ll_pending *p = &r->pending[i];
-        if (kv_decode(json_array_get(kvs, i), &k) < 0 || k.vlen < 16 ||
+        if (ej_kv_decode(json_array_get(kvs, i), &k) < 0 || k.vlen < 16 ||
             strncmp(k.key, pp, plen) != 0 ||
-            unhex(k.key + plen, ids, LIMIT_OP_ID, &p->op_len) < 0) {
-            kv_free(&k);
+            ej_unhex(k.key + plen, ids, LIMIT_OP_ID, &p->op_len) < 0) {
+            ej_kv_free(&k);
             answer_malformed(o);
             return;
         }
@@ -1247,7 +1025,7 @@ static void list_done(struct eop *o, json_t *j)
         ids += p->op_len;
         p->generation = get_be64(k.val);
         p->claimed_ms = get_be64(k.val + 8);
-        kv_free(&k);
+        ej_kv_free(&k);
     }
     r->n_out = n;
     answer(o, 0);
@@ -1259,7 +1037,7 @@ static void send_lease(struct eop *o)
 {
     uint64_t ttl = (o->r->lease_ms + 999) / 1000;
     json_t *b = json_object();
-    json_object_set_new(b, "TTL", jnumstr(ttl ? ttl : 1));
+    json_object_set_new(b, "TTL", ej_numstr(ttl ? ttl : 1));
     o->lease_sent = uv_now(o->E->b->loop);
     post(o, "/v3/lease/grant", b, false);
 }
@@ -1268,10 +1046,10 @@ static void send_steal(struct eop *o)
 {
     struct ll_req *r = o->r;
     KEY(lk, r, "leader", NULL, 0);
-    struct txn x;
-    txn_init(&x);
-    json_array_append_new(x.cmp, cmp(lk, "CREATE", o->leader_create));
-    json_array_append_new(x.ok, op_del(lk));
+    struct ej_txn x;
+    ej_txn_init(&x);
+    json_array_append_new(x.cmp, ej_cmp(lk, "CREATE", o->leader_create));
+    json_array_append_new(x.ok, ej_del(lk));
     post(o, "/v3/kv/txn", x.root, true);
 }
 
@@ -1366,8 +1144,8 @@ static void on_reply(void *ud, enum etcd_status st, long http, json_t *j)
             bump_read(o, j);
             return;
         case PH_LEASE:
-            o->lease = (int64_t)jnum(j, "ID");
-            o->ttl_ms = jnum(j, "TTL") * 1000;
+            o->lease = (int64_t)ej_num(j, "ID");
+            o->ttl_ms = ej_num(j, "TTL") * 1000;
             if (!o->lease || !o->ttl_ms) {
                 answer_malformed(o);
                 return;
@@ -1377,7 +1155,7 @@ static void on_reply(void *ud, enum etcd_status st, long http, json_t *j)
             return;
         case PH_TXN:
             if (json_is_true(json_object_get(j, "succeeded"))) {
-                r->out_generation = r->term.generation = header_revision(j);
+                r->out_generation = r->term.generation = ej_header_revision(j);
                 o->phase = PH_DONE;
             } else if (++o->attempts >= ETCD_MAX_ATTEMPTS) {
                 answer_why(o, COORD_ESTORAGE, "the workstream kept changing");
@@ -1512,7 +1290,7 @@ static void on_tick(uv_timer_t *h)
         E->next_compact = now + ETCD_COMPACT_MS;
         E->compacted = E->revision - ETCD_COMPACT_KEEP;
         json_t *b = json_object();
-        json_object_set_new(b, "revision", jnumstr(E->compacted));
+        json_object_set_new(b, "revision", ej_numstr(E->compacted));
         etcd_post(E->http, "/v3/kv/compaction", b, true, ETCD_CALL_MS, on_compact, E);
     }
 }
@@ -1580,7 +1358,7 @@ static void etcd_ll_close(void *state)
         struct eterm *t = list_entry(pos, struct eterm, link);
         if (!t->ended && bodies) {
             json_t *b = json_object();
-            json_object_set_new(b, "ID", jnumstr((uint64_t)t->lease));
+            json_object_set_new(b, "ID", ej_numstr((uint64_t)t->lease));
             bodies[nb++] = b;
         }
     }

@@ -1,6 +1,5 @@
-/* leaders.c - leadership over the fence ledger: workstreams, campaigns and
- * terms (leader.campaign, renew, resign, drain, info, check, disable,
- * enable).  The outbox (commit, claim, abandon, pending, read) is in
+/* leaders.c - leadership over the fence ledger: campaigns and terms
+ * (leader.campaign, renew, resign, drain, info, check, disable, enable).  The outbox (commit, claim, abandon, pending, read) is in
  * leader-outbox.c, descriptors and history in leader-define.c.
  *
  * A campaign queues on the workstream's leader lock, a reserved lock name
@@ -19,10 +18,8 @@
  * is cleared before any later write is looked at, and the ledger checks a
  * write's generation again in the same step that applies it.
  *
- * Workstreams are cached in memory while used (led, campaigned for, being
- * written); the first request on one loads its stored state (generation,
- * disabled flag, descriptor) from the ledger and waits for it, with any
- * request that comes meanwhile. */
+ * The workstreams in memory, their loading and the ledger calls are
+ * workstreams.c's. */
 #include <stdlib.h>
 #include <string.h>
 #include "breaks.h"
@@ -73,27 +70,18 @@ struct leader_counters leader_counts;
 
 static struct {
     struct broker *b;
-    struct leader_ledger *ledger;
-    struct hashmap streams;
-    bool stopping;
-    struct campaign *incident_thief;   /* while its steal runs */
 } W;
 
 int leaders_init(struct broker *b, char *err, size_t errsize)
 {
     W.b = b;
-    hashmap_init(&W.streams);
-    return ll_open(&W.ledger, b, err, errsize);
+    return workstreams_init(b, err, errsize);
 }
 
 void leaders_stop(void)
 {
-    W.stopping = true;
-    ll_close(W.ledger);
-    W.ledger = NULL;
+    workstreams_stop();
 }
-
-const char *leaders_ledger_name(void) { return ll_name(W.ledger); }
 
 size_t leaders_lock_name(const struct workstream *ws, const struct ws_desc *d, uint8_t *out)
 {
@@ -108,24 +96,15 @@ size_t leaders_lock_name(const struct workstream *ws, const struct ws_desc *d, u
     return sizeof LOCK_PREFIX - 1 + nlen;
 }
 
-void leaders_submit(struct ll_req *r)
-{
-    if (!W.ledger) {
-        r->status = COORD_ESHUTTING_DOWN;
-        r->done(r);
-        return;
-    }
-    ll_submit(W.ledger, r);
-}
-
 void leaders_stats(coord_enc *e)
 {
     const struct leader_counters *n = &leader_counts;
-    coord_enc_kv_uint(e, "workstreams", W.streams.count);
+    const struct leader_ledger *ledger = workstreams_ledger();
+    coord_enc_kv_uint(e, "workstreams", workstreams_count());
     /* which ledger, and whether it answers (coordctl status) */
-    if (W.ledger) {
-        coord_enc_kv_cstr(e, "ledger", ll_name(W.ledger));
-        coord_enc_kv_bool(e, "ledger_reachable", ll_reachable(W.ledger));
+    if (ledger) {
+        coord_enc_kv_cstr(e, "ledger", ll_name(ledger));
+        coord_enc_kv_bool(e, "ledger_reachable", ll_reachable(ledger));
     }
     coord_enc_kv_uint(e, "leaders_elected", n->elected);
     coord_enc_kv_uint(e, "leaders_lost", n->lost);
@@ -134,7 +113,7 @@ void leaders_stats(coord_enc *e)
     coord_enc_kv_uint(e, "commits_fenced", n->fenced);
 }
 
-void leaders_stats_more(coord_enc *e)
+void leaders_stats_holds_claims(coord_enc *e)
 {
     const struct leader_counters *n = &leader_counts;
     coord_enc_kv_uint(e, "leader_terms", n->elected);
@@ -145,11 +124,6 @@ void leaders_stats_more(coord_enc *e)
     coord_enc_kv_uint(e, "claims", n->claims);
     coord_enc_kv_uint(e, "claims_reconciled", n->claims_reconciled);
     coord_enc_kv_uint(e, "abandons", n->abandons);
-}
-
-const uint8_t *leaders_ws_name(const struct workstream *ws, size_t *len)
-{
-    return skey_name(ws->skey, ws->h.keylen, len);
 }
 
 static void emit(const char *what, const struct workstream *ws, uint64_t gen,
@@ -167,25 +141,6 @@ bool leaders_text_ok(struct conn *c, uint64_t rid, const char *field, coord_byte
     snprintf(msg, sizeof msg, "%s must be 1..%zu bytes", field, max);
     conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, msg);
     return false;
-}
-
-/* A workstream nobody leads, campaigns for, waits on or writes is dropped
- * from memory: its stored state is loaded again when it is next used, so
- * looking at many workstreams (leader.info) leaves nothing behind. */
-static void ws_maybe_free(struct workstream *ws)
-{
-    if (ws->refs || ws->term || ws->live_generation || !ws->loaded)
-        return;
-    deadline_cancel(&ws->hold);
-    hashmap_del(&W.streams, &ws->h);
-    free(ws->skey);
-    free(ws);
-}
-
-void leaders_ws_unref(struct workstream *ws)
-{
-    ws->refs--;
-    ws_maybe_free(ws);
 }
 
 /* ---- the term ---- */
@@ -254,7 +209,7 @@ static void term_end_done(struct ll_req *r)
 static void record_term_end_for(struct workstream *ws, uint64_t gen, enum reason why,
                                 struct conn *c, uint64_t rid)
 {
-    struct term_end *te = W.stopping ? NULL : calloc(1, sizeof *te);
+    struct term_end *te = workstreams_stopping() ? NULL : calloc(1, sizeof *te);
     if (!te || ll_req_init(&te->req, LL_TERM_END, ws->skey, ws->h.keylen, NULL, 0, NULL, 0,
                            NULL, 0) < 0) {
         free(te);
@@ -278,13 +233,12 @@ static void record_term_end(struct workstream *ws, uint64_t gen, enum reason why
 
 /* The leader is no longer: fence it at once, tell it (when tell), release
  * the lock (unless the lock table took it away: lock_gone) and end the
- * term.  ws stays: the caller drops it with ws_maybe_free when done. */
-/* The resign being answered by leader_end (its reply waits for the
- * history), or conn NULL. */
-static struct conn_job resigning;
-
+ * term.  ws stays: the caller drops it with workstreams_maybe_free when done. */
+/* incident: the thief's text (an incident steal); resigner: the resign to
+ * answer once the term's end is stored (rid its request), or NULL. */
 static void leader_end_ex(struct workstream *ws, enum reason why, bool tell, bool lock_gone,
-                          const uint8_t *incident, size_t incident_len)
+                          const uint8_t *incident, size_t incident_len,
+                          struct conn *resigner, uint64_t rid)
 {
     struct campaign *cp = ws->term;
     uint64_t gen = ws->live_generation;
@@ -304,11 +258,9 @@ static void leader_end_ex(struct workstream *ws, enum reason why, bool tell, boo
         leader_counts.lost++;
         events_leader_ex("lost", ws->skey, ws->h.keylen, gen, why, incident, incident_len, -1);
     }
-    struct conn_job resign = resigning;
-    resigning.conn = NULL;
-    bool end_first = W.ledger && ll_term_end_first(W.ledger);
+    bool end_first = workstreams_ledger() && ll_term_end_first(workstreams_ledger());
     if (end_first)
-        record_term_end_for(ws, gen, why, resign.conn, resign.rid);
+        record_term_end_for(ws, gen, why, resigner, rid);
     ws->refs++;                        /* cp's reference goes with it */
     if (!lock_gone)
         locks_release(&cp->lock);      /* the next campaign's bump is queued now */
@@ -316,20 +268,20 @@ static void leader_end_ex(struct workstream *ws, enum reason why, bool tell, boo
     /* else the history after it: the next term's generation does not wait
      * for the old term's end to be written (leader-ledger.h) */
     if (!end_first)
-        record_term_end_for(ws, gen, why, resign.conn, resign.rid);
+        record_term_end_for(ws, gen, why, resigner, rid);
     ws->refs--;
 }
 
 static void leader_end(struct workstream *ws, enum reason why, bool tell, bool lock_gone)
 {
-    leader_end_ex(ws, why, tell, lock_gone, NULL, 0);
+    leader_end_ex(ws, why, tell, lock_gone, NULL, 0, NULL, 0);
 }
 
 static void on_lease_expired(struct deadline *d)
 {
     struct workstream *ws = list_entry(d, struct workstream, lease);
     leader_end(ws, REASON_EXPIRED, true, false);
-    ws_maybe_free(ws);
+    workstreams_maybe_free(ws);
 }
 
 /* A drain of the live term: the leader is told unless it asked itself. */
@@ -359,7 +311,6 @@ static void start_drain(struct workstream *ws, enum reason why)
  * hold + one lease): note 000's "background holders exceeding the SLO",
  * zero unless the fence fails. */
 static void on_hold(struct deadline *d);
-static void ws_maybe_free(struct workstream *ws);
 
 static void max_hold_drain(struct workstream *ws)
 {
@@ -384,7 +335,7 @@ static void on_hold(struct deadline *d)
     if (ws->hold_fencing) {
         leader_counts.terms_fenced_max_hold++;
         leader_end(ws, REASON_MAX_HOLD, true, false);
-        ws_maybe_free(ws);
+        workstreams_maybe_free(ws);
         return;
     }
     leader_counts.terms_reached_max_hold++;
@@ -567,8 +518,10 @@ static void campaign_lock_granted(struct lock_req *r)
     start_bump(cp);
 }
 
+static const struct lock_owner campaign_owner;
+
 /* stolen or expired: while the generation is written, or from the leader */
-static void campaign_lock_lost(struct lock_req *r, enum reason why)
+static void campaign_lock_lost(struct lock_req *r, enum reason why, const struct lock_req *by)
 {
     struct campaign *cp = campaign_of(r);
     if (cp->state == CAMPAIGN_BUMPING) {
@@ -576,10 +529,13 @@ static void campaign_lock_lost(struct lock_req *r, enum reason why)
         return;
     }
     struct workstream *ws = cp->ws;
-    struct campaign *thief = W.incident_thief;
+    /* an incident steal: the broken leader hears "incident" */
+    const struct campaign *thief = by && by->owner == &campaign_owner
+                                   ? campaign_of((struct lock_req *)by) : NULL;
     ws->refs++;
-    if (why == REASON_STOLEN && thief && thief->ws == ws)
-        leader_end_ex(ws, REASON_INCIDENT, true, true, thief->incident, thief->incident_len);
+    if (why == REASON_STOLEN && thief && thief->ws == ws && thief->incident_len)
+        leader_end_ex(ws, REASON_INCIDENT, true, true, thief->incident, thief->incident_len,
+                      NULL, 0);
     else
         leader_end(ws, why, true, true);
     leaders_ws_unref(ws);
@@ -608,8 +564,8 @@ static void campaign_leave(struct pending *p, int code)
         conn_reply_error(cp->conn, p->rid, code, NULL);
     if (cp->state == CAMPAIGN_BUMPING) {
         cp->gone = true;               /* bump_done cleans up */
-        if (W.ledger)                  /* a remote bump may wait: answered soon */
-            ll_cancel(W.ledger, &cp->bump);
+        if (workstreams_ledger())      /* a remote bump may wait: answered soon */
+            ll_cancel(workstreams_ledger(), &cp->bump);
         return;
     }
     locks_release(&cp->lock);
@@ -634,143 +590,12 @@ void leaders_conn_closed(struct conn *c)
  * another machine disabled or took it): fence and tell the leader. */
 void ll_term_lost(const uint8_t *key, size_t len, uint64_t gen, int reason)
 {
-    struct hentry *h = hashmap_get(&W.streams, key, len);
-    struct workstream *ws = h ? (struct workstream *)h : NULL;
+    struct workstream *ws = workstreams_find(key, len);
     if (!ws || !ws->live_generation || ws->live_generation != gen)
         return;
     ws->refs++;
     leader_end(ws, (enum reason)reason, true, false);
     leaders_ws_unref(ws);
-}
-
-/* ---- requests and their workstream ---- */
-
-/* The stored state is in: run what waited for it.  A load that failed
- * answers them and forgets the workstream (the next request tries again). */
-static void load_done(struct ll_req *req)
-{
-    struct workstream *ws = req->ud;
-    int status = req->status;
-    const char *why = req->why;        /* static text, outlives req */
-    ws->loaded = true;
-    ws->generation = req->out_generation;
-    ws->disabled = req->out_disabled;
-    ws->desc = req->desc;
-    ll_req_free(&ws->load);
-    ws->refs++;
-    while (!list_empty(&ws->waiting)) {
-        struct lreq *q = list_entry(ws->waiting.next, struct lreq, link);
-        list_del(&q->link);
-        struct conn *c = conn_job_conn(&q->job);
-        if (c && status)
-            conn_reply_error(c, q->job.rid, status, why ? why
-                             : status == COORD_ESTORAGE ? "cannot read the ledger" : NULL);
-        else if (q->internal && status)
-            log_event(LOG_ERROR, "leader.config_failed", "error=\"%s\"",
-                      why ? why : "cannot read the ledger");
-        else if (c || q->internal)
-            q->run(q, ws);
-        conn_job_end(&q->job);
-        free(q);
-    }
-    ws->refs--;
-    if (status && !ws->refs && !ws->term) {
-        hashmap_del(&W.streams, &ws->h);
-        free(ws->skey);
-        free(ws);
-        return;
-    }
-    ws_maybe_free(ws);
-}
-
-size_t leaders_ws_key(struct conn *c, uint64_t rid, coord_bytes name, uint8_t *key)
-{
-    if (name.len > LIMIT_WORKSTREAM || (size_t)c->scope_len + name.len > LIMIT_WORKSTREAM) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "scope and workstream together exceed %u bytes",
-                 LIMIT_WORKSTREAM);
-        conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, msg);
-        return 0;
-    }
-    return skey_write(key, c->scope, c->scope_len, name.ptr, name.len);
-}
-
-static void with_key(struct conn *c, uint64_t rid, const uint8_t *key, size_t klen,
-                     struct lreq *q);
-
-void leaders_with_workstream(struct conn *c, uint64_t rid, coord_bytes name, struct lreq *q)
-{
-    uint8_t key[SKEY_HEADER + LIMIT_WORKSTREAM];
-    size_t klen = leaders_ws_key(c, rid, name, key);
-    if (!klen)
-        return;
-    with_key(c, rid, key, klen, q);
-}
-
-/* c NULL: the broker's own request (q->internal). */
-static void with_key(struct conn *c, uint64_t rid, const uint8_t *key, size_t klen,
-                     struct lreq *q)
-{
-    struct hentry *h = hashmap_get(&W.streams, key, klen);
-    struct workstream *ws = h ? (struct workstream *)h : NULL;
-    if (ws && ws->loaded) {
-        q->job.conn = c;
-        q->job.rid = rid;
-        ws->refs++;
-        q->run(q, ws);
-        leaders_ws_unref(ws);
-        return;
-    }
-    /* it waits: its own copy, with its bytes */
-    struct lreq *w = malloc(sizeof *w + q->op_len + q->key_len + q->value_len + q->text_len +
-                            q->caps_len);
-    if (!ws && w) {
-        ws = calloc(1, sizeof *ws);
-        uint8_t *sk = ws ? malloc(klen) : NULL;
-        if (!sk) {
-            free(ws);
-            ws = NULL;
-        } else {
-            memcpy(sk, key, klen);
-            ws->skey = sk;
-            ws->h.key = sk;
-            ws->h.keylen = klen;
-            list_init(&ws->waiting);
-            ws_desc_default(&ws->desc);
-            if (hashmap_put(&W.streams, &ws->h) < 0 ||
-                ll_req_init(&ws->load, LL_LOAD, sk, klen, NULL, 0, NULL, 0, NULL, 0) < 0) {
-                hashmap_del(&W.streams, &ws->h);
-                free(sk);
-                free(ws);
-                ws = NULL;
-            } else {
-                ws->load.ud = ws;
-                ws->load.done = load_done;
-                leaders_submit(&ws->load);
-            }
-        }
-    }
-    if (!ws || !w) {
-        free(w);
-        if (c)
-            conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
-        else
-            log_event(LOG_ERROR, "leader.config_failed", "error=\"out of memory\"");
-        return;
-    }
-    *w = *q;
-    uint8_t *bytes = (uint8_t *)(w + 1);
-    const uint8_t *src[5] = { q->op_id, q->key, q->value, q->text, q->caps };
-    size_t lens[5] = { q->op_len, q->key_len, q->value_len, q->text_len, q->caps_len };
-    const uint8_t **dst[5] = { &w->op_id, &w->key, &w->value, &w->text, &w->caps };
-    for (int i = 0; i < 5; i++) {
-        if (lens[i])
-            memcpy(bytes, src[i], lens[i]);
-        *dst[i] = src[i] ? bytes : NULL;
-        bytes += lens[i];
-    }
-    conn_job_start(&w->job, c, rid);
-    list_append(&ws->waiting, &w->link);
 }
 
 /* ---- ops ---- */
@@ -855,10 +680,7 @@ static void run_campaign(struct lreq *q, struct workstream *ws)
         .mode = LOCK_EXCLUSIVE, .if_available = q->if_available, .steal = q->steal,
         .timeout_ms = q->timeout_ms,
     };
-    if (q->steal && incident)
-        W.incident_thief = cp;         /* the broken leader hears "incident" */
     enum lock_outcome o = locks_request(&cp->lock, c, &a, &campaign_owner);
-    W.incident_thief = NULL;
     if (o == LOCK_GRANTED) {
         start_bump(cp);
     } else if (o == LOCK_QUEUED) {
@@ -959,9 +781,8 @@ static void run_resign(struct lreq *q, struct workstream *ws)
     struct conn *c = q->job.conn;
     if (!leaders_live(c, q->job.rid, ws, q->generation))
         return;
-    resigning.conn = c;                /* answered once the term's end is stored */
-    resigning.rid = q->job.rid;
-    leader_end(ws, REASON_RESIGNED, false, false);
+    /* answered once the term's end is stored */
+    leader_end_ex(ws, REASON_RESIGNED, false, false, NULL, 0, c, q->job.rid);
 }
 
 static void run_drain(struct lreq *q, struct workstream *ws)
@@ -1029,37 +850,6 @@ void op_leader_check(struct conn *c, uint64_t rid, coord_fields *f)
     live_op(c, rid, f, run_check);
 }
 
-struct ll_call *ll_call_new(struct conn *c, uint64_t rid, struct workstream *ws,
-                            enum ll_op op, const uint8_t *skey, size_t sklen,
-                            const struct lreq *q, void (*done)(struct ll_req *))
-{
-    struct ll_call *call = calloc(1, sizeof *call);
-    if (!call || ll_req_init(&call->req, op, skey, sklen, q ? q->op_id : NULL,
-                             q ? q->op_len : 0, q ? q->key : NULL, q ? q->key_len : 0,
-                             q ? q->value : NULL, q ? q->value_len : 0) < 0) {
-        free(call);
-        if (c)
-            conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
-        return NULL;
-    }
-    call->req.ud = call;
-    call->req.done = done;
-    call->ws = ws;
-    if (ws)
-        ws->refs++;
-    conn_job_start(&call->job, c, rid);
-    return call;
-}
-
-void ll_call_end(struct ll_call *call)
-{
-    conn_job_end(&call->job);
-    if (call->ws)
-        leaders_ws_unref(call->ws);
-    ll_req_free(&call->req);
-    free(call);
-}
-
 static void run_info(struct lreq *q, struct workstream *ws)
 {
     struct conn *c = q->job.conn;
@@ -1120,10 +910,8 @@ static void switch_done(struct ll_req *req)
         /* announced once stored, with the generation it stored */
         emit(req->disable ? "disabled" : "enabled", ws, req->out_generation, REASON_NONE);
     }
-    struct conn *c = conn_job_conn(&call->job);
-    if (c && req->status) {
-        conn_reply_error(c, call->job.rid, req->status, req->why);
-    } else if (c) {
+    struct conn *c = ll_call_answer(call, req->why);
+    if (c) {
         coord_enc e;
         conn_enc_begin_reply(c, &e, call->job.rid);
         if (req->disable)
@@ -1133,12 +921,13 @@ static void switch_done(struct ll_req *req)
     ll_call_end(call);
 }
 
-static void run_switch(struct lreq *q, struct workstream *ws)
+/* A disable or enable, for c's request rid (c NULL: a descriptor file's),
+ * answered by done once stored. */
+static void start_switch(struct workstream *ws, bool disable, struct conn *c, uint64_t rid,
+                         void (*done)(struct ll_req *))
 {
-    struct conn *c = q->job.conn;
-    bool disable = q->disable;
-    struct ll_call *call = ll_call_new(c, q->job.rid, ws, LL_SET_DISABLED, ws->skey,
-                                       ws->h.keylen, NULL, switch_done);
+    struct ll_call *call = ll_call_new(c, rid, ws, LL_SET_DISABLED, ws->skey, ws->h.keylen,
+                                       NULL, done);
     if (!call)
         return;
     /* in memory at once: no campaign passes, no commit of the old leader */
@@ -1148,6 +937,11 @@ static void run_switch(struct lreq *q, struct workstream *ws)
     call->req.disable = disable;
     call->req.generation = BROKEN(WIPE_GENERATION) ? 0 : ids_next();
     leaders_submit(&call->req);
+}
+
+static void run_switch(struct lreq *q, struct workstream *ws)
+{
+    start_switch(ws, q->disable, q->job.conn, q->job.rid, switch_done);
 }
 
 void op_leader_disable(struct conn *c, uint64_t rid, coord_fields *f)
@@ -1220,19 +1014,8 @@ static void run_config(struct lreq *q, struct workstream *ws)
             leaders_submit(&call->req);
         }
     }
-    if (q->cfg_disabled >= 0 && (bool)q->cfg_disabled != ws->disabled) {
-        bool disable = q->cfg_disabled;
-        struct ll_call *call = ll_call_new(NULL, 0, ws, LL_SET_DISABLED, ws->skey,
-                                           ws->h.keylen, NULL, config_switch_done);
-        if (!call)
-            return;
-        ws->disabled = disable;
-        if (disable && ws->live_generation)
-            leader_end(ws, REASON_DISABLED, true, false);
-        call->req.disable = disable;
-        call->req.generation = BROKEN(WIPE_GENERATION) ? 0 : ids_next();
-        leaders_submit(&call->req);
-    }
+    if (q->cfg_disabled >= 0 && (bool)q->cfg_disabled != ws->disabled)
+        start_switch(ws, q->cfg_disabled, NULL, 0, config_switch_done);
 }
 
 void leaders_apply_config(const uint8_t *key, size_t klen, const struct ws_patch *p,
@@ -1240,5 +1023,5 @@ void leaders_apply_config(const uint8_t *key, size_t klen, const struct ws_patch
 {
     struct lreq q = { .run = run_config, .internal = true, .cfg_disabled = (int8_t)disabled };
     q.patch = *p;
-    with_key(NULL, 0, key, klen, &q);
+    leaders_with_key(NULL, 0, key, klen, &q);
 }

@@ -15,7 +15,7 @@
 #include "ids.h"
 #include "redact.h"
 #include "deadline.h"
-#include "ledger.h"
+#include "store.h"
 #include "leaders.h"
 #include "listener.h"
 #include "paths.h"
@@ -125,8 +125,8 @@ void broker_shutdown(struct broker *b)
     list_for_each_safe(pos, tmp, &b->conns)
         pending_abort_all(list_entry(pos, struct conn, link), COORD_ESHUTTING_DOWN);
     tables_shutdown(b);
-    ledger_close(b->ledger);
-    b->ledger = NULL;
+    store_close(b->store);
+    b->store = NULL;
     conn_reap(b);
     conn_flush_all(b);
     /* each close removes one connection from the list; closing may cut
@@ -205,14 +205,14 @@ int broker_run(struct broker_options *opt)
     b->data_lock_fd = opt->data_lock_fd;
 
     b->loop = uv_default_loop();
-    if (ledger_open(&b->ledger, b->opt.data_dir, b->opt.max_data_size, b->loop,
+    if (store_open(&b->store, b->opt.data_dir, b->opt.max_data_size, b->loop,
                     err, sizeof err) < 0)
         return start_failed(b, err);
     if (redact_init(b->opt.data_dir, b->opt.log_names_plain, err, sizeof err) < 0 ||
 #ifdef COORD_TEST_BREAKS
         breaks_init(err, sizeof err) < 0 ||
 #endif
-        ids_start(b->ledger, err, sizeof err) < 0)
+        ids_start(b->store, err, sizeof err) < 0)
         return start_failed(b, err);
     if (tables_init(b, err, sizeof err) < 0)
         return start_failed(b, err);

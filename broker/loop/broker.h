@@ -1,6 +1,6 @@
 /* broker.h - the broker itself: its options, counters and loop state, and
  * the dispatcher's entry points.  One libuv loop, one thread serves every
- * client; only the ledger's writer runs beside it (ledger.h).  A
+ * client; only the store's writer runs beside it (store.h).  A
  * connection is conn.h, the log log.h (both included here). */
 #ifndef COORD_BROKER_H
 #define COORD_BROKER_H
@@ -19,7 +19,16 @@
 #include "conn.h"
 #include "log.h"
 
-struct ledger;
+struct store;
+
+/* The options' defaults, named once: main.c sets them and prints them in
+ * coordd --help (the frame's is protocol/frame.h's, the held budget's
+ * coord-limits.h's, the data size's store.h's). */
+#define DEFAULT_MAX_CONNS 4096u
+#define DEFAULT_MAX_PENDING 1024u
+#define DEFAULT_MAX_OUTBUF (16u << 20)   /* or twice max_frame if more */
+#define DEFAULT_HANDSHAKE_MS 5000u
+#define DEFAULT_ETCD_PREFIX "/coord/"
 
 struct broker_options {
     char socket_path[128];
@@ -104,7 +113,7 @@ struct broker {
     uint64_t started_ms;
     bool shutting_down;
 
-    struct ledger *ledger;
+    struct store *store;
     coord_index req;              /* the frame being dispatched */
     uint8_t read_buf[65536];      /* shared by every read callback */
 };

@@ -13,25 +13,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "coord-wire-limits.h"
 
-/* Protocol names: 1..64 bytes of A-Z a-z 0-9 . _ -, a version 1..2^32-1. */
-#define LIMIT_PROTOCOL_NAME 64u
-/* A descriptor's fallback: text the broker only stores and returns. */
-#define LIMIT_FALLBACK 64u
-/* An incident's text, and an abandon's reason. */
-#define LIMIT_INCIDENT 256u
-/* Terms kept per workstream (leader.history answers at most these). */
-#define LIMIT_HISTORY 100u
-/* Unsettled claims per workstream: a leader that claims without ever
- * settling is told LIMIT before its pending list outgrows a reply's walk. */
-#define LIMIT_CLAIMS 100000u
-/* leader.pending answers at most this many per request. */
-#define LIMIT_PENDING_LIST 1000u
-
-/* A descriptor's lock name (lockName): the leadership lock's name. */
-#define LIMIT_LOCK_NAME 200u
-/* Its capabilities, "a,b" (desc-file.h's normalised form). */
-#define LIMIT_CAPS_TEXT 255u
 
 enum ws_steal { WS_STEAL_ALLOWED, WS_STEAL_INCIDENT_ONLY, WS_STEAL_NEVER };
 /* if_available campaigns: allowed (the default) or refused (POLICY) */
@@ -81,8 +64,8 @@ struct ws_term {
     uint8_t reason;                 /* enum reason; REASON_NONE while live */
     struct ws_protocol protocol;    /* the campaign's, name_len 0 when none */
     uint16_t client_len, instance_len, incident_len;
-    char client[256];
-    char instance[128];
+    char client[LIMIT_CLIENT_NAME];
+    char instance[LIMIT_INSTANCE];
     char incident[LIMIT_INCIDENT];  /* incident_len 0: not an incident term */
 };
 
@@ -122,7 +105,7 @@ int ws_mode_parse(const uint8_t *s, size_t len);
  * decoders 0, or -1 for bytes that are not one (never read past len). */
 #define WS_DESC_MAX (64 + LIMIT_PROTOCOL_NAME + LIMIT_FALLBACK + LIMIT_LOCK_NAME + \
                      LIMIT_CAPS_TEXT)
-#define WS_TERM_MAX (64 + LIMIT_PROTOCOL_NAME + 256 + 128 + LIMIT_INCIDENT)
+#define WS_TERM_MAX (64 + LIMIT_PROTOCOL_NAME + LIMIT_CLIENT_NAME + LIMIT_INSTANCE + LIMIT_INCIDENT)
 size_t ws_desc_encode(const struct ws_desc *d, uint8_t *buf);
 int ws_desc_decode(struct ws_desc *d, const uint8_t *buf, size_t len);
 size_t ws_term_encode(const struct ws_term *t, uint8_t *buf);

@@ -15,8 +15,8 @@ void leaders_config_load(struct broker *b);
 /* The connection closed: whatever it led is lost (reason disconnected). */
 void leaders_conn_closed(struct conn *c);
 void leaders_stats(coord_enc *e);
-/* Part 2's counters (max hold, claims): sent after the fixed counters, so
- * that with the smallest max_frame they are left out (truncated). */
-void leaders_stats_more(coord_enc *e);
+/* The max-hold and claim counters: sent after the fixed counters, so that
+ * with the smallest max_frame they are left out (truncated). */
+void leaders_stats_holds_claims(coord_enc *e);
 
 #endif

@@ -1,8 +1,8 @@
-/* test_leaders2.c - leadership part 2 through a real broker: descriptors
- * (define/describe, merge, nil), protocol pinning with the ratchet and
- * force, steal policies, incident takeover of a disabled workstream, max
- * hold (drain, then fence), draining, rollout modes, history (restart
- * marks, the cap), outbox claims (reconcile after a leader dies, pending,
+/* test_leader_policies.c - leadership's policies through a real broker:
+ * descriptors (define/describe, merge, nil), protocol pinning with the
+ * ratchet and force, steal policies, incident takeover of a disabled
+ * workstream, max hold (drain, then fence), draining, rollout modes,
+ * history (restart marks, the cap), outbox claims (reconcile after a leader dies, pending,
  * abandon), leader.check, generations above every earlier one after the
  * data dir is wiped, and bad input. */
 #include <poll.h>

@@ -77,19 +77,17 @@ static void define_done(struct ll_req *req)
                          NULL, 0, ws->desc.mode);
         leaders_defined(ws, &old);
     }
-    struct conn *c = conn_job_conn(&call->job);
-    if (c && req->status) {
-        char msg[160];
-        const char *why = req->why;
-        if (req->status == COORD_EPROTOCOL_PINNED) {
-            char pin[WS_PROTOCOL_TEXT];
-            ws_protocol_format(&ws->desc.protocol, ws_desc_pin(&ws->desc), pin, sizeof pin);
-            snprintf(msg, sizeof msg, "the pin in force is %s: lowering, renaming or "
-                     "removing it takes force", pin);
-            why = msg;
-        }
-        conn_reply_error(c, call->job.rid, req->status, why);
-    } else if (c) {
+    char msg[160];
+    const char *why = req->why;
+    if (req->status == COORD_EPROTOCOL_PINNED) {
+        char pin[WS_PROTOCOL_TEXT];
+        ws_protocol_format(&ws->desc.protocol, ws_desc_pin(&ws->desc), pin, sizeof pin);
+        snprintf(msg, sizeof msg, "the pin in force is %s: lowering, renaming or "
+                 "removing it takes force", pin);
+        why = msg;
+    }
+    struct conn *c = ll_call_answer(call, why);
+    if (c) {
         coord_enc e;
         conn_enc_begin_reply(c, &e, call->job.rid);
         put_descriptor(&e, ws, &req->desc);
@@ -270,10 +268,8 @@ void op_leader_describe(struct conn *c, uint64_t rid, coord_fields *f)
 static void history_done(struct ll_req *req)
 {
     struct ll_call *call = req->ud;
-    struct conn *c = conn_job_conn(&call->job);
-    if (c && req->status) {
-        conn_reply_error(c, call->job.rid, req->status, req->why);
-    } else if (c) {
+    struct conn *c = ll_call_answer(call, req->why);
+    if (c) {
         coord_enc e;
         conn_enc_begin_reply(c, &e, call->job.rid);
         coord_enc_key(&e, "terms");

@@ -522,7 +522,7 @@ struct completion {
 
 static void completion_reply(struct conn *c, struct completion *cp, int status, uint64_t n);
 
-static void completion_done(struct ledger_job *job, int status)
+static void completion_done(struct store_job *job, int status)
 {
     struct completion *cp = (struct completion *)job;
     struct conn *c = conn_job_conn(&cp->owner);
@@ -548,10 +548,10 @@ static void completion_done(struct ledger_job *job, int status)
 /* The owner's answer to a completion whose record was written (or not). */
 static void completion_reply(struct conn *c, struct completion *cp, int status, uint64_t n)
 {
-    struct ledger_job *job = &cp->w.job;
+    struct store_job *job = &cp->w.job;
     if (c && status)
         conn_reply_error(c, cp->owner.rid, COORD_ESTORAGE,
-                         ledger_job_message(job, "result delivered but the record was not stored"));
+                         store_job_message(job, "result delivered but the record was not stored"));
     else if (c)
         reply_delivered(c, cp->owner.rid, n);
 }
@@ -1134,7 +1134,7 @@ void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
             }
         }
         if (found == 1 && record_other_version(&r, &a))
-            ledger_read_end(c->b->ledger, txn);
+            store_read_end(c->b->store, txn);
         else if (found == 1) {
             uint64_t now = wall_ms(), age = now > r.created_ms ? now - r.created_ms : 0;
             enum record_use use = classify(&r, age, a.max_age, a.stale_ms);
@@ -1160,7 +1160,7 @@ void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
             } else {
                 done = false;
             }
-            ledger_read_end(c->b->ledger, txn);
+            store_read_end(c->b->store, txn);
             if (done) {
                 free(skey);
                 return;

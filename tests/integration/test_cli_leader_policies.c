@@ -1,5 +1,5 @@
-/* test_cli_leader2.c - coordctl's leadership part 2 as real processes
- * against a real broker: `leader define` (flags and -f FILE, whose parser
+/* test_cli_leader_policies.c - coordctl's leadership policies as real
+ * processes against a real broker: `leader define` (flags and -f FILE, whose parser
  * is checked on good and bad files), `describe`, `history`, `pending`,
  * `check`, `drain`, `claim` / `commit` / `abandon` (from a CMD under
  * leader-run, through COORD_GENERATION, with the README's worked example
@@ -35,7 +35,7 @@ static void stop(void)
 
 static coord_t *lib_client(void)
 {
-    return lib_connect(&bp, NULL, "test-cli-leader2");
+    return lib_connect(&bp, NULL, "test-cli-leader-policies");
 }
 
 /* ---- processes (leader-util.h) ---- */

@@ -1,4 +1,4 @@
-/* test_leader2_client.c - libcoord's calls of leadership part 2 against a
+/* test_leader_policies_client.c - libcoord's leadership policy calls against a
  * real broker: descriptors (define with field masks, describe), protocol
  * pinning and its ratchet, steal policies and incident takeovers, the
  * term's states (blocking and async campaigns, cancel, drain, resign,
@@ -34,7 +34,7 @@ static void stop(void)
 
 static coord_t *client_in(const char *scope)
 {
-    return lib_connect(&bp, scope, "test-leader2");
+    return lib_connect(&bp, scope, "test-leader-policies");
 }
 
 static coord_t *client(void)
@@ -629,7 +629,7 @@ static void test_check_history(void)
         CHECK(coord_map_array_at(m, "terms", i, &e));
         CHECK(coord_map_uint(e, "generation", &u) && u == gens[i]);
         CHECK(coord_map_uint(e, "pid", &u) && u == (uint64_t)getpid());
-        CHECK(coord_map_str(e, "client", &s, &n) && str_is(s, n, "test-leader2"));
+        CHECK(coord_map_str(e, "client", &s, &n) && str_is(s, n, "test-leader-policies"));
         CHECK(coord_map_str(e, "mode", &s, &n) && str_is(s, n, "active"));
         CHECK(coord_map_uint(e, "elected_ms", &el) && el > 0);
         CHECK(coord_map_uint(e, "ended_ms", &en));

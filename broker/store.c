@@ -1,13 +1,13 @@
-/* ledger.c - LMDB environment, the writer thread and its group commit.
+/* store.c - LMDB environment, the writer thread and its group commit.
  *
  * Storage that is damaged, missing or full must give a clear error, never a
  * signal.  LMDB reads through a shared map, so a page missing from a
- * truncated data.mdb is a SIGBUS at its first read: ledger_open compares
+ * truncated data.mdb is a SIGBUS at its first read: store_open compares
  * the file with the last page its meta page names before anything else is
  * read.  Data pages are written with pwrite (no MDB_WRITEMAP), so a full
  * disk is an error return; the one file LMDB writes through a map is
  * lock.mdb, which it only ftruncates (sparse), so on a full disk its first
- * store would be a SIGBUS: ledger_open allocates it for real first.  The
+ * store would be a SIGBUS: store_open allocates it for real first.  The
  * map is capped at --max-data-size: past it a job fails with STORAGE and
  * says why, and the rest of its batch still commits.
  *
@@ -40,14 +40,14 @@
  * LMDB's documented guarantee for MDB_NOMETASYNC: atomic and consistent,
  * the last commit may be undone.  MDB_NOSYNC would not be: without the
  * data flush a meta page could name pages that never reached the disk.)
- * The epoch written by ledger_store_epoch outside the writer is synced
+ * The epoch written by store_epoch outside the writer is synced
  * explicitly before it returns.
  *
  * Reads on the loop never see the unsynced batch: they would let an answer
  * depend on a write a crash could undo (a duplicate op_id reported as
  * applied, a record served to a joiner).  The writer opens a read snapshot
  * right after each commit and publishes it together with that batch, once
- * covered; ledger_read_begin hands out the published snapshot, so the loop
+ * covered; store_read_begin hands out the published snapshot, so the loop
  * reads exactly the durable state, which includes every batch whose done
  * callbacks ran (read-your-writes holds).  Jobs of batch n+1 do see batch
  * n (the same write transaction chain), but they are answered only after
@@ -79,7 +79,7 @@
 #include "log.h"
 #include "errors.h"
 #include "histo.h"
-#include "ledger.h"
+#include "store.h"
 
 #define INITIAL_MAP_SIZE (256u << 20)   /* address space, not disk */
 #define MAX_BATCH 4096
@@ -122,7 +122,7 @@ static bool ts_before(struct timespec a, struct timespec b)
     return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec < b.tv_nsec);
 }
 
-struct ledger {
+struct store {
     MDB_env *env;
     MDB_dbi dbi[DB_COUNT];
     size_t map_size;
@@ -138,13 +138,13 @@ struct ledger {
     pthread_cond_t cond;          /* on CLOCK_MONOTONIC */
     /* resizing the map needs every transaction of the process closed */
     pthread_rwlock_t resize;
-    struct ledger_job *queue_head, *queue_tail;
+    struct store_job *queue_head, *queue_tail;
     unsigned queued;
     unsigned last_batch, prev_batch;  /* sizes, to guess who comes back */
-    struct ledger_job *done_head, *done_tail;
+    struct store_job *done_head, *done_tail;
     /* Writer thread only: the last committed batch, its meta page not yet
      * flushed, and the snapshot of it (published once it is). */
-    struct ledger_job *unsynced, *unsynced_last;
+    struct store_job *unsynced, *unsynced_last;
     unsigned unsynced_n;
     MDB_txn *unsynced_snap;
     unsigned just_acked;          /* under mu: jobs of the last covered batch */
@@ -153,7 +153,7 @@ struct ledger {
     unsigned wake_at;
     /* under mu: a covered snapshot for the loop, not yet taken */
     MDB_txn *snap_ready;
-    MDB_txn *snap;                /* loop thread: what ledger_read_begin reads */
+    MDB_txn *snap;                /* loop thread: what store_read_begin reads */
     uint64_t syncs;               /* under mu: explicit flushes (idle) */
     int stopping;
     int thread_started;
@@ -172,17 +172,17 @@ static const char *db_names[DB_COUNT] = {
     "desc", "hist", "claims", "pending",
 };
 
-MDB_dbi ledger_dbi(struct ledger *l, enum ledger_db db) { return l->dbi[db]; }
-uint64_t ledger_batches(struct ledger *l)
+MDB_dbi store_dbi(struct store *l, enum store_db db) { return l->dbi[db]; }
+uint64_t store_batches(struct store *l)
 {
     pthread_mutex_lock(&l->mu);
     uint64_t n = l->batches;
     pthread_mutex_unlock(&l->mu);
     return n;
 }
-uint64_t ledger_jobs(const struct ledger *l) { return l->jobs; }
+uint64_t store_jobs(const struct store *l) { return l->jobs; }
 
-void ledger_times(struct ledger *l, struct ledger_times *t)
+void store_times(struct store *l, struct store_times *t)
 {
     pthread_mutex_lock(&l->mu);
     t->commit_us = l->commit_us;
@@ -193,7 +193,7 @@ void ledger_times(struct ledger *l, struct ledger_times *t)
 }
 
 /* map_size changes on the writer thread, under the resize lock */
-uint64_t ledger_map_size(struct ledger *l)
+uint64_t store_map_size(struct store *l)
 {
     pthread_rwlock_rdlock(&l->resize);
     uint64_t n = l->map_size;
@@ -201,7 +201,7 @@ uint64_t ledger_map_size(struct ledger *l)
     return n;
 }
 
-uint64_t ledger_data_limit_hits(struct ledger *l)
+uint64_t store_data_limit_hits(struct store *l)
 {
     pthread_mutex_lock(&l->mu);
     uint64_t n = l->limit_hits;
@@ -229,7 +229,7 @@ static const char *storage_strerror(const char *dir, int rc)
 /* The published snapshot: the durable state.  The resize lock is held
  * while it is read, not in between (an idle read transaction keeps only
  * page numbers and its reader slot, so it survives the map being moved). */
-int ledger_read_begin(struct ledger *l, MDB_txn **txn)
+int store_read_begin(struct store *l, MDB_txn **txn)
 {
     pthread_rwlock_rdlock(&l->resize);
     if (!l->snap) {
@@ -240,7 +240,7 @@ int ledger_read_begin(struct ledger *l, MDB_txn **txn)
     return 0;
 }
 
-void ledger_read_end(struct ledger *l, MDB_txn *txn)
+void store_read_end(struct store *l, MDB_txn *txn)
 {
     (void)txn;                    /* stays open until the next one replaces it */
     pthread_rwlock_unlock(&l->resize);
@@ -249,7 +249,7 @@ void ledger_read_end(struct ledger *l, MDB_txn *txn)
 
 /* Doubles the map, up to max_size.  0 grown, -1 at the cap, or an MDB
  * error. */
-static int grow_map(struct ledger *l)
+static int grow_map(struct store *l)
 {
     if (l->map_size >= l->max_size)
         return -1;
@@ -266,7 +266,7 @@ static int grow_map(struct ledger *l)
     return rc;
 }
 
-static void count_limit(struct ledger *l, unsigned refused)
+static void count_limit(struct store *l, unsigned refused)
 {
     uint64_t suppressed;
     pthread_mutex_lock(&l->mu);
@@ -278,10 +278,10 @@ static void count_limit(struct ledger *l, unsigned refused)
                   l->limit_msg, l->map_size, refused, (unsigned long long)suppressed);
 }
 
-static unsigned fail_all(struct ledger_job *batch, const char *why)
+static unsigned fail_all(struct store_job *batch, const char *why)
 {
     unsigned n = 0;
-    for (struct ledger_job *j = batch; j; j = j->next, n++) {
+    for (struct store_job *j = batch; j; j = j->next, n++) {
         j->status = COORD_ESTORAGE;
         j->why = why;
     }
@@ -292,7 +292,7 @@ static unsigned fail_all(struct ledger_job *batch, const char *why)
  * pages come within PREALLOC_LOW of its end, never past the map or the
  * cap.  Failing (a full disk) changes nothing LMDB relies on: it then
  * grows the file itself, and reports what it meets. */
-static void prealloc(struct ledger *l)
+static void prealloc(struct store *l)
 {
     static const uint8_t zeros[64 << 10];
     MDB_envinfo info;
@@ -330,7 +330,7 @@ enum batch_result {
  * that fills the map makes the batch grow it and run again; once the map
  * is at its cap, that job alone fails (its nested transaction is dropped)
  * and the others commit. */
-static enum batch_result run_batch(struct ledger *l, struct ledger_job *batch)
+static enum batch_result run_batch(struct store *l, struct store_job *batch)
 {
     for (int attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
         MDB_txn *txn;
@@ -342,7 +342,7 @@ static enum batch_result run_batch(struct ledger *l, struct ledger_job *batch)
         rc = mdb_txn_begin(l->env, NULL, 0, &txn);
         if (rc == 0 && attempt == 0)
             prealloc(l);
-        for (struct ledger_job *j = batch; rc == 0 && j; j = j->next) {
+        for (struct store_job *j = batch; rc == 0 && j; j = j->next) {
             MDB_txn *child;
             j->why = NULL;
             rc = mdb_txn_begin(l->env, txn, 0, &child);
@@ -404,7 +404,7 @@ static enum batch_result run_batch(struct ledger *l, struct ledger_job *batch)
 
 /* Hands jobs (first..last, n of them) to the loop, with snap (may be
  * NULL: none newer) as the snapshot the loop reads from now on. */
-static void hand_back(struct ledger *l, struct ledger_job *first, struct ledger_job *last,
+static void hand_back(struct store *l, struct store_job *first, struct store_job *last,
                       unsigned n, MDB_txn *snap)
 {
     MDB_txn *old = NULL;
@@ -430,7 +430,7 @@ static void hand_back(struct ledger *l, struct ledger_job *first, struct ledger_
 /* The unsynced batch is covered (flushed is true) or could not be: then
  * an explicit flush is tried, and when that fails too its jobs fail with
  * STORAGE (their writes may survive; they were never acknowledged). */
-static void cover_unsynced(struct ledger *l, bool flushed)
+static void cover_unsynced(struct store *l, bool flushed)
 {
     if (!l->unsynced && flushed)
         return;
@@ -460,7 +460,7 @@ static void cover_unsynced(struct ledger *l, bool flushed)
  * on their way back: until `expect` jobs are queued, LINGER_NS for the
  * first to come, then while they keep coming (a gap of LINGER_GAP_NS with
  * none ends it), never past LINGER_NS in all. */
-static void linger(struct ledger *l, unsigned expect)
+static void linger(struct store *l, unsigned expect)
 {
     struct timespec now, until, gap;
     clock_gettime(CLOCK_MONOTONIC, &now);
@@ -481,7 +481,7 @@ static void linger(struct ledger *l, unsigned expect)
 
 static void *writer_main(void *arg)
 {
-    struct ledger *l = arg;
+    struct store *l = arg;
     for (;;) {
         pthread_mutex_lock(&l->mu);
         l->wake_at = 1;
@@ -499,7 +499,7 @@ static void *writer_main(void *arg)
             linger(l, expect);
             l->linger_us += now_us() - t0;
         }
-        struct ledger_job *batch = l->queue_head, *last = batch;
+        struct store_job *batch = l->queue_head, *last = batch;
         unsigned n = batch ? 1 : 0;
         /* bounded batches keep one commit from growing without end */
         while (last && last->next && n < MAX_BATCH) {
@@ -543,7 +543,7 @@ static void *writer_main(void *arg)
         }
         if (res != BATCH_WROTE) {
             /* Failed, wrote nothing, or a commit on another thread came in
-             * between (ledger_store_epoch): one explicit flush makes every
+             * between (store_epoch): one explicit flush makes every
              * commit so far durable, so its answers and the snapshot taken
              * after it rest on the disk alone. */
             cover_unsynced(l, false);
@@ -563,10 +563,10 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-static void run_done(struct ledger *l)
+static void run_done(struct store *l)
 {
     pthread_mutex_lock(&l->mu);
-    struct ledger_job *j = l->done_head;
+    struct store_job *j = l->done_head;
     l->done_head = l->done_tail = NULL;
     MDB_txn *snap = l->snap_ready;
     l->snap_ready = NULL;
@@ -578,7 +578,7 @@ static void run_done(struct ledger *l)
         l->snap = snap;
     }
     while (j) {
-        struct ledger_job *next = j->next;
+        struct store_job *next = j->next;
         l->jobs++;
         j->done(j, j->status);
         j = next;
@@ -590,7 +590,7 @@ static void on_async(uv_async_t *a)
     run_done(a->data);
 }
 
-void ledger_submit(struct ledger *l, struct ledger_job *job)
+void store_submit(struct store *l, struct store_job *job)
 {
     job->next = NULL;
     pthread_mutex_lock(&l->mu);
@@ -675,7 +675,7 @@ static void forget_creation(const char *dir, enum prior prior)
     }
 }
 
-static void destroy(struct ledger *l)
+static void destroy(struct store *l)
 {
     if (l->snap)
         mdb_txn_abort(l->snap);
@@ -688,10 +688,10 @@ static void destroy(struct ledger *l)
     free(l);
 }
 
-int ledger_open(struct ledger **out, const char *dir, uint64_t max_size,
+int store_open(struct store **out, const char *dir, uint64_t max_size,
                 uv_loop_t *loop, char *err, size_t errsize)
 {
-    struct ledger *l = calloc(1, sizeof *l);
+    struct store *l = calloc(1, sizeof *l);
     int rc;
     if (!l || !(l->dir = strdup(dir))) {
         free(l);
@@ -806,7 +806,7 @@ int ledger_open(struct ledger **out, const char *dir, uint64_t max_size,
 /* META "epoch": the epoch of ids.c; "idfmt": 2 once epochs are of the
  * epoch * 2^21 format.  An epoch stored without it is of the earlier
  * epoch << 32 format: the next one is raised above that range. */
-int ledger_put_epoch(struct ledger *l, MDB_txn *txn, uint64_t floor, uint64_t *stored)
+int store_put_epoch(struct store *l, MDB_txn *txn, uint64_t floor, uint64_t *stored)
 {
     MDB_val k = { 5, "epoch" }, f = { 5, "idfmt" }, v;
     uint64_t epoch = 0, next = floor;
@@ -837,7 +837,7 @@ int ledger_put_epoch(struct ledger *l, MDB_txn *txn, uint64_t floor, uint64_t *s
     return 0;
 }
 
-uint64_t ledger_store_epoch(struct ledger *l, uint64_t floor, char *err, size_t errsize)
+uint64_t store_epoch(struct store *l, uint64_t floor, char *err, size_t errsize)
 {
     MDB_txn *txn;
     uint64_t epoch = 0;
@@ -846,7 +846,7 @@ uint64_t ledger_store_epoch(struct ledger *l, uint64_t floor, char *err, size_t 
      * it with the writer's, the resize lock with a growing map */
     pthread_rwlock_rdlock(&l->resize);
     int rc = mdb_txn_begin(l->env, NULL, 0, &txn);
-    if (rc == 0 && (rc = ledger_put_epoch(l, txn, floor, &epoch)) != 0)
+    if (rc == 0 && (rc = store_put_epoch(l, txn, floor, &epoch)) != 0)
         mdb_txn_abort(txn);
     /* the commit flushes the data, the explicit sync its meta page
      * (MDB_NOMETASYNC): the epoch is on disk before anyone sees it */
@@ -862,12 +862,12 @@ uint64_t ledger_store_epoch(struct ledger *l, uint64_t floor, char *err, size_t 
 
 static void free_ledger(uv_handle_t *h)
 {
-    struct ledger *l = h->data;
+    struct store *l = h->data;
     free(l->dir);
     free(l);
 }
 
-void ledger_close(struct ledger *l)
+void store_close(struct store *l)
 {
     if (!l)
         return;

@@ -51,7 +51,7 @@ static void on_sweep_due(struct deadline *d);
 /* The next sweep no later than the wall-clock time expires_ms. */
 static void sweep_by(uint64_t expires_ms)
 {
-    if (R.stopped || !R.b->ledger)
+    if (R.stopped || !R.b->store)
         return;
     uint64_t wall = wall_ms(), wait = expires_ms > wall ? expires_ms - wall : 0;
     if (wait > SWEEP_MAX_WAIT_MS)
@@ -178,6 +178,10 @@ void record_write_free(struct record_write *w)
     w->skey = w->value = NULL;
 }
 
+/* A record's key is its scoped key; its expiry entry's adds 8 bytes. */
+_Static_assert(8 + SKEY_HEADER + LIMIT_RECORD_KEY <= STORE_KEY_MAX,
+               "a record's expiry key is longer than LMDB allows");
+
 /* expiry key: expires_ms BE, then the scoped key */
 static size_t expiry_key(uint8_t *out, uint64_t expires, const uint8_t *skey, size_t sklen)
 {
@@ -187,10 +191,10 @@ static size_t expiry_key(uint8_t *out, uint64_t expires, const uint8_t *skey, si
 }
 
 /* Deletes the record at skey (and its expiry entry) if there is one. */
-static int delete_record(struct ledger *l, MDB_txn *txn, const uint8_t *skey, size_t sklen)
+static int delete_record(struct store *l, MDB_txn *txn, const uint8_t *skey, size_t sklen)
 {
     MDB_val k = { sklen, (void *)skey }, v;
-    int rc = mdb_get(txn, ledger_dbi(l, DB_RECORDS), &k, &v);
+    int rc = mdb_get(txn, store_dbi(l, DB_RECORDS), &k, &v);
     if (rc == MDB_NOTFOUND)
         return 0;
     if (rc)
@@ -198,45 +202,45 @@ static int delete_record(struct ledger *l, MDB_txn *txn, const uint8_t *skey, si
     if (v.mv_size >= HEADER) {
         uint8_t ek[8 + LIMIT_RECORD_KEY + 8];
         MDB_val e = { expiry_key(ek, get_be64((uint8_t *)v.mv_data + 18), skey, sklen), ek };
-        rc = mdb_del(txn, ledger_dbi(l, DB_EXPIRY), &e, NULL);
+        rc = mdb_del(txn, store_dbi(l, DB_EXPIRY), &e, NULL);
         if (rc && rc != MDB_NOTFOUND)
             return rc;
     }
-    rc = mdb_del(txn, ledger_dbi(l, DB_RECORDS), &k, NULL);
+    rc = mdb_del(txn, store_dbi(l, DB_RECORDS), &k, NULL);
     return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
-static int apply_write(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
+static int apply_write(struct store *l, MDB_txn *txn, struct store_job *job)
 {
     struct record_write *w = (struct record_write *)job;
     int rc = delete_record(l, txn, w->skey, w->sklen);
     if (rc)
         return rc;
     MDB_val k = { w->sklen, w->skey }, v = { w->vlen, w->value };
-    if ((rc = mdb_put(txn, ledger_dbi(l, DB_RECORDS), &k, &v, 0)))
+    if ((rc = mdb_put(txn, store_dbi(l, DB_RECORDS), &k, &v, 0)))
         return rc;
     uint8_t ek[8 + LIMIT_RECORD_KEY + 8];
     MDB_val e = { expiry_key(ek, w->expires_ms, w->skey, w->sklen), ek }, empty = { 0, "" };
-    return mdb_put(txn, ledger_dbi(l, DB_EXPIRY), &e, &empty, 0);
+    return mdb_put(txn, store_dbi(l, DB_EXPIRY), &e, &empty, 0);
 }
 
 void records_submit_write(struct record_write *w)
 {
     w->job.apply = apply_write;
-    ledger_submit(R.b->ledger, &w->job);
+    store_submit(R.b->store, &w->job);
     sweep_by(w->expires_ms);
 }
 
 int records_lookup(MDB_txn **txn, const uint8_t *skey, size_t sklen, struct record *r)
 {
-    int rc = ledger_read_begin(R.b->ledger, txn);
+    int rc = store_read_begin(R.b->store, txn);
     if (rc)
         return -1;
     MDB_val k = { sklen, (void *)skey }, v;
-    rc = mdb_get(*txn, ledger_dbi(R.b->ledger, DB_RECORDS), &k, &v);
+    rc = mdb_get(*txn, store_dbi(R.b->store, DB_RECORDS), &k, &v);
     if (rc == 0 && decode(&v, r) && r->expires_ms > wall_ms())
         return 1;
-    ledger_read_end(R.b->ledger, *txn);
+    store_read_end(R.b->store, *txn);
     return rc == 0 || rc == MDB_NOTFOUND ? 0 : -1;
 }
 
@@ -244,17 +248,17 @@ uint64_t records_count(void)
 {
     MDB_txn *txn;
     MDB_stat st;
-    if (!R.b || !R.b->ledger || ledger_read_begin(R.b->ledger, &txn))
+    if (!R.b || !R.b->store || store_read_begin(R.b->store, &txn))
         return 0;
-    uint64_t n = mdb_stat(txn, ledger_dbi(R.b->ledger, DB_RECORDS), &st) == 0 ? st.ms_entries : 0;
-    ledger_read_end(R.b->ledger, txn);
+    uint64_t n = mdb_stat(txn, store_dbi(R.b->store, DB_RECORDS), &st) == 0 ? st.ms_entries : 0;
+    store_read_end(R.b->store, txn);
     return n;
 }
 
 /* ---- sweep ---- */
 
 struct sweep_job {
-    struct ledger_job job;
+    struct store_job job;
     uint64_t now;
     unsigned deleted;
     uint64_t next;               /* the first expiry left, 0: none */
@@ -267,11 +271,11 @@ static uint64_t first_expiry(int rc, const MDB_val *k)
     return rc == 0 && k->mv_size >= 8 ? get_be64(k->mv_data) : 0;
 }
 
-static int apply_sweep(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
+static int apply_sweep(struct store *l, MDB_txn *txn, struct store_job *job)
 {
     struct sweep_job *s = (struct sweep_job *)job;
     MDB_cursor *cur;
-    int rc = mdb_cursor_open(txn, ledger_dbi(l, DB_EXPIRY), &cur);
+    int rc = mdb_cursor_open(txn, store_dbi(l, DB_EXPIRY), &cur);
     if (rc)
         return rc;
     MDB_val k, v;
@@ -286,7 +290,7 @@ static int apply_sweep(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
             break;
         }
         MDB_val rk = { k.mv_size - 8, (uint8_t *)k.mv_data + 8 };
-        int drc = mdb_del(txn, ledger_dbi(l, DB_RECORDS), &rk, NULL);
+        int drc = mdb_del(txn, store_dbi(l, DB_RECORDS), &rk, NULL);
         if (drc && drc != MDB_NOTFOUND) {
             rc = drc;
             break;
@@ -303,7 +307,7 @@ static int apply_sweep(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
 
 static void start_sweep(void);
 
-static void sweep_done(struct ledger_job *job, int status)
+static void sweep_done(struct store_job *job, int status)
 {
     struct sweep_job *s = (struct sweep_job *)job;
     R.sweeping = false;
@@ -326,7 +330,7 @@ static void sweep_done(struct ledger_job *job, int status)
 
 static void start_sweep(void)
 {
-    if (R.stopped || !R.b->ledger)
+    if (R.stopped || !R.b->store)
         return;
     if (R.sweeping) {
         R.again = true;
@@ -341,7 +345,7 @@ static void start_sweep(void)
     s->job.apply = apply_sweep;
     s->job.done = sweep_done;
     R.sweeping = true;
-    ledger_submit(R.b->ledger, &s->job);
+    store_submit(R.b->store, &s->job);
 }
 
 static void on_sweep_due(struct deadline *d)
@@ -353,14 +357,14 @@ static void on_sweep_due(struct deadline *d)
 void records_init(struct broker *b)
 {
     R.b = b;
-    if (!b->ledger)
+    if (!b->store)
         return;
     /* records written before this start: the first one due */
     MDB_txn *txn;
     MDB_cursor *cur;
-    if (ledger_read_begin(b->ledger, &txn) != 0)
+    if (store_read_begin(b->store, &txn) != 0)
         return;
-    if (mdb_cursor_open(txn, ledger_dbi(b->ledger, DB_EXPIRY), &cur) == 0) {
+    if (mdb_cursor_open(txn, store_dbi(b->store, DB_EXPIRY), &cur) == 0) {
         MDB_val k, v;
         int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
         uint64_t first = first_expiry(rc, &k);
@@ -368,7 +372,7 @@ void records_init(struct broker *b)
         if (first)
             sweep_by(first);
     }
-    ledger_read_end(b->ledger, txn);
+    store_read_end(b->store, txn);
 }
 
 void records_stop(void)
@@ -458,7 +462,7 @@ void op_record_get(struct conn *c, uint64_t rid, coord_fields *f)
     conn_enc_begin_reply(c, &e, rid);
     record_encode_body(&e, &r);
     conn_enc_finish(c, &e);
-    ledger_read_end(c->b->ledger, txn);
+    store_read_end(c->b->store, txn);
 }
 
 void op_record_list(struct conn *c, uint64_t rid, coord_fields *f)
@@ -477,7 +481,7 @@ void op_record_list(struct conn *c, uint64_t rid, coord_fields *f)
         return;
     MDB_txn *txn;
     MDB_cursor *cur = NULL;
-    if (ledger_read_begin(c->b->ledger, &txn)) {
+    if (store_read_begin(c->b->store, &txn)) {
         free(sp);
         conn_reply_error(c, rid, COORD_ESTORAGE, "cannot read the ledger");
         return;
@@ -490,7 +494,7 @@ void op_record_list(struct conn *c, uint64_t rid, coord_fields *f)
     uint64_t n = 0;
     bool cut = false;
     MDB_val k = { splen, sp }, v;
-    int rc = mdb_cursor_open(txn, ledger_dbi(c->b->ledger, DB_RECORDS), &cur);
+    int rc = mdb_cursor_open(txn, store_dbi(c->b->store, DB_RECORDS), &cur);
     for (rc = rc ? rc : mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0;
          rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         if (k.mv_size < splen || memcmp(k.mv_data, sp, splen) != 0)
@@ -525,13 +529,13 @@ void op_record_list(struct conn *c, uint64_t rid, coord_fields *f)
         coord_enc_kv_bool(&e, "truncated", true);
     if (cur)
         mdb_cursor_close(cur);
-    ledger_read_end(c->b->ledger, txn);
+    store_read_end(c->b->store, txn);
     free(sp);
     conn_enc_finish(c, &e);
 }
 
 struct purge_job {
-    struct ledger_job job;
+    struct store_job job;
     struct conn_job client;
     uint8_t *prefix;
     size_t plen;
@@ -539,11 +543,11 @@ struct purge_job {
     uint64_t fenced;              /* flights ended by this purge */
 };
 
-static int apply_purge(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
+static int apply_purge(struct store *l, MDB_txn *txn, struct store_job *job)
 {
     struct purge_job *p = (struct purge_job *)job;
     MDB_cursor *cur;
-    int rc = mdb_cursor_open(txn, ledger_dbi(l, DB_RECORDS), &cur);
+    int rc = mdb_cursor_open(txn, store_dbi(l, DB_RECORDS), &cur);
     if (rc)
         return rc;
     p->deleted = 0;
@@ -557,7 +561,7 @@ static int apply_purge(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
             uint8_t ek[8 + LIMIT_RECORD_KEY + 8];
             MDB_val e = { expiry_key(ek, get_be64((uint8_t *)v.mv_data + 18),
                                      k.mv_data, k.mv_size), ek };
-            int drc = mdb_del(txn, ledger_dbi(l, DB_EXPIRY), &e, NULL);
+            int drc = mdb_del(txn, store_dbi(l, DB_EXPIRY), &e, NULL);
             if (drc && drc != MDB_NOTFOUND) {
                 rc = drc;
                 break;
@@ -571,12 +575,12 @@ static int apply_purge(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
     return rc == MDB_NOTFOUND || rc == 0 ? 0 : rc;
 }
 
-static void purge_done(struct ledger_job *job, int status)
+static void purge_done(struct store_job *job, int status)
 {
     struct purge_job *p = (struct purge_job *)job;
     struct conn *c = conn_job_conn(&p->client);
     if (c && status) {
-        conn_reply_error(c, p->client.rid, status, ledger_job_message(job, "purge failed"));
+        conn_reply_error(c, p->client.rid, status, store_job_message(job, "purge failed"));
     } else if (c) {
         coord_enc e;
         conn_enc_begin_reply(c, &e, p->client.rid);
@@ -614,5 +618,5 @@ void op_record_purge(struct conn *c, uint64_t rid, coord_fields *f)
     conn_job_start(&p->client, c, rid);
     p->job.apply = apply_purge;
     p->job.done = purge_done;
-    ledger_submit(c->b->ledger, &p->job);
+    store_submit(c->b->store, &p->job);
 }

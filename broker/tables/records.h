@@ -9,7 +9,7 @@
 #include "clock.h"
 #include <stdint.h>
 #include "broker.h"
-#include "ledger.h"
+#include "store.h"
 
 #include "coord-limits.h"
 
@@ -43,7 +43,7 @@ struct record {
 /* A write of one record, run by the ledger writer.  The caller fills it,
  * sets job.done, and submits it with records_submit_write. */
 struct record_write {
-    struct ledger_job job;
+    struct store_job job;
     uint8_t *skey;                /* scoped key, owned */
     size_t sklen;
     uint8_t *value;               /* encoded record, owned */
@@ -59,7 +59,7 @@ int record_write_prepare(struct record_write *w, const uint8_t *skey, size_t skl
 void record_write_free(struct record_write *w);
 void records_submit_write(struct record_write *w);
 /* Looks up a live record by scoped key: 1 found, 0 not, <0 storage error.
- * r points into txn, which the caller ends with ledger_read_end. */
+ * r points into txn, which the caller ends with store_read_end. */
 int records_lookup(MDB_txn **txn, const uint8_t *skey, size_t sklen, struct record *r);
 uint64_t records_count(void);
 /* TOO_LARGE: scope and key do not fit LIMIT_RECORD_KEY. */

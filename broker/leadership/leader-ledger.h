@@ -37,7 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "leader-desc.h"
-#include "ledger.h"
+#include "store.h"
 
 enum ll_op {
     LL_LOAD,           /* -> generation, disabled, descriptor */
@@ -117,7 +117,7 @@ struct ll_req {
     bool busy;                     /* BUMP with no_wait: another machine leads
                                       (status 0, nothing stored) */
     /* the backend's */
-    struct ledger_job job;
+    struct store_job job;
     struct ll_req *next_done;
     void *be;
 };

@@ -53,14 +53,9 @@ static bool write_ok(struct lreq *q, struct workstream *ws, bool claim)
 
 static struct conn *answer_to(struct ll_call *call, int status)
 {
-    struct conn *c = conn_job_conn(&call->job);
-    if (c && status) {
-        if (status == COORD_EFENCED)
-            leader_counts.fenced++;
-        conn_reply_error(c, call->job.rid, status, refusal(status, &call->req));
-        return NULL;
-    }
-    return c;
+    if (status == COORD_EFENCED && conn_job_conn(&call->job))
+        leader_counts.fenced++;
+    return ll_call_answer(call, refusal(status, &call->req));
 }
 
 static bool op_id_ok(struct conn *c, uint64_t rid, coord_bytes op_id)
@@ -311,11 +306,9 @@ void op_leader_pending(struct conn *c, uint64_t rid, coord_fields *f)
 static void read_done(struct ll_req *req)
 {
     struct ll_call *call = req->ud;
-    struct conn *c = conn_job_conn(&call->job);
-    if (c && req->status) {
-        conn_reply_error(c, call->job.rid, req->status,
-                         req->status == COORD_ENOT_FOUND ? "no value for this key" : req->why);
-    } else if (c) {
+    struct conn *c = ll_call_answer(call, req->status == COORD_ENOT_FOUND
+                                          ? "no value for this key" : req->why);
+    if (c) {
         coord_enc e;
         conn_enc_begin_reply(c, &e, call->job.rid);
         coord_enc_kv_bin(&e, "value", req->out_value, req->out_value_len);

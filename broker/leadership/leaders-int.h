@@ -1,7 +1,7 @@
 /* leaders-int.h - what the files of leadership share: the workstream in
  * memory, the request that runs on it, and the ledger call that answers a
- * client.  leaders.c owns terms and campaigns (and the table); the other
- * leader-*.c files are ops on a loaded workstream. */
+ * client (workstreams.c owns them).  leaders.c owns terms and campaigns;
+ * the other leader-*.c files are ops on a loaded workstream. */
 #ifndef COORD_LEADERS_INT_H
 #define COORD_LEADERS_INT_H
 
@@ -62,9 +62,26 @@ struct lreq {
     size_t op_len, key_len, value_len, text_len;
 };
 
+/* workstreams.c: the cache and the ledger it loads from.  init opens the
+ * ledger --ledger names (0, or -1 with err); stop closes it. */
+int workstreams_init(struct broker *b, char *err, size_t errsize);
+void workstreams_stop(void);
+bool workstreams_stopping(void);
+/* The open ledger, or NULL once stopped. */
+struct leader_ledger *workstreams_ledger(void);
+size_t workstreams_count(void);
+/* The workstream of a scoped key, if in memory. */
+struct workstream *workstreams_find(const uint8_t *key, size_t len);
+/* Drops ws from memory when nothing uses it (its stored state is loaded
+ * again when it is next used). */
+void workstreams_maybe_free(struct workstream *ws);
+
 /* Runs q on the workstream name of c's scope, now or once loaded.  The
  * name is checked here (too long: replied). */
 void leaders_with_workstream(struct conn *c, uint64_t rid, coord_bytes name, struct lreq *q);
+/* The same for a scoped key; c NULL: the broker's own request (q->internal). */
+void leaders_with_key(struct conn *c, uint64_t rid, const uint8_t *key, size_t klen,
+                      struct lreq *q);
 /* The scoped key of name into key (SKEY_HEADER + LIMIT_WORKSTREAM bytes):
  * its length, or 0 after replying that it is too long. */
 size_t leaders_ws_key(struct conn *c, uint64_t rid, coord_bytes name, uint8_t *key);
@@ -72,7 +89,9 @@ size_t leaders_ws_key(struct conn *c, uint64_t rid, coord_bytes name, uint8_t *k
 bool leaders_live(struct conn *c, uint64_t rid, struct workstream *ws, uint64_t gen);
 const uint8_t *leaders_ws_name(const struct workstream *ws, size_t *len);
 void leaders_ws_unref(struct workstream *ws);
-/* The ledger's name (canonical_fence), and a submit. */
+/* The ledger's name (canonical_fence), and a submit: r is answered through
+ * r->done from the loop, never inside the call (once the ledger is closed:
+ * SHUTTING_DOWN). */
 const char *leaders_ledger_name(void);
 void leaders_submit(struct ll_req *r);
 /* The leadership lock's name for ws under descriptor d (its lock_name,
@@ -100,6 +119,9 @@ struct ll_call *ll_call_new(struct conn *c, uint64_t rid, struct workstream *ws,
                             enum ll_op op, const uint8_t *skey, size_t sklen,
                             const struct lreq *q, void (*done)(struct ll_req *));
 void ll_call_end(struct ll_call *call);
+/* The reply's preamble: the connection to answer on, or NULL when it is
+ * gone or when the call failed (then its error, with why, is sent here). */
+struct conn *ll_call_answer(struct ll_call *call, const char *why);
 
 /* A descriptor file's define (leader-config.c): applied to the scoped
  * workstream key now or once it is loaded, in memory at once (so no

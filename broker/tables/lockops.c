@@ -86,8 +86,9 @@ static void client_granted(struct lock_req *r)
     reply_granted(cl, cl->p.rid);
 }
 
-static void client_lost(struct lock_req *r, enum reason why)
+static void client_lost(struct lock_req *r, enum reason why, const struct lock_req *by)
 {
+    (void)by;
     struct client_lock *cl = client_lock_of(r);
     size_t nlen;
     const uint8_t *name = lock_req_name(r, &nlen);

@@ -27,7 +27,8 @@ struct lock_req;
  * failed the table is done with the request: the owner may free it. */
 struct lock_owner {
     void (*granted)(struct lock_req *r);                   /* after waiting */
-    void (*lost)(struct lock_req *r, enum reason why);     /* stolen, expired */
+    /* stolen (by: the thief's request), expired (by NULL) */
+    void (*lost)(struct lock_req *r, enum reason why, const struct lock_req *by);
     void (*failed)(struct lock_req *r, int code);          /* never granted */
     /* only a request of the same owner may steal it (leadership: a steal
      * goes through leader.campaign and its steal policy) */

@@ -16,7 +16,7 @@
 #include "errors.h"
 #include "flight-gates.h"
 #include "hashmap.h"
-#include "ledger.h"
+#include "store.h"
 #include "ops.h"
 #include "records.h"
 #include "skey.h"
@@ -50,8 +50,8 @@ int gates_init(struct broker *b, char *err, size_t errsize)
     hashmap_init(&G.backoffs);
     MDB_txn *txn;
     MDB_cursor *cur;
-    if (ledger_read_begin(b->ledger, &txn) ||
-        mdb_cursor_open(txn, ledger_dbi(b->ledger, DB_FLIGHT_OFF), &cur)) {
+    if (store_read_begin(b->store, &txn) ||
+        mdb_cursor_open(txn, store_dbi(b->store, DB_FLIGHT_OFF), &cur)) {
         snprintf(err, errsize, "cannot read the single-flight switches");
         return -1;
     }
@@ -70,7 +70,7 @@ int gates_init(struct broker *b, char *err, size_t errsize)
         G.noffs++;
     }
     mdb_cursor_close(cur);
-    ledger_read_end(b->ledger, txn);
+    store_read_end(b->store, txn);
     return 0;
 }
 
@@ -185,20 +185,20 @@ uint64_t gates_backoff_purge(const uint8_t *sprefix, size_t plen)
 /* ---- the kill switch ---- */
 
 struct switch_job {
-    struct ledger_job job;
+    struct store_job job;
     struct conn_job client;
     bool disable;
     size_t len;
     uint8_t skey[];
 };
 
-static int apply_switch(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
+static int apply_switch(struct store *l, MDB_txn *txn, struct store_job *job)
 {
     struct switch_job *sj = (struct switch_job *)job;
     MDB_val k = { sj->len, sj->skey }, v = { 0, "" };
     if (sj->disable)
-        return mdb_put(txn, ledger_dbi(l, DB_FLIGHT_OFF), &k, &v, 0);
-    int rc = mdb_del(txn, ledger_dbi(l, DB_FLIGHT_OFF), &k, NULL);
+        return mdb_put(txn, store_dbi(l, DB_FLIGHT_OFF), &k, &v, 0);
+    int rc = mdb_del(txn, store_dbi(l, DB_FLIGHT_OFF), &k, NULL);
     return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
@@ -226,7 +226,7 @@ static void announce(const uint8_t *skey, size_t len, bool disable)
     channels_event_end(CH_FLIGHTS, &e, skey_scope(skey), skey_scope_len(skey));
 }
 
-static void switch_done(struct ledger_job *job, int status)
+static void switch_done(struct store_job *job, int status)
 {
     struct switch_job *sj = (struct switch_job *)job;
     struct conn *c = conn_job_conn(&sj->client);
@@ -250,7 +250,7 @@ static void switch_done(struct ledger_job *job, int status)
         announce(sj->skey, sj->len, sj->disable);
     }
     if (c && status)
-        conn_reply_error(c, sj->client.rid, status, ledger_job_message(job, NULL));
+        conn_reply_error(c, sj->client.rid, status, store_job_message(job, NULL));
     else if (c)
         conn_reply_ok(c, sj->client.rid);
     conn_job_end(&sj->client);
@@ -280,7 +280,7 @@ static void flight_switch(struct conn *c, uint64_t rid, coord_fields *f, bool di
     conn_job_start(&sj->client, c, rid);
     sj->job.apply = apply_switch;
     sj->job.done = switch_done;
-    ledger_submit(c->b->ledger, &sj->job);
+    store_submit(c->b->store, &sj->job);
 }
 
 void op_flight_disable(struct conn *c, uint64_t rid, coord_fields *f)

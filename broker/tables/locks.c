@@ -224,18 +224,18 @@ void locks_release(struct lock_req *r)
 }
 
 /* A holder loses its lock (stolen, expired): tell the owner. */
-static void lose(struct lock_req *r, enum reason why)
+static void lose(struct lock_req *r, enum reason why, const struct lock_req *by)
 {
     unlink_req(r);
     events_lock("lost", r, why);
-    r->owner->lost(r, why);
+    r->owner->lost(r, why, by);
 }
 
 static void on_lease_expired(struct deadline *d)
 {
     struct lock_req *r = list_entry(d, struct lock_req, timer);
     struct lock_queue *q = r->q;
-    lose(r, REASON_EXPIRED);
+    lose(r, REASON_EXPIRED, NULL);
     queue_process(q);
 }
 
@@ -296,7 +296,7 @@ enum lock_outcome locks_request(struct lock_req *r, struct conn *c,
     if (a->steal) {
         /* break every holder, then go first; waiters stay queued */
         while (!list_empty(&q->held))
-            lose(list_entry(q->held.next, struct lock_req, qlink), REASON_STOLEN);
+            lose(list_entry(q->held.next, struct lock_req, qlink), REASON_STOLEN, r);
         grant(r);
         return LOCK_GRANTED;
     }

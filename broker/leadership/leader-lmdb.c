@@ -31,14 +31,22 @@
 #include "errors.h"
 #include "leader-ledger.h"
 #include "reasons.h"
+#include "skey.h"
 
 struct lmdb_ll {
-    struct ledger *ledger;
+    struct store *store;
     uv_idle_t idle;                /* answers deferred reads */
     struct ll_req *done_head, *done_tail;
 };
 
-#define KEY_MAX 511                /* LMDB's default key size */
+#define KEY_MAX STORE_KEY_MAX
+
+/* Keys are [u16 length][scoped workstream][name]: the longest name is a
+ * committed key, an op id, or a u64 (sequence, generation). */
+_Static_assert(2 + SKEY_HEADER + LIMIT_WORKSTREAM + LIMIT_LEADER_KEY <= KEY_MAX,
+               "a committed key's LMDB key is longer than LMDB allows");
+_Static_assert(2 + SKEY_HEADER + LIMIT_WORKSTREAM + LIMIT_OP_ID <= KEY_MAX,
+               "an op id's LMDB key is longer than LMDB allows");
 
 /* [ws] then name */
 static size_t compose(uint8_t *out, const uint8_t *ws, size_t ws_len,
@@ -87,11 +95,11 @@ static void put_be32(uint8_t *p, uint32_t v)
     p[3] = (uint8_t)v;
 }
 
-static int get_state(struct ledger *l, MDB_txn *txn, const struct ll_req *r, struct state *st)
+static int get_state(struct store *l, MDB_txn *txn, const struct ll_req *r, struct state *st)
 {
     MDB_val k = { r->ws_len, r->ws }, v;
     memset(st, 0, sizeof *st);
-    int rc = mdb_get(txn, ledger_dbi(l, DB_LEADERS), &k, &v);
+    int rc = mdb_get(txn, store_dbi(l, DB_LEADERS), &k, &v);
     if (rc == MDB_NOTFOUND)
         return 0;
     if (rc)
@@ -109,7 +117,7 @@ static int get_state(struct ledger *l, MDB_txn *txn, const struct ll_req *r, str
     return 0;
 }
 
-static int put_state(struct ledger *l, MDB_txn *txn, const struct ll_req *r,
+static int put_state(struct store *l, MDB_txn *txn, const struct ll_req *r,
                      const struct state *st)
 {
     uint8_t buf[25];
@@ -119,13 +127,13 @@ static int put_state(struct ledger *l, MDB_txn *txn, const struct ll_req *r,
     put_be64(buf + 13, st->seq);
     put_be32(buf + 21, st->history);
     MDB_val k = { r->ws_len, r->ws }, v = { sizeof buf, buf };
-    return mdb_put(txn, ledger_dbi(l, DB_LEADERS), &k, &v, 0);
+    return mdb_put(txn, store_dbi(l, DB_LEADERS), &k, &v, 0);
 }
 
-static int get_desc(struct ledger *l, MDB_txn *txn, const struct ll_req *r, struct ws_desc *d)
+static int get_desc(struct store *l, MDB_txn *txn, const struct ll_req *r, struct ws_desc *d)
 {
     MDB_val k = { r->ws_len, r->ws }, v;
-    int rc = mdb_get(txn, ledger_dbi(l, DB_DESC), &k, &v);
+    int rc = mdb_get(txn, store_dbi(l, DB_DESC), &k, &v);
     if (rc == MDB_NOTFOUND) {
         ws_desc_default(d);
         return 0;
@@ -135,12 +143,12 @@ static int get_desc(struct ledger *l, MDB_txn *txn, const struct ll_req *r, stru
     return ws_desc_decode(d, v.mv_data, v.mv_size) == 0 ? 0 : MDB_CORRUPTED;
 }
 
-static int put_desc(struct ledger *l, MDB_txn *txn, const struct ll_req *r,
+static int put_desc(struct store *l, MDB_txn *txn, const struct ll_req *r,
                     const struct ws_desc *d)
 {
     uint8_t buf[WS_DESC_MAX];
     MDB_val k = { r->ws_len, r->ws }, v = { ws_desc_encode(d, buf), buf };
-    return mdb_put(txn, ledger_dbi(l, DB_DESC), &k, &v, 0);
+    return mdb_put(txn, store_dbi(l, DB_DESC), &k, &v, 0);
 }
 
 /* ---- claims ---- */
@@ -152,12 +160,12 @@ struct claim {
     uint64_t generation, claimed_ms, seq;
 };
 
-static int get_claim(struct ledger *l, MDB_txn *txn, const struct ll_req *r, MDB_val *key,
+static int get_claim(struct store *l, MDB_txn *txn, const struct ll_req *r, MDB_val *key,
                      struct claim *c)
 {
     MDB_val v;
     memset(c, 0, sizeof *c);
-    int rc = mdb_get(txn, ledger_dbi(l, DB_CLAIMS), key, &v);
+    int rc = mdb_get(txn, store_dbi(l, DB_CLAIMS), key, &v);
     if (rc == MDB_NOTFOUND)
         return 0;
     if (rc)
@@ -173,7 +181,7 @@ static int get_claim(struct ledger *l, MDB_txn *txn, const struct ll_req *r, MDB
     return 0;
 }
 
-static int put_claim(struct ledger *l, MDB_txn *txn, MDB_val *key, const struct claim *c,
+static int put_claim(struct store *l, MDB_txn *txn, MDB_val *key, const struct claim *c,
                      const uint8_t *reason, size_t rlen)
 {
     uint8_t buf[27 + LIMIT_INCIDENT];
@@ -192,16 +200,16 @@ static int put_claim(struct ledger *l, MDB_txn *txn, MDB_val *key, const struct 
         n = 27 + rlen;
     }
     MDB_val v = { n, buf };
-    return mdb_put(txn, ledger_dbi(l, DB_CLAIMS), key, &v, 0);
+    return mdb_put(txn, store_dbi(l, DB_CLAIMS), key, &v, 0);
 }
 
 /* The claim leaves the pending list (settled). */
-static int unpend(struct ledger *l, MDB_txn *txn, const struct ll_req *r, struct state *st,
+static int unpend(struct store *l, MDB_txn *txn, const struct ll_req *r, struct state *st,
                   const struct claim *c)
 {
     uint8_t pk[KEY_MAX];
     MDB_val k = { compose_u64(pk, r, c->seq), pk };
-    int rc = mdb_del(txn, ledger_dbi(l, DB_PENDING), &k, NULL);
+    int rc = mdb_del(txn, store_dbi(l, DB_PENDING), &k, NULL);
     if (rc && rc != MDB_NOTFOUND)
         return rc;
     if (st->unsettled)
@@ -211,21 +219,21 @@ static int unpend(struct ledger *l, MDB_txn *txn, const struct ll_req *r, struct
 
 /* ---- history ---- */
 
-static int put_term(struct ledger *l, MDB_txn *txn, const struct ll_req *r,
+static int put_term(struct store *l, MDB_txn *txn, const struct ll_req *r,
                     const struct ws_term *t)
 {
     uint8_t hk[KEY_MAX], buf[WS_TERM_MAX];
     MDB_val k = { compose_u64(hk, r, t->generation), hk }, v = { ws_term_encode(t, buf), buf };
-    return mdb_put(txn, ledger_dbi(l, DB_HIST), &k, &v, 0);
+    return mdb_put(txn, store_dbi(l, DB_HIST), &k, &v, 0);
 }
 
 /* A cursor on DB_HIST at r's newest term (or at the entry before them:
  * the caller checks the prefix).  0, MDB_NOTFOUND (the cursor is open all
  * the same: close it), or an error with no cursor. */
-static int newest_term(struct ledger *l, MDB_txn *txn, const struct ll_req *r, MDB_cursor **cur,
+static int newest_term(struct store *l, MDB_txn *txn, const struct ll_req *r, MDB_cursor **cur,
                        uint8_t *hk, MDB_val *k, MDB_val *v)
 {
-    int rc = mdb_cursor_open(txn, ledger_dbi(l, DB_HIST), cur);
+    int rc = mdb_cursor_open(txn, store_dbi(l, DB_HIST), cur);
     if (rc)
         return rc;
     k->mv_size = compose_u64(hk, r, UINT64_MAX);
@@ -242,7 +250,7 @@ static int newest_term(struct ledger *l, MDB_txn *txn, const struct ll_req *r, M
 
 /* A new term: the one before it, if its end was never written (its broker
  * stopped), is marked restart; the oldest beyond LIMIT_HISTORY go. */
-static int history_add(struct ledger *l, MDB_txn *txn, const struct ll_req *r,
+static int history_add(struct store *l, MDB_txn *txn, const struct ll_req *r,
                        struct state *st, const struct ws_term *t)
 {
     uint8_t prefix[KEY_MAX];
@@ -283,13 +291,13 @@ static int history_add(struct ledger *l, MDB_txn *txn, const struct ll_req *r,
 
 /* ---- writes: the writer thread ---- */
 
-static struct ll_req *req_of(struct ledger_job *job)
+static struct ll_req *req_of(struct store_job *job)
 {
     return (struct ll_req *)((char *)job - offsetof(struct ll_req, job));
 }
 
 /* commit, claim, abandon: the stored generation, then the mode */
-static int writer_ok(struct ledger *l, MDB_txn *txn, struct ll_req *r, const struct state *st)
+static int writer_ok(struct store *l, MDB_txn *txn, struct ll_req *r, const struct state *st)
 {
     if ((st->generation == 0 || st->generation != r->generation) &&
         !(r->op == LL_CLAIM && BROKEN(STALE_WRITE)))
@@ -301,7 +309,7 @@ static int writer_ok(struct ledger *l, MDB_txn *txn, struct ll_req *r, const str
     return d.mode == WS_MODE_ACTIVE || BROKEN(MODE_IGNORED) ? 0 : COORD_EREAD_ONLY;
 }
 
-static int apply_bump(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct state *st)
+static int apply_bump(struct store *l, MDB_txn *txn, struct ll_req *r, struct state *st)
 {
     if (st->disabled && !r->incident)
         return COORD_EDISABLED;
@@ -324,11 +332,11 @@ static int apply_bump(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct s
     return put_state(l, txn, r, st);
 }
 
-static int apply_term_end(struct ledger *l, MDB_txn *txn, struct ll_req *r)
+static int apply_term_end(struct store *l, MDB_txn *txn, struct ll_req *r)
 {
     uint8_t hk[KEY_MAX];
     MDB_val k = { compose_u64(hk, r, r->generation), hk }, v;
-    int rc = mdb_get(txn, ledger_dbi(l, DB_HIST), &k, &v);
+    int rc = mdb_get(txn, store_dbi(l, DB_HIST), &k, &v);
     if (rc == MDB_NOTFOUND)
         return 0;                  /* trimmed away */
     if (rc)
@@ -352,7 +360,7 @@ struct op_state {
     struct claim claim;
 };
 
-static int op_state(struct ledger *l, MDB_txn *txn, struct ll_req *r, const struct state *st,
+static int op_state(struct store *l, MDB_txn *txn, struct ll_req *r, const struct state *st,
                     struct op_state *os)
 {
     int rc = writer_ok(l, txn, r, st);
@@ -364,7 +372,7 @@ static int op_state(struct ledger *l, MDB_txn *txn, struct ll_req *r, const stru
     os->key.mv_data = os->buf;
     MDB_val ov;
     rc = r->op == LL_CLAIM && BROKEN(CLAIM_APPLIED) ? MDB_NOTFOUND
-         : mdb_get(txn, ledger_dbi(l, DB_OPS), &os->key, &ov);
+         : mdb_get(txn, store_dbi(l, DB_OPS), &os->key, &ov);
     os->applied = rc == 0;
     os->applied_gen = rc == 0 && ov.mv_size == 8 ? get_be64(ov.mv_data) : 0;
     memset(&os->claim, 0, sizeof os->claim);
@@ -375,7 +383,7 @@ static int op_state(struct ledger *l, MDB_txn *txn, struct ll_req *r, const stru
     return get_claim(l, txn, r, &os->key, &os->claim);
 }
 
-static int apply_commit(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct state *st)
+static int apply_commit(struct store *l, MDB_txn *txn, struct ll_req *r, struct state *st)
 {
     struct op_state os;
     int rc = op_state(l, txn, r, st, &os);
@@ -394,11 +402,11 @@ static int apply_commit(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct
     uint8_t g[8];
     put_be64(g, r->generation);
     MDB_val ov = { 8, g };
-    if ((rc = mdb_put(txn, ledger_dbi(l, DB_OPS), &os.key, &ov, 0)))
+    if ((rc = mdb_put(txn, store_dbi(l, DB_OPS), &os.key, &ov, 0)))
         return rc;
     if (c->state == CLAIM_CLAIMED) {
         if ((rc = unpend(l, txn, r, st, c)) ||
-            (rc = mdb_del(txn, ledger_dbi(l, DB_CLAIMS), &os.key, NULL)) ||
+            (rc = mdb_del(txn, store_dbi(l, DB_CLAIMS), &os.key, NULL)) ||
             (rc = put_state(l, txn, r, st)))
             return rc;
     }
@@ -408,7 +416,7 @@ static int apply_commit(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct
     uint8_t kkey[KEY_MAX];
     MDB_val kk = { compose(kkey, r->ws, r->ws_len, r->key, r->key_len), kkey };
     MDB_val kv = { 8 + r->value_len, NULL };
-    if ((rc = mdb_put(txn, ledger_dbi(l, DB_KV), &kk, &kv, MDB_RESERVE)))
+    if ((rc = mdb_put(txn, store_dbi(l, DB_KV), &kk, &kv, MDB_RESERVE)))
         return rc;
     memcpy(kv.mv_data, g, 8);
     if (r->value_len)
@@ -416,7 +424,7 @@ static int apply_commit(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct
     return 0;
 }
 
-static int apply_claim(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct state *st)
+static int apply_claim(struct store *l, MDB_txn *txn, struct ll_req *r, struct state *st)
 {
     struct op_state os;
     int rc = op_state(l, txn, r, st, &os);
@@ -456,12 +464,12 @@ static int apply_claim(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct 
     uint8_t pk[KEY_MAX];
     MDB_val pkv = { compose_u64(pk, r, c->seq), pk }, pv = { r->op_len, r->op_id };
     if ((rc = put_claim(l, txn, &os.key, c, NULL, 0)) ||
-        (rc = mdb_put(txn, ledger_dbi(l, DB_PENDING), &pkv, &pv, 0)))
+        (rc = mdb_put(txn, store_dbi(l, DB_PENDING), &pkv, &pv, 0)))
         return rc;
     return put_state(l, txn, r, st);
 }
 
-static int apply_abandon(struct ledger *l, MDB_txn *txn, struct ll_req *r, struct state *st)
+static int apply_abandon(struct store *l, MDB_txn *txn, struct ll_req *r, struct state *st)
 {
     struct op_state os;
     int rc = op_state(l, txn, r, st, &os);
@@ -484,7 +492,7 @@ static int apply_abandon(struct ledger *l, MDB_txn *txn, struct ll_req *r, struc
     return put_claim(l, txn, &os.key, c, r->value, r->value_len);
 }
 
-static int apply_write(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
+static int apply_write(struct store *l, MDB_txn *txn, struct store_job *job)
 {
     struct ll_req *r = req_of(job);
     struct state st;
@@ -520,7 +528,7 @@ static int apply_write(struct ledger *l, MDB_txn *txn, struct ledger_job *job)
     }
 }
 
-static void write_done(struct ledger_job *job, int status)
+static void write_done(struct store_job *job, int status)
 {
     struct ll_req *r = req_of(job);
     r->status = status;
@@ -530,14 +538,14 @@ static void write_done(struct ledger_job *job, int status)
 
 /* ---- reads: the loop thread, answered from the idle phase ---- */
 
-static int read_kv(struct ledger *l, MDB_txn *txn, struct ll_req *r)
+static int read_kv(struct store *l, MDB_txn *txn, struct ll_req *r)
 {
     uint8_t kbuf[KEY_MAX];
     MDB_val v, k = { 0, kbuf };
     if (2 + r->ws_len + r->key_len > sizeof kbuf)
         return MDB_NOTFOUND;
     k.mv_size = compose(kbuf, r->ws, r->ws_len, r->key, r->key_len);
-    int rc = mdb_get(txn, ledger_dbi(l, DB_KV), &k, &v);
+    int rc = mdb_get(txn, store_dbi(l, DB_KV), &k, &v);
     if (rc)
         return rc;
     if (v.mv_size < 8)
@@ -553,13 +561,13 @@ static int read_kv(struct ledger *l, MDB_txn *txn, struct ll_req *r)
 
 /* Walks r's pending list, oldest first, calling each on at most limit
  * entries (true when more remain: truncated).  0 or an MDB error. */
-static int walk_pending(struct ledger *l, MDB_txn *txn, const struct ll_req *r, size_t limit,
+static int walk_pending(struct store *l, MDB_txn *txn, const struct ll_req *r, size_t limit,
                         bool *more, int (*each)(void *ud, const MDB_val *op_id), void *ud)
 {
     uint8_t prefix[KEY_MAX];
     size_t plen = compose(prefix, r->ws, r->ws_len, NULL, 0);
     MDB_cursor *cur;
-    int rc = mdb_cursor_open(txn, ledger_dbi(l, DB_PENDING), &cur);
+    int rc = mdb_cursor_open(txn, store_dbi(l, DB_PENDING), &cur);
     if (rc)
         return rc;
     MDB_val k = { plen, prefix }, v;
@@ -581,7 +589,7 @@ static int walk_pending(struct ledger *l, MDB_txn *txn, const struct ll_req *r, 
 }
 
 struct pending_fill {
-    struct ledger *l;
+    struct store *l;
     MDB_txn *txn;
     const struct ll_req *r;
     size_t n, bytes;
@@ -621,7 +629,7 @@ static int fill_pending(void *ud, const MDB_val *op_id)
 
 /* Unsettled claims, oldest first: counted, then the entries and their op
  * ids copied into one allocation. */
-static int read_pending(struct ledger *l, MDB_txn *txn, struct ll_req *r)
+static int read_pending(struct store *l, MDB_txn *txn, struct ll_req *r)
 {
     size_t limit = BROKEN(PENDING_DROP) ? 0 : r->limit;
     struct pending_fill f = { .l = l, .txn = txn, .r = r };
@@ -641,7 +649,7 @@ static int read_pending(struct ledger *l, MDB_txn *txn, struct ll_req *r)
 }
 
 /* Terms newest first. */
-static int read_history(struct ledger *l, MDB_txn *txn, struct ll_req *r)
+static int read_history(struct store *l, MDB_txn *txn, struct ll_req *r)
 {
     uint8_t prefix[KEY_MAX];
     size_t plen = compose(prefix, r->ws, r->ws_len, NULL, 0);
@@ -673,7 +681,7 @@ static int read_history(struct ledger *l, MDB_txn *txn, struct ll_req *r)
 static void read_now(struct lmdb_ll *ll, struct ll_req *r)
 {
     MDB_txn *txn;
-    int rc = ledger_read_begin(ll->ledger, &txn);
+    int rc = store_read_begin(ll->store, &txn);
     if (rc) {
         r->status = COORD_ESTORAGE;
         return;
@@ -681,25 +689,25 @@ static void read_now(struct lmdb_ll *ll, struct ll_req *r)
     struct state st;
     switch (r->op) {
     case LL_LOAD:
-        rc = get_state(ll->ledger, txn, r, &st);
+        rc = get_state(ll->store, txn, r, &st);
         r->out_generation = st.generation;
         r->out_disabled = st.disabled;
         if (rc == 0)
-            rc = get_desc(ll->ledger, txn, r, &r->desc);
+            rc = get_desc(ll->store, txn, r, &r->desc);
         break;
     case LL_READ:
-        rc = read_kv(ll->ledger, txn, r);
+        rc = read_kv(ll->store, txn, r);
         break;
     case LL_PENDING:
-        rc = read_pending(ll->ledger, txn, r);
+        rc = read_pending(ll->store, txn, r);
         break;
     case LL_HISTORY:
-        rc = read_history(ll->ledger, txn, r);
+        rc = read_history(ll->store, txn, r);
         break;
     default:
         rc = MDB_INVALID;
     }
-    ledger_read_end(ll->ledger, txn);
+    store_read_end(ll->store, txn);
     r->status = rc == 0 ? 0 : rc == MDB_NOTFOUND ? COORD_ENOT_FOUND : COORD_ESTORAGE;
 }
 
@@ -732,7 +740,7 @@ static void lmdb_submit(void *state, struct ll_req *r)
     }
     r->job.apply = apply_write;
     r->job.done = write_done;
-    ledger_submit(ll->ledger, &r->job);
+    store_submit(ll->store, &r->job);
 }
 
 static int lmdb_open(void **state, struct broker *b, char *err, size_t errsize)
@@ -742,7 +750,7 @@ static int lmdb_open(void **state, struct broker *b, char *err, size_t errsize)
         snprintf(err, errsize, "out of memory");
         return -1;
     }
-    ll->ledger = b->ledger;
+    ll->store = b->store;
     uv_idle_init(b->loop, &ll->idle);
     ll->idle.data = ll;
     *state = ll;

@@ -1,5 +1,5 @@
-/* test_flight2.c - single-flight part 2 through libcoord and coordctl
- * against a real broker: stale-while-revalidate with 20 processes (one
+/* test_flight_policies_client.c - single-flight policies through libcoord
+ * and coordctl against a real broker: stale-while-revalidate with 20 processes (one
  * revalidation owner, 19 answered at once with the stale value and told
  * by flight.updated when it ends; a failed revalidation leaves the
  * record), backoff after a failure with retry_after_ms, the kill switch
@@ -60,7 +60,7 @@ static coord_t *try_lib(void)
     coord_options_init(&o);
     o.socket_path = bp.sock;
     o.no_autostart = true;
-    o.client_name = "test_flight2";
+    o.client_name = "test_flight_policies";
     coord_t *c = NULL;
     if (coord_connect(&c, &o) < 0) {
         fprintf(stderr, "coord_connect: %s\n", coord_error_message(NULL));
