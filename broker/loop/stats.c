@@ -75,6 +75,10 @@ void stats_reply(struct conn *c, uint64_t rid)
     if (list_entry_overflows(c, &e, &before))
         cut = true;
     before = coord_enc_mark_here(&e);
+    flights_stats_transitions(&e);
+    if (list_entry_overflows(c, &e, &before))
+        cut = true;
+    before = coord_enc_mark_here(&e);
     coord_enc_kv_uint(&e, "outbuf_stalls", s->outbuf_stalls);
     coord_enc_kv_uint(&e, "outbuf_pauses", s->outbuf_pauses);
     coord_enc_kv_uint(&e, "memory_trims", b->trims);

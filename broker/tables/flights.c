@@ -212,13 +212,17 @@ void flights_stats(coord_enc *e)
     coord_enc_kv_uint(e, "fenced", F.fenced);
     coord_enc_kv_uint(e, "results_from_records", F.from_record);
     coord_enc_kv_uint(e, "flights_purged", F.purged);
+    /* owner/follower ratio, as followers per owner run */
+    coord_enc_kv_uint(e, "followers_per_100_owners",
+                      F.started ? F.joined * 100 / F.started : 0);
+}
+
+void flights_stats_transitions(coord_enc *e)
+{
     coord_enc_kv_uint(e, "flights_superseded", F.superseded);
     coord_enc_kv_uint(e, "follower_timeouts", F.follower_timeouts);
     coord_enc_kv_uint(e, "record_read_failures", F.read_failures);
     coord_enc_kv_uint(e, "flights_version_split", F.version_flights);
-    /* owner/follower ratio, as followers per owner run */
-    coord_enc_kv_uint(e, "followers_per_100_owners",
-                      F.started ? F.joined * 100 / F.started : 0);
 }
 
 static const uint8_t *flight_key(const struct flight *f, size_t *len)

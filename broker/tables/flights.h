@@ -8,6 +8,9 @@ void flights_init(struct broker *b);
 /* The owner's connection closed: its flights get new owners. */
 void flights_conn_closed(struct conn *c);
 void flights_stats(coord_enc *e);
+/* The later counters (superseded, follower timeouts, failed record reads,
+ * version splits): in the part of stats a small max_frame may leave out. */
+void flights_stats_transitions(coord_enc *e);
 /* record.purge: ends every flight (running or completing) whose scoped key
  * starts with the scoped prefix sprefix (flights.c's top comment says
  * how).  Returns how many. */

@@ -370,6 +370,10 @@ static void test_small_max_frame(void)
     for (int i = 0; i < 4; i++) {
         rcl_request(fd, lists[i], ++rid);
         REQUIRE(recv_sized(fd, &len) == 0);
+        if (!msg_ok(&m)) {
+            coord_bytes x = msg_bytes(&m, "message");
+            fprintf(stderr, "%s refused: %.*s\n", lists[i], (int)x.len, (const char *)x.ptr);
+        }
         CHECK(msg_ok(&m));
         CHECK(len <= 1024);
         biggest = len > biggest ? len : biggest;
