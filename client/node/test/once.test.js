@@ -83,6 +83,7 @@ test('logout during a request: records.purge ends the flight, its result is not 
     await go.promise;
     return 'private';
   }, { keep: 60000 });
+  await followers(c, key, 0);      // a owns it before b joins
   const follower = b.once(key, () => assert.fail('ran'));
   await followers(c, key, 1);
   // the broker fails them before it answers the purge: handled from now on
