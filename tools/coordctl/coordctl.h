@@ -207,6 +207,11 @@ void ctl_child_end(struct ctl_child *ch);
 /* A wait status as a shell reports it: the exit status, or 128+N when
  * killed by signal N. */
 int ctl_exit_code(int wstatus);
+/* Runs cmd with the variables env (as ctl_child_env), nothing held at
+ * the broker (a fallback without coordination): its stdout is ours, the
+ * signals sent to us are forwarded.  Returns coordctl's exit status: CMD's
+ * (ctl_exit_code), or 1 when it could not start. */
+int ctl_child_run(const char *what, const char *const *env, char **cmd);
 
 /* Something held at the broker while CMD runs (a lock, a leadership).  The
  * command embeds struct ctl_hold as the first member of its own state;

@@ -187,25 +187,7 @@ static int run_local(struct once *o, char **cmd, bool timeout)
     const char *const env[] = {
         "COORD_FLIGHT_KEY", o->key, "COORD_FLIGHT_FALLBACK", timeout ? "timeout" : "1", NULL,
     };
-    if (!ctl_child_env("once", env))
-        return CTL_EXIT_FAIL;
-    fflush(stdout);
-    struct ctl_child ch;
-    if (ctl_child_start(&ch, "once", cmd, -1, false) < 0)
-        return CTL_EXIT_FAIL;
-    while (ctl_child_running(&ch)) {
-        struct pollfd p = { .fd = ch.sfd, .events = POLLIN };
-        int n = poll(&p, 1, ctl_child_poll_ms(&ch));
-        if (n < 0 && errno != EINTR) {
-            fprintf(stderr, "coordctl: once: poll: %s\n", strerror(errno));
-            ctl_child_stop(&ch, SIGKILL);
-            break;
-        }
-        if (n > 0)
-            ctl_child_signals(&ch);
-    }
-    ctl_child_end(&ch);
-    return ctl_exit_code(ch.wstatus);
+    return ctl_child_run("once", env, cmd);
 }
 
 /* Says why we run CMD without the broker (code and its text), then

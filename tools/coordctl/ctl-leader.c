@@ -481,24 +481,7 @@ static int run_fallback(const char *ws, const char *fallback, const char *mode,
         setenv("COORD_LEADER_MODE", "read-only", 1);
     else
         unsetenv("COORD_LEADER_MODE");
-    if (!ctl_child_env("leader-run", env))
-        return CTL_EXIT_FAIL;
-    struct ctl_child ch;
-    if (ctl_child_start(&ch, "leader-run", cmd, -1, false) < 0)
-        return CTL_EXIT_FAIL;
-    while (ctl_child_running(&ch)) {
-        struct pollfd p = { .fd = ch.sfd, .events = POLLIN };
-        int n = poll(&p, 1, ctl_child_poll_ms(&ch));
-        if (n < 0 && errno != EINTR) {
-            fprintf(stderr, "coordctl: leader-run: poll: %s\n", strerror(errno));
-            ctl_child_stop(&ch, SIGKILL);
-            break;
-        }
-        if (n > 0)
-            ctl_child_signals(&ch);
-    }
-    ctl_child_end(&ch);
-    return ctl_exit_code(ch.wstatus);
+    return ctl_child_run("leader-run", env, cmd);
 }
 
 /* The broker cannot be reached (code): the descriptor file's fallback

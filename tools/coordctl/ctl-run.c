@@ -356,6 +356,29 @@ static int send_renew(struct ctl_hold *h)
     return rc;
 }
 
+int ctl_child_run(const char *what, const char *const *env, char **cmd)
+{
+    if (!ctl_child_env(what, env))
+        return CTL_EXIT_FAIL;
+    fflush(stdout);
+    struct ctl_child ch;
+    if (ctl_child_start(&ch, what, cmd, -1, false) < 0)
+        return CTL_EXIT_FAIL;
+    while (ctl_child_running(&ch)) {
+        struct pollfd p = { .fd = ch.sfd, .events = POLLIN };
+        int n = poll(&p, 1, ctl_child_poll_ms(&ch));
+        if (n < 0 && errno != EINTR) {
+            fprintf(stderr, "coordctl: %s: poll: %s\n", what, strerror(errno));
+            ctl_child_stop(&ch, SIGKILL);
+            break;
+        }
+        if (n > 0)
+            ctl_child_signals(&ch);
+    }
+    ctl_child_end(&ch);
+    return ctl_exit_code(ch.wstatus);
+}
+
 int ctl_hold_run(struct ctl_hold *h, const char *const *env, char **cmd)
 {
     coord_t *c = h->ctl->c;
