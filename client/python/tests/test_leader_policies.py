@@ -1,9 +1,10 @@
-"""Leadership part 2, blocking and asyncio, against a real broker:
-descriptors (define merges field by field: omitted keeps, None resets),
-protocol pinning with its ratchet and force, steal policies, incident
-takeover of a disabled workstream, max hold (drain, then fence), rollout
-modes and leader.mode, history, outbox claims reconciled after a leader
-process was killed, pending, check, drain (own and requested)."""
+"""Leadership's descriptors and policies, blocking and asyncio, against a
+real broker: descriptors (define merges field by field: omitted keeps, None
+resets), protocol pinning with its ratchet and force, the lock name,
+capabilities and if_available policy, steal policies, incident takeover of
+a disabled workstream, max hold (drain, then fence), rollout modes and
+leader.mode, history, outbox claims reconciled after a leader process was
+killed, pending, check, drain (own and requested)."""
 import asyncio
 import os
 import subprocess
