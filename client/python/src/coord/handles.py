@@ -527,6 +527,13 @@ class LeaderTerm:
                 f"generation={self.generation}>")
 
 
+# The protocol's limits on a flight's failure (coord-wire-limits.h's
+# LIMIT_ERROR_CODE and LIMIT_ERROR_MESSAGE, bytes): an owner's exception is
+# cut to them before flight.fail.
+MAX_ERROR_CODE = 256
+MAX_ERROR_MESSAGE = 4096
+
+
 def owner_failure(e: BaseException) -> Tuple[str, str, bool, Optional[float]]:
     """(code, message, retryable, retry_after) for an owner function that
     raised e: its own FlightFailed as is (``RetryAfter``: with its
@@ -539,7 +546,7 @@ def owner_failure(e: BaseException) -> Tuple[str, str, bool, Optional[float]]:
         return e.error_code, e.message, e.retryable, None
     if not isinstance(e, Exception):
         return "ABORTED", f"the owner was interrupted ({type(e).__name__})", True, None
-    return type(e).__name__[:256], str(e)[:4096], False, None
+    return type(e).__name__[:MAX_ERROR_CODE], str(e)[:MAX_ERROR_MESSAGE], False, None
 
 
 SOURCES = ("owner", "live", "record", "stale", "bypass", "local")
