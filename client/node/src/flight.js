@@ -335,9 +335,18 @@ function call(cb, arg) {
   }
 }
 
+/** s cut to at most max bytes of UTF-8, at a character's boundary. */
+function cutUtf8(s, max) {
+  if (Buffer.byteLength(s) <= max) return s;
+  const b = Buffer.from(s);
+  let end = max;
+  while (end > 0 && (b[end] & 0xc0) === 0x80) end--;   // b[end] continues a character: drop it
+  return b.subarray(0, end).toString();
+}
+
 function errorCode(e) {
-  if (e && typeof e.code === 'string' && e.code) return e.code.slice(0, MAX_ERROR_CODE);
-  if (e && typeof e.name === 'string' && e.name) return e.name.slice(0, MAX_ERROR_CODE);
+  if (e && typeof e.code === 'string' && e.code) return cutUtf8(e.code, MAX_ERROR_CODE);
+  if (e && typeof e.name === 'string' && e.name) return cutUtf8(e.name, MAX_ERROR_CODE);
   return 'ERROR';
 }
 
@@ -415,7 +424,7 @@ async function own(client, key, fn, options, j) {
       const after = retryAfterOf(e);
       const again = after !== undefined || (typeof retryable === 'function' ? !!retryable(e) : !!retryable);
       const msg = e && e.message !== undefined ? `${e.message}` : `${e}`;
-      await client.flight.fail(j.flight, j.fence, { code: errorCode(e), message: msg.slice(0, MAX_ERROR_MESSAGE) },
+      await client.flight.fail(j.flight, j.fence, { code: errorCode(e), message: cutUtf8(msg, MAX_ERROR_MESSAGE) },
         { retryable: again, retryAfter: after }).catch(() => {});
     }
     throw e;

@@ -534,6 +534,12 @@ MAX_ERROR_CODE = 256
 MAX_ERROR_MESSAGE = 4096
 
 
+def cut_utf8(s: str, limit: int) -> str:
+    """s cut to at most limit bytes of UTF-8, at a character's boundary (a
+    lone surrogate, which UTF-8 cannot carry, becomes "?")."""
+    return s.encode("utf-8", "replace")[:limit].decode("utf-8", "ignore")
+
+
 def owner_failure(e: BaseException) -> Tuple[str, str, bool, Optional[float]]:
     """(code, message, retryable, retry_after) for an owner function that
     raised e: its own FlightFailed as is (``RetryAfter``: with its
@@ -546,7 +552,8 @@ def owner_failure(e: BaseException) -> Tuple[str, str, bool, Optional[float]]:
         return e.error_code, e.message, e.retryable, None
     if not isinstance(e, Exception):
         return "ABORTED", f"the owner was interrupted ({type(e).__name__})", True, None
-    return type(e).__name__[:MAX_ERROR_CODE], str(e)[:MAX_ERROR_MESSAGE], False, None
+    return (cut_utf8(type(e).__name__, MAX_ERROR_CODE), cut_utf8(str(e), MAX_ERROR_MESSAGE),
+            False, None)
 
 
 SOURCES = ("owner", "live", "record", "stale", "bypass", "local")
