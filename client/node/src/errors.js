@@ -69,7 +69,8 @@ export const NotFoundError = sub('NOT_FOUND', 'NotFoundError');
 export const ClosedError = sub('CLOSED', 'ClosedError');
 export const ConnectError = sub('CONNECT', 'ConnectError');
 export const AbortedError = sub('ABORTED', 'AbortedError');
-// leadership part 2: descriptors, rollout modes, draining, remote ledgers
+// leadership's descriptors and policies: a protocol or capability pin, a steal
+// or if_available policy, a rollout mode, draining, a remote ledger out of reach
 export const ProtocolPinnedError = sub('PROTOCOL_PINNED', 'ProtocolPinnedError');
 export const PolicyError = sub('POLICY', 'PolicyError');
 export const ReadOnlyError = sub('READ_ONLY', 'ReadOnlyError');

@@ -86,6 +86,16 @@ const MAX_KEEP_MS = 31_622_400_000;
 // The broker's limit on a flight's version (bytes).
 const MAX_VERSION = 64;
 
+// The protocol's limits on a flight's failure (coord-wire-limits.h's
+// LIMIT_ERROR_CODE and LIMIT_ERROR_MESSAGE, bytes): an owner's error is cut
+// to them before flight.fail.
+const MAX_ERROR_CODE = 256;
+const MAX_ERROR_MESSAGE = 4096;
+
+// The longest wait the protocol takes (LIMIT_WAIT_MS, 24 h): an error's
+// retryAfter is lowered to it.
+const MAX_WAIT_MS = 86_400_000;
+
 // Error codes that mean "the broker cannot be reached" for the fallback policy.
 const UNREACHABLE = new Set(['CONNECT', 'CLOSED', 'SHUTTING_DOWN']);
 
@@ -325,16 +335,25 @@ function call(cb, arg) {
   }
 }
 
+/** s cut to at most max bytes of UTF-8, at a character's boundary. */
+function cutUtf8(s, max) {
+  if (Buffer.byteLength(s) <= max) return s;
+  const b = Buffer.from(s);
+  let end = max;
+  while (end > 0 && (b[end] & 0xc0) === 0x80) end--;   // b[end] continues a character: drop it
+  return b.subarray(0, end).toString();
+}
+
 function errorCode(e) {
-  if (e && typeof e.code === 'string' && e.code) return e.code.slice(0, 256);
-  if (e && typeof e.name === 'string' && e.name) return e.name.slice(0, 256);
+  if (e && typeof e.code === 'string' && e.code) return cutUtf8(e.code, MAX_ERROR_CODE);
+  if (e && typeof e.name === 'string' && e.name) return cutUtf8(e.name, MAX_ERROR_CODE);
   return 'ERROR';
 }
 
 /** The backoff an error asks for (RetryAfterError, or any numeric retryAfter), in ms. */
 function retryAfterOf(e) {
   const v = e?.retryAfter;
-  return typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.min(Math.floor(v), 86_400_000) : undefined;
+  return typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.min(Math.floor(v), MAX_WAIT_MS) : undefined;
 }
 
 const unreachable = (client, e) => !client._closedByUser && e instanceof Error && UNREACHABLE.has(e.code);
@@ -405,7 +424,7 @@ async function own(client, key, fn, options, j) {
       const after = retryAfterOf(e);
       const again = after !== undefined || (typeof retryable === 'function' ? !!retryable(e) : !!retryable);
       const msg = e && e.message !== undefined ? `${e.message}` : `${e}`;
-      await client.flight.fail(j.flight, j.fence, { code: errorCode(e), message: msg.slice(0, 4096) },
+      await client.flight.fail(j.flight, j.fence, { code: errorCode(e), message: cutUtf8(msg, MAX_ERROR_MESSAGE) },
         { retryable: again, retryAfter: after }).catch(() => {});
     }
     throw e;

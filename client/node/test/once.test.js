@@ -141,6 +141,24 @@ test('a throwing function becomes flight.fail; retryable failures are joined aga
   assert.equal(r2.value, 'second try');
 });
 
+test("an owner's long error is cut to the limits in UTF-8 bytes, not characters", async () => {
+  const key = uniq('long-error');
+  const go = deferred();
+  // 400 bytes of code, 6003 bytes of message (3001 characters): cut at 256 and 4096 bytes
+  const boom = Object.assign(new Error('é'.repeat(3000) + '€'), { code: 'É'.repeat(200) });
+  const owner = a.once(key, async () => { await go.promise; throw boom; });
+  await followers(a, key, 0);
+  const f = b.once(key, () => assert.fail('ran'));
+  await followers(a, key, 1);
+  const ownerR = assert.rejects(owner, (e) => e === boom);
+  const fR = assert.rejects(f, (e) => e instanceof FlightFailedError &&
+    e.code === 'É'.repeat(128) && e.message === 'é'.repeat(2048));
+  go.resolve();
+  await ownerR;
+  await fR;          // the broker took the failure: the follower heard it
+  assert.deepEqual((await a.flight.list()).filter((x) => x.key === key), []);
+});
+
 test('ttl passed: the owner signal aborts, a follower is promoted and runs', async () => {
   const key = uniq('ttl');
   const started = deferred();

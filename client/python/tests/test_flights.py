@@ -79,6 +79,36 @@ def test_owner_failure_reaches_followers(broker):
         assert e.error_code == "NO_DATA" and e.message == "source down" and not e.retryable
 
 
+def test_an_owners_long_error_is_cut_to_the_limits_in_bytes(broker):
+    """An exception's name and text are cut to the protocol's limits in
+    UTF-8 bytes (not characters): the broker takes the failure, and the
+    follower hears it."""
+    long_name = type("É" * 200, (ValueError,), {})      # 400 bytes of name
+    with broker.client() as c, broker.client() as d:
+        gate = threading.Event()
+        err = []
+
+        def owner():
+            def fn(f):
+                gate.wait(5)
+                raise long_name("é" * 3000 + "€")       # 6003 bytes in 3001 characters
+            with pytest.raises(ValueError):
+                c.once("k", fn)
+        t = threading.Thread(target=owner)
+        t.start()
+        wait_until(lambda: c.flight.list(), what="owner")
+        t2 = threading.Thread(target=lambda: err.append(
+            pytest.raises(coord.FlightFailed, d.once, "k", lambda f: b"x")))
+        t2.start()
+        followers(c, "k", 1)
+        gate.set()
+        t.join(5)
+        t2.join(5)
+        assert c.flight.list() == []                    # the failure was taken
+        e = err[0].value
+        assert e.error_code == "É" * 128 and e.message == "é" * 2048 and not e.retryable
+
+
 def test_low_level_join_abort_and_fence(broker):
     with broker.client() as c, broker.client() as d:
         f = c.flight.join("k", ttl=0.2)

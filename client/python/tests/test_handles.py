@@ -260,3 +260,12 @@ def test_dial_decisions(tmp_path):
         d.pause(enoent)
     with pytest.raises(coord.ConnectError, match="cannot connect"):
         Dial(path, autostart_ok=True, timeout=1.0).failed(OSError(errno.EACCES, "denied"))
+
+
+def test_an_owners_error_is_cut_in_utf8_bytes():
+    from coord.handles import MAX_ERROR_CODE, MAX_ERROR_MESSAGE, owner_failure
+    code, msg, retryable, after = owner_failure(ValueError("€" * 2000))
+    assert msg == "€" * 1365 and len(msg.encode()) == MAX_ERROR_MESSAGE - 1   # whole characters
+    assert (code, retryable, after) == ("ValueError", False, None)
+    assert owner_failure(type("Ü" * 200, (ValueError,), {})())[0] == "Ü" * (MAX_ERROR_CODE // 2)
+    assert owner_failure(ValueError("a\ud800b"))[1] == "a?b"     # UTF-8 cannot carry it

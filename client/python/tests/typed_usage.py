@@ -67,8 +67,16 @@ def blocking(c: coord.Client) -> None:
         pend: coord.Page = lead.pending()
         val: Optional[bytes] = lead.read("cursor")
         lead.drain()
-    other: Optional[coord.Leadership] = c.try_leader("reindex")
-    desc: coord.Descriptor = c.leader.define("reindex", max_hold=60.0, mode="active")
+    other: Optional[coord.Leadership] = c.try_leader("reindex", capabilities=["outbox"])
+    desc: coord.Descriptor = c.leader.define("reindex", max_hold=60.0, mode="active",
+                                             lock_name="app:leader:reindex",
+                                             capabilities=["outbox", "claims"],
+                                             if_available="never")
+    lock_name: Optional[Union[str, bytes]] = desc.lock_name
+    caps: List[str] = desc.capabilities
+    policy: str = desc.if_available
+    with c.leader("reindex", capabilities=("outbox", "claims")) as lead:
+        pass
     info: coord.LeaderInfo = c.leader.info("reindex")
     hist: coord.Page = c.leader.history("reindex", limit=5)
     chk: coord.Check = c.leader.check("reindex", 1)
@@ -113,7 +121,13 @@ async def asyncio_client() -> None:
         if f.role == "owner":
             delivered: int = await f.complete(b"x")
         rec: Optional[coord.Record] = await c.records.get("oauth")
-        async with c.leader("reindex") as lead:
+        desc: coord.Descriptor = await c.leader.define("reindex", lock_name=None,
+                                                       capabilities=["outbox"],
+                                                       if_available="allowed")
+        caps: List[str] = desc.capabilities
+        other: Optional[coord.aio.Leadership] = await c.try_leader("reindex",
+                                                                   capabilities=["outbox"])
+        async with c.leader("reindex", capabilities=["outbox"]) as lead:
             drain: asyncio.Event = lead.drain_requested
             cm: coord.Commit = await lead.commit("op-1")
         info: coord.LeaderInfo = await c.leader.info("reindex")

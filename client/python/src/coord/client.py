@@ -30,7 +30,8 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar, Union
+from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar,
+                    Union)
 
 from . import calls, messages as m
 from .calls import ClientBase
@@ -500,9 +501,11 @@ class Leadership(LeaderTerm):
     def __init__(self, client: "Client", workstream: m.Name, *,
                  lease: Optional[float] = m.DEFAULT_LEASE, steal: bool = False,
                  timeout: Optional[float] = None, protocol: Optional[str] = None,
-                 incident: Optional[str] = None) -> None:
+                 incident: Optional[str] = None,
+                 capabilities: Optional[Sequence[str]] = None) -> None:
         super().__init__(client, workstream, lease=lease, steal=steal, timeout=timeout,
-                         protocol=protocol, incident=incident, event=threading.Event)
+                         protocol=protocol, incident=incident, event=threading.Event,
+                         capabilities=capabilities)
 
     def campaign(self, *, if_available: bool = False) -> bool:
         """Waits to be elected (up to ``timeout``); True once leading.  With
@@ -613,23 +616,34 @@ class _LeaderAPI:
 
     def __call__(self, workstream: m.Name, *, lease: Optional[float] = m.DEFAULT_LEASE,
                  steal: bool = False, timeout: Optional[float] = None,
-                 protocol: Optional[str] = None, incident: Optional[str] = None) -> Leadership:
+                 protocol: Optional[str] = None, incident: Optional[str] = None,
+                 capabilities: Optional[Sequence[str]] = None) -> Leadership:
         """A Leadership handle of workstream (not campaigning yet): ``with``
         campaigns and resigns.  ``lease`` seconds (renewed every third),
         ``steal`` breaks the leader, ``timeout`` (None: wait, 0: only if
-        free now), ``protocol`` "name@N", ``incident`` a steal's reason."""
+        free now), ``protocol`` "name@N", ``incident`` a steal's reason,
+        ``capabilities`` the names this campaign implements (a list of str;
+        a workstream that pins one it lacks raises ``ProtocolPinned``)."""
         return Leadership(self._c, workstream, lease=lease, steal=steal, timeout=timeout,
-                          protocol=protocol, incident=incident)
+                          protocol=protocol, incident=incident, capabilities=capabilities)
 
     def define(self, workstream: m.Name, *, protocol: Any = m.OMIT, max_hold: Any = m.OMIT,
                steal: Any = m.OMIT, mode: Any = m.OMIT, fallback: Any = m.OMIT,
-               canonical_fence: Any = m.OMIT, force: bool = False) -> m.Descriptor:
+               canonical_fence: Any = m.OMIT, lock_name: Any = m.OMIT,
+               capabilities: Any = m.OMIT, if_available: Any = m.OMIT,
+               force: bool = False) -> m.Descriptor:
         """Changes the stored descriptor field by field: a field left out
         (``coord.OMIT``, the default) keeps its value, None returns it to
-        its default, a value replaces it.  Returns the descriptor."""
+        its default, a value replaces it.  ``max_hold`` in seconds (0:
+        none); ``steal`` "never", "incident-only" or "allowed"; ``mode``
+        "shadow", "read-only" or "active"; ``lock_name`` the leadership
+        lock's name; ``capabilities`` the names every campaign must carry
+        (a list of str); ``if_available`` "allowed" or "never" (campaigns
+        that only look get ``Policy``).  Returns the descriptor."""
         return self._c._do(calls.leader_define(
             workstream, protocol=protocol, max_hold=max_hold, steal=steal, mode=mode,
-            fallback=fallback, canonical_fence=canonical_fence, force=force))
+            fallback=fallback, canonical_fence=canonical_fence, lock_name=lock_name,
+            capabilities=capabilities, if_available=if_available, force=force))
 
     def describe(self, workstream: m.Name) -> m.Descriptor:
         """The stored descriptor; ``NotFound`` when never defined."""
@@ -1077,10 +1091,12 @@ class Client(ClientBase):
     # ---- leadership ----
 
     def try_leader(self, workstream: m.Name, *, lease: Optional[float] = m.DEFAULT_LEASE,
-                   protocol: Optional[str] = None, incident: Optional[str] = None
+                   protocol: Optional[str] = None, incident: Optional[str] = None,
+                   capabilities: Optional[Sequence[str]] = None
                    ) -> Optional[Leadership]:
         """Leadership if nobody leads now, else None."""
-        lead = Leadership(self, workstream, lease=lease, protocol=protocol, incident=incident)
+        lead = Leadership(self, workstream, lease=lease, protocol=protocol, incident=incident,
+                          capabilities=capabilities)
         return lead if lead.campaign(if_available=True) else None
 
 

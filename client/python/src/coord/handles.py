@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import enum
 import time
-from typing import Any, Callable, Dict, Generic, List, Optional, Protocol, Tuple, TypeVar
+from typing import (Any, Callable, Dict, Generic, List, Optional, Protocol, Sequence, Tuple,
+                    TypeVar)
 
 from . import descfile, messages as m
 from .core import EventQueue, Reply
@@ -281,7 +282,8 @@ class LeaderTerm:
 
     def __init__(self, client: Any, workstream: m.Name, *, lease: Optional[float],
                  steal: bool, timeout: Optional[float], protocol: Optional[str],
-                 incident: Optional[str], event: Callable[[], Any]) -> None:
+                 incident: Optional[str], event: Callable[[], Any],
+                 capabilities: Optional[Sequence[str]] = None) -> None:
         self._client = client
         self._conn: Any = None
         self._waiting: Optional[Tuple[Any, Any]] = None
@@ -291,6 +293,7 @@ class LeaderTerm:
         self.timeout = timeout
         self.protocol = protocol
         self.incident = incident
+        self.capabilities = capabilities
         self.generation: Optional[int] = None
         self.state = LeaderState.FOLLOWER
         self.mode: Optional[str] = None          # rollout mode of the term
@@ -304,7 +307,8 @@ class LeaderTerm:
         self.single_instance = False
         self.config_dir: Optional[str] = None
         m.campaign(self.workstream, lease=lease, steal=steal, if_available=False,
-                   timeout=timeout, protocol=protocol, incident=incident)
+                   timeout=timeout, protocol=protocol, incident=incident,
+                   capabilities=capabilities)
 
     @property
     def leading(self) -> bool:
@@ -327,7 +331,8 @@ class LeaderTerm:
         try_once = if_available or self.timeout == 0
         return m.campaign(self.workstream, lease=self.lease, steal=self.steal,
                           if_available=try_once, timeout=None if try_once else self.timeout,
-                          protocol=self.protocol, incident=self.incident)
+                          protocol=self.protocol, incident=self.incident,
+                          capabilities=self.capabilities)
 
     def _campaign_limit(self, fields: Dict[str, Any]) -> Optional[float]:
         """How long to wait for the campaign's reply."""
@@ -522,6 +527,19 @@ class LeaderTerm:
                 f"generation={self.generation}>")
 
 
+# The protocol's limits on a flight's failure (coord-wire-limits.h's
+# LIMIT_ERROR_CODE and LIMIT_ERROR_MESSAGE, bytes): an owner's exception is
+# cut to them before flight.fail.
+MAX_ERROR_CODE = 256
+MAX_ERROR_MESSAGE = 4096
+
+
+def cut_utf8(s: str, limit: int) -> str:
+    """s cut to at most limit bytes of UTF-8, at a character's boundary (a
+    lone surrogate, which UTF-8 cannot carry, becomes "?")."""
+    return s.encode("utf-8", "replace")[:limit].decode("utf-8", "ignore")
+
+
 def owner_failure(e: BaseException) -> Tuple[str, str, bool, Optional[float]]:
     """(code, message, retryable, retry_after) for an owner function that
     raised e: its own FlightFailed as is (``RetryAfter``: with its
@@ -534,7 +552,8 @@ def owner_failure(e: BaseException) -> Tuple[str, str, bool, Optional[float]]:
         return e.error_code, e.message, e.retryable, None
     if not isinstance(e, Exception):
         return "ABORTED", f"the owner was interrupted ({type(e).__name__})", True, None
-    return type(e).__name__[:256], str(e)[:4096], False, None
+    return (cut_utf8(type(e).__name__, MAX_ERROR_CODE), cut_utf8(str(e), MAX_ERROR_MESSAGE),
+            False, None)
 
 
 SOURCES = ("owner", "live", "record", "stale", "bypass", "local")

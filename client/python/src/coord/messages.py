@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from .core import NIL, Event
 from .errors import printable
@@ -197,11 +197,32 @@ def _text(x: Any, what: str) -> Optional[str]:
     return x
 
 
+def _caps(x: Any, what: str = "capabilities") -> str:
+    """Capabilities as they go on the wire: a list (a sequence) of names
+    joined as "a,b" (a str "a,b" goes as it is).  The names' rules (at
+    most 16, 1..64 bytes of ``A-Z a-z 0-9 . _ - : / @ +``, none twice) are
+    the broker's (``InvalidOptions``); a name holding a comma is refused
+    here, since joined it would read as two."""
+    if isinstance(x, str):
+        return x
+    if isinstance(x, (bytes, bytearray, memoryview)) or not isinstance(x, Sequence):
+        raise TypeError(f"{what} must be a list of str, not {type(x).__name__}")
+    for c in x:
+        if not isinstance(c, str):
+            raise TypeError(f"{what}: a capability must be str, not {type(c).__name__}")
+        if "," in c:
+            raise ValueError(f"{what}: {c!r} is not one name (a comma separates names)")
+    return ",".join(x)
+
+
 def campaign(ws: Name, *, lease: Optional[float], steal: bool, if_available: bool,
              timeout: Optional[float], protocol: Optional[str] = None,
-             incident: Optional[str] = None) -> Dict[str, Any]:
-    """``leader.campaign``; ``protocol`` ("name@N") and ``incident`` are
-    checked by the broker (``InvalidOptions``), only their type here."""
+             incident: Optional[str] = None,
+             capabilities: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    """``leader.campaign``; ``protocol`` ("name@N"), ``incident`` and
+    ``capabilities`` (what the caller implements: a workstream that pins
+    one it lacks answers ``ProtocolPinned``) are checked by the broker
+    (``InvalidOptions``), only their type here."""
     f: Dict[str, Any] = {"workstream": name(ws, "workstream")}
     le = ms(lease, "lease")
     if le:
@@ -219,6 +240,8 @@ def campaign(ws: Name, *, lease: Optional[float], steal: bool, if_available: boo
     i = _text(incident, "incident")
     if i is not None:
         f["incident"] = i
+    if capabilities is not None:
+        f["capabilities"] = _caps(capabilities)
     return f
 
 
@@ -253,18 +276,27 @@ ROLLOUT_MODES = ("shadow", "read-only", "active")
 
 def define(ws: Name, *, protocol: Any = OMIT, max_hold: Any = OMIT, steal: Any = OMIT,
            mode: Any = OMIT, fallback: Any = OMIT, canonical_fence: Any = OMIT,
+           lock_name: Any = OMIT, capabilities: Any = OMIT, if_available: Any = OMIT,
            force: bool = False) -> Dict[str, Any]:
     """``leader.define``: a field left at ``OMIT`` is not sent (the stored
     value stays), None is sent as nil (back to the default), anything else
-    replaces the stored value.  ``max_hold`` in seconds (0: none)."""
+    replaces the stored value.  ``max_hold`` in seconds (0: none);
+    ``lock_name`` a name (str or bytes); ``capabilities`` a list of names
+    (sent as "a,b"; an empty list: none); ``if_available`` "allowed" or
+    "never"."""
     f: Dict[str, Any] = {"workstream": name(ws, "workstream")}
     for k, v in (("protocol", protocol), ("steal", steal), ("mode", mode),
-                 ("fallback", fallback), ("canonical_fence", canonical_fence)):
+                 ("fallback", fallback), ("canonical_fence", canonical_fence),
+                 ("if_available", if_available)):
         if v is OMIT:
             continue
         f[k] = NIL if v is None else _text(v, k)
     if max_hold is not OMIT:
         f["max_hold_ms"] = NIL if max_hold is None else ms(max_hold, "max_hold")
+    if lock_name is not OMIT:
+        f["lock_name"] = NIL if lock_name is None else name(lock_name, "lock_name")
+    if capabilities is not OMIT:
+        f["capabilities"] = NIL if capabilities is None else _caps(capabilities)
     if force:
         f["force"] = True
     return f
@@ -588,7 +620,12 @@ class Descriptor:
     """A workstream's stored descriptor (``define`` / ``describe``).
     ``protocol`` is the one defined, ``pinned_protocol`` the pin in force
     (the ratchet: the highest version granted); ``max_hold`` seconds or
-    None; ``defined`` the Unix time of the last define."""
+    None; ``defined`` the Unix time of the last define.  ``lock_name`` is
+    the leadership lock's name in force (the defined one, else
+    ``-leader/<workstream>``; None from a broker that does not say);
+    ``capabilities`` the names every campaign must carry ([] when none);
+    ``if_available`` "allowed" or "never" (an ``if_available`` campaign
+    then raises ``Policy``)."""
     workstream: Union[str, bytes]
     protocol: Optional[str]
     pinned_protocol: Optional[str]
@@ -598,16 +635,26 @@ class Descriptor:
     fallback: Optional[str]
     canonical_fence: str
     defined: float
+    lock_name: Optional[Union[str, bytes]] = None
+    capabilities: List[str] = field(default_factory=list)
+    if_available: str = "allowed"
+
+
+def _name_or_none(v: Any) -> Optional[Union[str, bytes]]:
+    return v if isinstance(v, (str, bytes)) else None
 
 
 def descriptor(body: Dict[str, Any]) -> Descriptor:
     d = body.get("descriptor")
     d = d if isinstance(d, dict) else {}
+    caps = _opt_str(d.get("capabilities"))
     return Descriptor(d.get("workstream", b""), _opt_str(d.get("protocol")),
                       _opt_str(d.get("pinned_protocol")), _hold(d),
                       str(d.get("steal") or "allowed"), str(d.get("mode") or "active"),
                       _opt_str(d.get("fallback")), str(d.get("canonical_fence") or "local"),
-                      uint(d, "defined_ms") / 1000.0)
+                      uint(d, "defined_ms") / 1000.0, _name_or_none(d.get("lock_name")),
+                      caps.split(",") if caps else [],
+                      str(d.get("if_available") or "allowed"))
 
 
 class Page(list):  # type: ignore[type-arg]

@@ -1,4 +1,4 @@
-// Single-flight part 2 against a real coordd: stale-while-revalidate
+// Single-flight's policies against a real coordd: stale-while-revalidate
 // (stale, notify/onUpdated, flight.updated), backoff (RetryAfterError →
 // BackoffError), the kill switch (flight.disable/enable/disabled), the
 // fallback policy when the broker cannot be reached, and stats().latency.

@@ -1,7 +1,8 @@
-// Leadership part 2 against a real coordd: descriptors (define/describe,
-// field-by-field merge), protocol pinning and its ratchet, steal policies,
-// incident takeover, max hold drain and fence, rollout modes, history, outbox
-// claims (reconcile after a leader process is killed), pending, check, drain.
+// Leadership's descriptors and policies against a real coordd: descriptors
+// (define/describe, field-by-field merge), protocol pinning and its ratchet,
+// steal policies, incident takeover, max hold drain and fence, rollout modes,
+// history, outbox claims (reconcile after a leader process is killed),
+// pending, check, drain.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';

@@ -1,4 +1,4 @@
-"""Single-flight part 2 through the real broker: stale-while-revalidate
+"""Single-flight's policies through the real broker: stale-while-revalidate
 (the owner sees the stale value, callers served it at once, flight.updated
 as a future and a callback), backoff (RetryAfter → Backoff), the kill
 switch, fallback="run", and stats().latency; blocking and asyncio."""
@@ -270,7 +270,7 @@ def test_stats_latency(broker):
 
 # ---- asyncio ----
 
-def test_aio_part2(broker):
+def test_aio_stale_backoff_kill_switch_latency(broker):
     async def main():
         async with broker.aclient() as a, broker.aclient() as b:
             r = await a.once("cfg", _const(b"v1"), keep=FRESH, stale=30)

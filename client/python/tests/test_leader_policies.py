@@ -1,9 +1,10 @@
-"""Leadership part 2, blocking and asyncio, against a real broker:
-descriptors (define merges field by field: omitted keeps, None resets),
-protocol pinning with its ratchet and force, steal policies, incident
-takeover of a disabled workstream, max hold (drain, then fence), rollout
-modes and leader.mode, history, outbox claims reconciled after a leader
-process was killed, pending, check, drain (own and requested)."""
+"""Leadership's descriptors and policies, blocking and asyncio, against a
+real broker: descriptors (define merges field by field: omitted keeps, None
+resets), protocol pinning with its ratchet and force, the lock name,
+capabilities and if_available policy, steal policies, incident takeover of
+a disabled workstream, max hold (drain, then fence), rollout modes and
+leader.mode, history, outbox claims reconciled after a leader process was
+killed, pending, check, drain (own and requested)."""
 import asyncio
 import os
 import subprocess
@@ -36,6 +37,34 @@ def test_define_fields_omit_none_value():
     with pytest.raises(ValueError):
         m.commit("op", None, b"v")              # a value needs a key
     assert m.commit("op", None, None) == {"op_id": "op"}
+
+
+def test_lock_name_capabilities_if_available_fields():
+    f = m.define("ws", lock_name="app:leader:ws", capabilities=["outbox", "claims"],
+                 if_available="never")
+    assert f == {"workstream": "ws", "lock_name": "app:leader:ws",
+                 "capabilities": "outbox,claims", "if_available": "never"}
+    assert m.define("ws", lock_name=b"\xffl")["lock_name"] == b"\xffl"   # a name: bytes too
+    assert m.define("ws", capabilities="a, b")["capabilities"] == "a, b"   # the broker's form
+    assert m.define("ws", capabilities=[])["capabilities"] == ""            # none
+    f = m.define("ws", lock_name=None, capabilities=None, if_available=None)
+    assert f == {"workstream": "ws", "lock_name": NIL, "capabilities": NIL,
+                 "if_available": NIL}
+    c = m.campaign("ws", lease=None, steal=False, if_available=False, timeout=None,
+                   capabilities=("outbox",))
+    assert c == {"workstream": "ws", "capabilities": "outbox"}
+    assert "capabilities" not in m.campaign("ws", lease=None, steal=False,
+                                            if_available=False, timeout=None)
+    for bad in (3, b"a,b", [b"a"], ["a", 1]):
+        with pytest.raises(TypeError):
+            m.define("ws", capabilities=bad)
+        with pytest.raises(TypeError):
+            coord.Leadership(None, "ws", capabilities=bad)       # early, before any I/O
+    with pytest.raises(ValueError):
+        m.campaign("ws", lease=None, steal=False, if_available=False, timeout=None,
+                   capabilities=["a,b"])                          # would read as two names
+    with pytest.raises(TypeError):
+        m.define("ws", if_available=True)        # the policy's word, not the campaign's bool
 
 
 def test_nil_goes_on_the_wire_as_nil():
@@ -132,6 +161,57 @@ def test_protocol_pin_ratchet_force(broker):
         assert (d2.protocol, d2.pinned_protocol) == (None, None)
         with c.leader("p"):
             pass
+
+
+def test_lock_name_capabilities_if_available(broker):
+    with broker.client(client="a") as c, broker.client(client="b") as b:
+        with c.leader("ob"):
+            pass
+        d = c.leader.define("ob", lock_name="app:leader:ob:v3",
+                            capabilities=["outbox", "claims"], if_available="never")
+        assert (d.lock_name, d.capabilities, d.if_available) == \
+            ("app:leader:ob:v3", ["outbox", "claims"], "never")
+        assert c.leader.describe("ob") == d
+        # a campaign must name every pinned capability
+        with pytest.raises(coord.ProtocolPinned, match="outbox"):
+            with c.leader("ob"):
+                pytest.fail("led without the capabilities")
+        with pytest.raises(coord.ProtocolPinned, match="claims"):
+            c.leader("ob", capabilities=["outbox"]).campaign()
+        # if_available "never": a campaign that only looks is refused
+        with pytest.raises(coord.Policy):
+            c.try_leader("ob", capabilities=["claims", "outbox"])
+        with pytest.raises(coord.Policy):
+            c.leader("ob", capabilities=["claims", "outbox"], timeout=0).campaign()
+        # more than the pinned ones is fine; the campaign queues on the lock name
+        with c.leader("ob", capabilities=["claims", "outbox", "extra"]) as lead:
+            assert lead.state == coord.LEADER
+            assert [e.name for e in b.locks().held] == ["app:leader:ob:v3"]
+        # a define may add a capability while a campaign waits: refused at its turn
+        with c.leader("ob", capabilities="outbox,claims"):
+            waiter = b.leader("ob", capabilities=["outbox", "claims"], timeout=5)
+            got = []
+            t = threading.Thread(target=lambda: _catch(waiter.campaign, got))
+            t.start()
+            wait_until(lambda: len(c.locks().pending) == 1, what="the queued campaign")
+            c.leader.define("ob", capabilities=["outbox", "claims", "audit"])
+        t.join(10)
+        assert isinstance(got[0], coord.ProtocolPinned) and waiter.state == coord.ABORTED
+        # None: back to the defaults
+        d = c.leader.define("ob", lock_name=None, capabilities=None, if_available=None)
+        assert (d.lock_name, d.capabilities, d.if_available) == ("-leader/ob", [], "allowed")
+        lead = c.try_leader("ob")
+        assert lead is not None and [e.name for e in b.locks().held] == ["-leader/ob"]
+        lead.resign()
+        for bad in (dict(lock_name="-mine"), dict(lock_name="x" * 201),
+                    dict(capabilities=[f"c{i}" for i in range(17)]),
+                    dict(capabilities=["a", "a"]), dict(capabilities=["no space"]),
+                    dict(if_available="sometimes")):
+            with pytest.raises(coord.InvalidOptions):
+                c.leader.define("ob", **bad)
+        with pytest.raises(coord.InvalidOptions):
+            c.leader("ob", capabilities=["a b"]).campaign()
+        assert c.leader.describe("ob") == d                      # nothing changed
 
 
 def settled_history(c, ws, limit=None):
@@ -435,6 +515,31 @@ def test_async_descriptors_pinning_steal_incident(broker):
                                                           ("INC-A", "resigned")]
             assert (await d.leader.define("a", protocol="svc@1", force=True)).pinned_protocol \
                 == "svc@1"
+    asyncio.run(main())
+
+
+def test_async_lock_name_capabilities_if_available(broker):
+    async def main():
+        async with broker.aclient() as c, broker.aclient() as d:
+            desc = await c.leader.define("aob", lock_name="app:leader:aob",
+                                         capabilities=("outbox",), if_available="never")
+            assert (desc.lock_name, desc.capabilities, desc.if_available) == \
+                ("app:leader:aob", ["outbox"], "never")
+            assert await d.leader.describe("aob") == desc
+            with pytest.raises(coord.ProtocolPinned, match="outbox"):
+                async with c.leader("aob"):
+                    pytest.fail("led without the capability")
+            with pytest.raises(coord.Policy):
+                await c.try_leader("aob", capabilities=["outbox"])
+            async with c.leader("aob", capabilities=["outbox"]) as lead:
+                assert lead.state == coord.LEADER
+                assert [e.name for e in (await d.locks()).held] == ["app:leader:aob"]
+            desc = await c.leader.define("aob", capabilities=None, if_available="allowed")
+            assert (desc.lock_name, desc.capabilities, desc.if_available) == \
+                ("app:leader:aob", [], "allowed")
+            lead = await c.try_leader("aob")
+            assert lead is not None
+            await lead.resign()
     asyncio.run(main())
 
 
