@@ -292,8 +292,8 @@ static int write_corpus(const char *dir)
         "\003# every key\r\nschema: 'crossTabLeader.v1'\r\norigin: \"a\\\"b\"\r\n"
         "capabilities: [outbox, claims]\r\nifAvailable: never\r\nmode: ~\r\n"
         "disabled: true # c\r\nmaxHold: 1.5s\r\n",
-        "\003schema: crossTabLeader.v1\n  bogus\nmode: x\nmode: y\ncapabilities: a,,b\n"
-        "fallback: ELSE\nlockName: -x\nmaxHold: 0x10s\nworkstream: 'open\n",
+        ("\003schema: crossTabLeader.v1\n  bogus\nmode: x\nmode: y\ncapabilities: a,,b\n"
+         "fallback: ELSE\nlockName: -x\nmaxHold: 0x10s\nworkstream: 'open\n"),
     };
     const char *names[] = {
         "protocol-sync", "protocol-max", "protocol-bad", "file-note000", "file-every-key",
