@@ -687,8 +687,12 @@ void incident_run(struct cl *k)
     snprintf(text, sizeof text, "INC-%u", k->sl->arg);
     term_run(k, 0, 0, text, false);
     /* the incident handled: the operator (the driver, who owns the
-     * descriptor file) enables the workstream again */
-    atomic_store(&S->ob[0].enable_asked, 1);
+     * descriptor file) enables the workstream again.  Not when the
+     * connection is gone (the broker was killed, maybe wiped): the driver
+     * enables it a while later, and meanwhile the file's disable must hold
+     * on the restarted broker */
+    if (k->c)
+        atomic_store(&S->ob[0].enable_asked, 1);
 }
 
 /* ---- the driver's side: descriptor files, modes, the kill switch ----
