@@ -715,13 +715,22 @@ void incident_run(struct cl *k)
  * in memory before it answers, ahead of any later campaign or claim); one
  * that relaxes a check is cleared before the file is written. */
 
-static coord_t *drv;
+static coord_t *drv[MAX_BROKERS];
 
-static coord_t *driver_conn(void)
+/* the driver's connection to broker b (one try: the caller goes on) */
+static coord_t *driver_conn(unsigned b)
 {
-    if (!drv)
-        drv = driver_connect("fault-driver-ob", 0);     /* one try: the caller goes on */
-    return drv;
+    if (!drv[b]) {
+        coord_options o;
+        coord_options_init(&o);
+        o.socket_path = broker_socket(b);
+        o.scope = SCOPE;
+        o.client_name = "fault-driver-ob";
+        o.no_autostart = true;
+        if (coord_connect(&drv[b], &o) < 0)
+            drv[b] = NULL;
+    }
+    return drv[b];
 }
 
 static const char *const mode_names[] = { "active", "read-only", "shadow" };
@@ -802,13 +811,11 @@ static void in_force(unsigned ws)
     atomic_store(&w->defined, 1);
 }
 
-/* broker.reload on broker 0: 0 when every file loaded (then each one
- * written since is in force), else -1 and the files stay as written
- * (ob_tick reloads them again) */
-static int reload(void)
+/* broker.reload on broker b: 0 when every file loaded, else -1 */
+static int reload_one(unsigned b)
 {
     for (int attempt = 0; attempt < 2; attempt++) {
-        coord_t *c = driver_conn();
+        coord_t *c = driver_conn(b);
         if (!c)
             return -1;
         coord_req_t *q = coord_req_new("broker.reload");
@@ -829,19 +836,34 @@ static int reload(void)
             if (errors || loaded != NOB)
                 return -1;
             CNT(reloads);
-            for (unsigned ws = 0; ws < NOB; ws++)
-                if (F[ws].unapplied)
-                    in_force(ws);
             return 0;
         }
         if (!conn_err(rc)) {
             VIOL(unexpected, "broker.reload: %s", coord_strerror(rc));
             return -1;
         }
-        coord_close(drv);               /* a restarted broker: connect again */
-        drv = NULL;
+        coord_close(drv[b]);            /* a restarted broker: connect again */
+        drv[b] = NULL;
     }
     return -1;
+}
+
+/* broker.reload on every broker: 0 when each one loaded every file (then
+ * each file written since is in force), else -1 and the files stay as
+ * written (ob_tick reloads them again).  Every broker, not only one: a
+ * reload is answered once the files are applied in that broker's memory,
+ * before they are stored in the ledger, so with --etcd another machine's
+ * broker that was not reloaded would go on with the old policy until the
+ * store lands (each machine reads its own config, as in a deployment). */
+static int reload(void)
+{
+    for (unsigned b = 0; b < CFG->nbrokers; b++)
+        if (reload_one(b) < 0)
+            return -1;
+    for (unsigned ws = 0; ws < NOB; ws++)
+        if (F[ws].unapplied)
+            in_force(ws);
+    return 0;
 }
 
 static int apply(unsigned ws)
