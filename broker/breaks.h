@@ -16,7 +16,12 @@
  *   long-lease       the default leadership lease is 30 s again
  *   etcd-fail-open   a commit etcd does not answer is answered applied
  *   superseded-accepted  a superseded flight owner's late result is
- *                    accepted (single-flight's stale-owner invariant) */
+ *                    accepted (single-flight's stale-owner invariant)
+ *   wipe-forgets-config  a start that creates the ledger (no data.mdb
+ *                    was there: a first start or a wiped data dir) does
+ *                    not read the config dir's descriptor files (SIGHUP
+ *                    and broker.reload still do): a wipe loses the
+ *                    files' policy until the next reload */
 #ifndef COORD_BREAKS_H
 #define COORD_BREAKS_H
 
@@ -31,7 +36,8 @@
     X(DISABLED_IGNORED, "disabled-ignored") \
     X(LONG_LEASE, "long-lease") \
     X(ETCD_FAIL_OPEN, "etcd-fail-open") \
-    X(SUPERSEDED_ACCEPTED, "superseded-accepted")
+    X(SUPERSEDED_ACCEPTED, "superseded-accepted") \
+    X(WIPE_FORGETS_CONFIG, "wipe-forgets-config")
 
 enum {
 #define BREAK_ENUM(id, name) BREAK_BIT_##id,

@@ -205,6 +205,11 @@ int broker_run(struct broker_options *opt)
     b->data_lock_fd = opt->data_lock_fd;
 
     b->loop = uv_default_loop();
+#ifdef COORD_TEST_BREAKS
+    char mdb[sizeof b->opt.data_dir + 16];
+    bool new_ledger = snprintf(mdb, sizeof mdb, "%s/data.mdb", b->opt.data_dir) <
+                      (int)sizeof mdb && access(mdb, F_OK) != 0;   /* wipe-forgets-config */
+#endif
     if (store_open(&b->store, b->opt.data_dir, b->opt.max_data_size, b->loop,
                     err, sizeof err) < 0)
         return start_failed(b, err);
@@ -218,6 +223,9 @@ int broker_run(struct broker_options *opt)
         return start_failed(b, err);
     /* before the listener: what the files define is queued ahead of any
      * client's request on those workstreams */
+#ifdef COORD_TEST_BREAKS
+    if (!(new_ledger && BROKEN(WIPE_FORGETS_CONFIG)))
+#endif
     leaders_config_load(b);
     if (listener_start(b, err, sizeof err) < 0)
         return start_failed(b, err);

@@ -177,10 +177,15 @@ void broker_log_tail(unsigned i)
 int broker_start(unsigned i)
 {
     paths(i);
-    const char *extra[] = { "--ledger", "etcd", "--etcd-endpoints", etcd.endpoints,
-                            "--etcd-prefix", "/coord-fault/", NULL };
+    /* every broker reads the outbox descriptors from the driver's files
+     * (outbox.c), at each start */
+    const char *extra[] = { "--config-dir", CFG->config_dir, "--ledger", "etcd",
+                            "--etcd-endpoints", etcd.endpoints, "--etcd-prefix", "/coord-fault/",
+                            NULL };
+    if (!CFG->etcd)
+        extra[2] = NULL;
     pid_t pid = spawn_broker("coord-fault", CFG->broker, B[i].sock, B[i].data, B[i].log,
-                             CFG->etcd ? extra : NULL, 15000);
+                             extra, 15000);
     if (pid < 0) {
         broker_log_tail(i);
         return -1;

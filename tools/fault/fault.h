@@ -177,6 +177,7 @@ struct lop {
     _Atomic uint32_t epoch;         /* wipes + 1 when created */
     _Atomic uint64_t claim_gen;     /* newest generation whose claim was acknowledged */
     _Atomic uint64_t claim_seq;     /* sequence after that reply */
+    _Atomic uint32_t claim_epoch;   /* wipes + 1 before that claim was sent */
     _Atomic uint64_t settle_seq;    /* sequence before the first commit/abandon sent */
     _Atomic uint32_t committed;     /* a commit answered applied */
     _Atomic uint32_t abandoned;     /* an abandon answered {} */
@@ -186,12 +187,20 @@ struct lop {
 
 struct obinfo {
     _Atomic uint64_t max_granted, max_granted_seq;
-    _Atomic uint32_t max_version;   /* newest protocol version granted */
+    /* The policy the checks rely on is the descriptor file's (outbox.c):
+     * a flag that makes a check stricter is set once the broker.reload
+     * that applied the file was answered, one that relaxes it is cleared
+     * before the file is written.  A wipe clears none of them: every
+     * broker start reads the files before its first client. */
+    _Atomic uint64_t ep_version;    /* wipes << 32 | newest protocol version granted
+                                       since that many wipes (the ratchet: ledger state) */
+    _Atomic uint32_t floor;         /* the file's protocol version, in force */
     _Atomic uint32_t deployed;      /* the version clients campaign with */
-    _Atomic uint32_t ro;            /* a shadow/read-only define answered, active not sent */
+    _Atomic uint32_t ro;            /* a shadow/read-only file in force, active not written */
     _Atomic uint32_t mode;          /* 0 active, 1 read-only, 2 shadow (driver's) */
-    _Atomic uint32_t disabled;      /* a disable answered, enable not sent */
-    _Atomic uint32_t defined;       /* its descriptor was defined (answered) */
+    _Atomic uint32_t disabled;      /* a disabled file in force, enabled not written */
+    _Atomic uint32_t defined;       /* its first file is in force (never cleared) */
+    _Atomic uint32_t enable_asked;  /* the incident client is done: the driver enables */
     _Atomic uint64_t disabled_ns;
     _Atomic uint64_t unsettled[OB_UNSETTLED];  /* logical ops claimed, not settled */
     _Atomic uint64_t ring[OB_RING];             /* committed ones */
@@ -270,6 +279,8 @@ struct obinfo {
     X(ob_grants, "outbox grants")                                              \
     X(ob_pinned, "outbox campaigns PROTOCOL_PINNED")                           \
     X(rollouts, "protocol rollouts (deployed version raised)")                 \
+    X(floor_raises, "descriptor files' protocol floor raised to the deployed one") \
+    X(reloads, "descriptor files applied (broker.reload answered)")            \
     X(ob_rollbacks, "rollback campaigns (an older version)")                   \
     X(ob_rollback_refused, "rollback campaigns refused PROTOCOL_PINNED")       \
     X(ob_policy, "steals refused POLICY")                                      \
@@ -404,6 +415,7 @@ struct config {
     char tmpdir[256];
     char socket_path[300];
     char data_dir[300];
+    char config_dir[300];   /* --config-dir of every broker: the descriptor files */
 };
 
 /* shared state (set up by shm_init before any fork) */
@@ -501,10 +513,12 @@ pid_t provider_pid(void);
 int provider_call(int *fd, int type, unsigned ws, uint64_t op, uint64_t gen, int *answer);
 const char *ob_name(unsigned i);
 
-/* driver side of the outbox workstreams (outbox.c) */
-int ob_define_all(void);            /* after start and every wipe */
-void ob_wiped(void);                /* before a wiped broker restarts */
+/* driver side of the outbox workstreams (outbox.c): their descriptors are
+ * files in CFG->config_dir, applied with broker.reload */
+int ob_config_init(void);           /* after the first start: the first files */
+void ob_tick(void);                 /* a file whose reload went unanswered: again */
 void ob_switch_mode(unsigned ws);   /* shadow -> read-only -> active */
+void ob_rollout(unsigned ws, bool can_reload);  /* deployed version, or the file's floor */
 int ob_disable(unsigned ws, bool disable);
 
 /* verify.c: the driver's checks through its own connection (to broker 0,

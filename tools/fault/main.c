@@ -510,14 +510,11 @@ static void inject(void)
         if (!etcd_outage_on())      /* the driver's calls need the ledger */
             ob_switch_mode(1);
         break;
-    case F_ROLLOUT: {
-        unsigned ws = (unsigned)rng_below(&R, NOB);
-        if (atomic_load(&S->ob[ws].deployed) < 1000000) {
-            atomic_fetch_add(&S->ob[ws].deployed, 1);
-            CNT(rollouts);
-        }
+    case F_ROLLOUT:
+        /* the deployed version, or the file's floor raised to it (a
+         * reload needs the ledger) */
+        ob_rollout((unsigned)rng_below(&R, NOB), !etcd_outage_on());
         break;
-    }
     case F_ROLLBACK: {
         int a = free_aux();
         if (a >= 0)
@@ -542,13 +539,15 @@ static void inject(void)
     }
 }
 
-/* an incident takeover whose client died before it enabled the
- * workstream again: the operator does */
-static void enable_abandoned(void)
+/* the operator enables outbox-0 again (in its descriptor file) once the
+ * incident client is done, or when it died before it said so */
+static void enable_after_incident(void)
 {
     struct obinfo *w = &S->ob[0];
-    if (cfg.outbox && !etcd_outage_on() && atomic_load(&w->disabled) && !incident_running() &&
-        now_ns() - atomic_load(&w->disabled_ns) > 3000000000ull)
+    if (!cfg.outbox || etcd_outage_on() || !atomic_load(&w->disabled))
+        return;
+    if (atomic_exchange(&w->enable_asked, 0) ||
+        (!incident_running() && now_ns() - atomic_load(&w->disabled_ns) > 3000000000ull))
         ob_disable(0, false);
 }
 
@@ -670,7 +669,7 @@ static void reap(void)
  * leadership check stays as strict as before. */
 static int restart_broker(unsigned i, bool killed)
 {
-    bool wiped = !killed && i == 0;     /* the first start: a fresh data dir */
+    static bool configured;
     if (killed) {
         drop_transitions();
         /* etcd: the leaders of this machine lose their terms only when etcd
@@ -689,13 +688,14 @@ static int restart_broker(unsigned i, bool killed)
         CNT(broker_kills);
         if (rng_pct(&R, cfg.wipe_pct)) {
             if (!cfg.etcd) {
-                /* the ledger is gone while the broker is down: everything
-                 * it knew is forgotten, generations must still go up */
-                if (cfg.outbox)
-                    ob_wiped();
+                /* the ledger is gone while the broker is down: its state
+                 * is forgotten (applied and claimed ops, the ratchet above
+                 * a file's floor), generations must still go up.  Its
+                 * policy is not: the descriptor files are read again at
+                 * the start, so nothing is defined again and the outbox
+                 * checks stay armed */
                 atomic_fetch_add(&S->wipes, 1);
                 atomic_store(&S->wipe_seq, seq_next());
-                wiped = true;
             }
             rm_rf(broker_data_dir(i));
             CNT(wipes);
@@ -705,8 +705,13 @@ static int restart_broker(unsigned i, bool killed)
     alarm(120);
     if (broker_start(i) < 0)
         return -1;
-    if (wiped && cfg.outbox && ob_define_all() < 0)
-        return -1;
+    /* the first start: the first descriptor files (their config dir was
+     * empty), applied with broker.reload before any client starts */
+    if (i == 0 && !configured && cfg.outbox) {
+        if (ob_config_init() < 0)
+            return -1;
+        configured = true;
+    }
     if (i == 0)
         verify_epoch();
     verify_state("after broker restart", false);
@@ -831,6 +836,14 @@ int main(int argc, char **argv)
     }
     snprintf(cfg.socket_path, sizeof cfg.socket_path, "%s/broker.sock", cfg.tmpdir);
     snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s/data", cfg.tmpdir);
+    snprintf(cfg.config_dir, sizeof cfg.config_dir, "%s/config", cfg.tmpdir);
+    char wsdir[320];
+    snprintf(wsdir, sizeof wsdir, "%s/workstreams", cfg.config_dir);
+    if (mkdir(cfg.config_dir, 0700) < 0 || mkdir(wsdir, 0700) < 0) {
+        perror("coord-fault: mkdir config dir");
+        rm_rf(cfg.tmpdir);
+        return 3;
+    }
     if (shm_init(cfg.rounds) < 0)
         return 3;
     printf("coord-fault: seed %" PRIu64 ", %u clients (%d leaders, %d lock, %d flight, "
@@ -848,7 +861,7 @@ int main(int argc, char **argv)
         rm_rf(cfg.tmpdir);
         return 3;
     }
-    for (unsigned b = cfg.nbrokers; b-- > 0;) {     /* broker 0 last: it defines */
+    for (unsigned b = cfg.nbrokers; b-- > 0;) {     /* broker 0 last: its reload applies the files */
         if (restart_broker(b, false) < 0) {
             etcd_end();
             rm_rf(cfg.tmpdir);
@@ -876,7 +889,9 @@ int main(int argc, char **argv)
         }
         watchdog();
         resume_due();
-        enable_abandoned();
+        enable_after_incident();
+        if (cfg.outbox)
+            ob_tick();
         uint64_t now = now_ns();
         if (now >= next_fault) {
             inject();

@@ -11,19 +11,25 @@
  * it must answer applied.  The driver kills and freezes these leaders
  * between claim and effect and between effect and commit, switches
  * outbox-1's rollout mode, raises the deployed version (a rollout: the
- * ratchet), starts rollback campaigns with the version before, disables
- * outbox-0 for an incident takeover, and wipes the data dir.
+ * ratchet) and later the descriptor file's floor to it, starts rollback
+ * campaigns with the version before, disables outbox-0 for an incident
+ * takeover, and wipes the data dir.  The descriptors are files (the
+ * driver's side, at the end): a wipe keeps them, so the checks of policy
+ * (mode_write, old_protocol against the file's floor, disabled_grant,
+ * policy_steal) hold across wipes.
  *
  * Checks made here, from what this process saw (fault.h's ordering rule:
  * a value read before a request was sent and a value written after a
  * reply arrived bracket the broker's handling):
  *   stale_write     a claim/commit/abandon accepted with a generation below
  *                   one whose grant was seen before it was sent;
- *   mode_write      ... sent after a shadow/read-only define was answered
- *                   and before the next active define was sent;
+ *   mode_write      ... sent after a shadow/read-only file was applied and
+ *                   before the next active one was written;
  *   unowned_op      an op whose claim was answered, never settled, missing
- *                   from the next leader's leader.pending;
- *   old_protocol    a grant with a version below one granted before;
+ *                   from the next leader's leader.pending (claims a wipe
+ *                   deleted excepted);
+ *   old_protocol    a grant with a version below the file's floor, or below
+ *                   one granted before with no wipe between;
  *   disabled_grant  a non-incident grant on outbox-0 while it is disabled;
  *   policy_steal    a steal without incident granted on outbox-0;
  *   gen_backwards   a grant not above every earlier one (wipes included);
@@ -284,7 +290,7 @@ static int do_op(struct cl *k, struct term *t, uint64_t op, bool redrive)
     char id[32];
     snprintf(id, sizeof id, "L%" PRIu64, op);
     uint64_t mg = atomic_load(&w->max_granted);
-    uint32_t ro = atomic_load(&w->ro);
+    uint32_t ro = atomic_load(&w->ro), ep = epoch_now();
     uint64_t send_ns = now_ns();
     coord_req_t *q = ws_req("leader.claim", t);
     coord_req_cstr(q, "op_id", id);
@@ -320,6 +326,7 @@ static int do_op(struct cl *k, struct term *t, uint64_t op, bool redrive)
     (void)redrive;
     atomic_store(&l->claim_gen, t->gen);
     atomic_store(&l->claim_seq, seq_r);
+    atomic_store(&l->claim_epoch, ep);
     unsettled_add(t->ws, op);
     set_state(k, ST_CLAIMED, (int)t->ws, t->gen);
     linger(k);
@@ -386,6 +393,7 @@ static int renew(struct cl *k, struct term *t)
 static int reconcile_pending(struct cl *k, struct term *t)
 {
     struct obinfo *w = &S->ob[t->ws];
+    uint32_t ep = epoch_now();
     uint64_t seq_s = seq_next();
     coord_req_t *q = coord_req_new("leader.pending");
     coord_req_cstr(q, "workstream", ob_name(t->ws));
@@ -405,9 +413,16 @@ static int reconcile_pending(struct cl *k, struct term *t)
             nops++;
     }
     coord_reply_free(r);
-    uint32_t ep = epoch_now();
-    uint64_t wipe_seq = atomic_load(&S->wipe_seq);
-    for (unsigned i = 0; i < OB_UNSETTLED; i++) {
+    /* What a wipe legitimately forgets: the claims stored in the wiped
+     * ledger (unsettled claims are ledger state, no descriptor file holds
+     * them: the operator reconciles them by op id, PROTOCOL.md).  So a
+     * claim is left out only when a wipe may have taken it: the wipe
+     * counter moved after the claim was sent (it is raised while the
+     * broker is down, so the same value means the claim was handled by
+     * the ledger this leader.pending reads).  Every other unsettled claim,
+     * whenever its op was created, must be listed. */
+    bool one_ledger = epoch_now() == ep;
+    for (unsigned i = 0; one_ledger && i < OB_UNSETTLED; i++) {
         uint64_t op = atomic_load(&w->unsettled[i]);
         if (!op || op >= LOPS_CAP)
             continue;
@@ -419,11 +434,11 @@ static int reconcile_pending(struct cl *k, struct term *t)
         uint64_t ss = atomic_load(&l->settle_seq);
         if (listed)
             continue;
-        if (atomic_load(&l->epoch) != ep || (ss && ss < seq_s)) {
+        if (atomic_load(&l->claim_epoch) != ep || (ss && ss < seq_s)) {
             atomic_compare_exchange_strong(&w->unsettled[i], &op, 0);   /* settled, or wiped */
             continue;
         }
-        if (cg && cg < t->gen && cs < seq_s && cs > wipe_seq)
+        if (cg && cg < t->gen && cs < seq_s)
             VIOL(unowned_op, "%s: L%" PRIu64 " claimed by %s generation %" PRIu64
                  " and never settled is missing from generation %" PRIu64 "'s leader.pending",
                  k->name, op, ob_name(t->ws), cg, t->gen);
@@ -451,6 +466,9 @@ static uint64_t new_op(unsigned ws)
     return op;
 }
 
+/* A committed op claimed again must answer applied: but not one from
+ * before the last wipe, whose applied record the wipe deleted (ledger
+ * state: a claim of it is fresh, and its effect would be done twice) */
 static uint64_t redrive_op(struct cl *k, unsigned ws)
 {
     struct obinfo *w = &S->ob[ws];
@@ -560,7 +578,8 @@ static void term_run(struct cl *k, unsigned ws, uint32_t version, const char *in
         coord_req_uint(q, "timeout_ms", BROKER_WAIT_MS);
     }
     uint64_t m0 = atomic_load(&w->max_granted);
-    uint32_t maxv = atomic_load(&w->max_version);
+    uint32_t floor = atomic_load(&w->floor), wipes = atomic_load(&S->wipes);
+    uint64_t epv = atomic_load(&w->ep_version);
     uint32_t dis = atomic_load(&w->disabled), defined = atomic_load(&w->defined);
     CNT(ob_campaigns);
     if (rollback)
@@ -602,9 +621,19 @@ static void term_run(struct cl *k, unsigned ws, uint32_t version, const char *in
     if (t.gen <= m0)
         VIOL(gen_backwards, "%s: granted %s generation %" PRIu64 " but %" PRIu64
              " was granted before the campaign was sent", k->name, ob_name(ws), t.gen, m0);
-    if (t.version < maxv)
+    /* old_protocol: the file's floor holds across wipes (configuration);
+     * the ratchet above it (a version granted raises the pin) is ledger
+     * state, which a wipe legitimately forgets: it is checked only when no
+     * wipe came between the newer grant and this one (the wipe counter is
+     * raised while the broker is down, so one value read before the
+     * campaign and after its reply means one ledger) */
+    bool same_ledger = atomic_load(&S->wipes) == wipes;
+    if (t.version < floor)
+        VIOL(old_protocol, "%s: %s granted to %s below its descriptor file's %s@%u",
+             k->name, ob_name(ws), proto, PROTO_NAME, floor);
+    else if (same_ledger && (uint32_t)(epv >> 32) == wipes && t.version < (uint32_t)epv)
         VIOL(old_protocol, "%s: %s granted to %s after %s@%u had led", k->name, ob_name(ws),
-             proto, PROTO_NAME, maxv);
+             proto, PROTO_NAME, (uint32_t)epv);
     if (dis && !incident)
         VIOL(disabled_grant, "%s: %s granted generation %" PRIu64 " while disabled", k->name,
              ob_name(ws), t.gen);
@@ -613,9 +642,8 @@ static void term_run(struct cl *k, unsigned ws, uint32_t version, const char *in
              k->name, ob_name(ws));
     atomic_max_u64(&w->max_granted, t.gen);
     atomic_max_u64(&w->max_granted_seq, seq_r);
-    uint32_t cur = atomic_load(&w->max_version);
-    while (cur < t.version && !atomic_compare_exchange_weak(&w->max_version, &cur, t.version))
-        ;
+    if (same_ledger)
+        atomic_max_u64(&w->ep_version, (uint64_t)wipes << 32 | t.version);
     CNT(ob_grants);
     if (incident)
         CNT(incident_grants);
@@ -658,117 +686,258 @@ void incident_run(struct cl *k)
     char text[32];
     snprintf(text, sizeof text, "INC-%u", k->sl->arg);
     term_run(k, 0, 0, text, false);
-    /* the incident handled: the operator enables the workstream again */
-    ob_disable(0, false);
+    /* the incident handled: the operator (the driver, who owns the
+     * descriptor file) enables the workstream again.  Not when the
+     * connection is gone (the broker was killed, maybe wiped): the driver
+     * enables it a while later, and meanwhile the file's disable must hold
+     * on the restarted broker */
+    if (k->c)
+        atomic_store(&S->ob[0].enable_asked, 1);
 }
 
-/* ---- the driver's side: descriptors, modes, the kill switch ---- */
+/* ---- the driver's side: descriptor files, modes, the kill switch ----
+ *
+ * The outbox workstreams' policy is configuration: one descriptor file
+ * each, CONFIG_DIR/workstreams/outbox-N.v1 in the config dir the driver
+ * owns (every broker it starts gets --config-dir).  Each change the suite
+ * makes (the first descriptors, a protocol floor raised to the deployed
+ * version, a mode switch, a disable and the enable after it) is written
+ * to the file, a temp file renamed over it, and applied with
+ * broker.reload; nothing is defined or disabled over the wire.  A broker
+ * reads the files at every start before its first client, so a wiped
+ * data dir comes back with the same policy: the driver defines nothing
+ * again after a wipe, and the flags the clients check (floor, ro,
+ * disabled, defined) stay armed across it.
+ *
+ * Only the driver writes the files (an incident client asks it to enable
+ * the workstream again through enable_asked).  A flag that makes a check
+ * stricter is set once the reload was answered (the broker applies a file
+ * in memory before it answers, ahead of any later campaign or claim); one
+ * that relaxes a check is cleared before the file is written. */
 
-static coord_t *drv;
+static coord_t *drv[MAX_BROKERS];
 
-static coord_t *driver_conn(void)
+/* the driver's connection to broker b (one try: the caller goes on) */
+static coord_t *driver_conn(unsigned b)
 {
-    if (!drv)
-        drv = driver_connect("fault-driver-ob", 0);     /* one try: the caller goes on */
-    return drv;
-}
-
-static int driver_call(coord_req_t *q)
-{
-    coord_t *c = driver_conn();
-    int rc = c ? coord_call(c, q, NULL) : COORD_ECONNECT;
-    coord_req_free(q);
-    if (conn_err(rc)) {
-        coord_close(drv);
-        drv = NULL;
+    if (!drv[b]) {
+        coord_options o;
+        coord_options_init(&o);
+        o.socket_path = broker_socket(b);
+        o.scope = SCOPE;
+        o.client_name = "fault-driver-ob";
+        o.no_autostart = true;
+        if (coord_connect(&drv[b], &o) < 0)
+            drv[b] = NULL;
     }
-    return rc;
+    return drv[b];
 }
 
 static const char *const mode_names[] = { "active", "read-only", "shadow" };
 
-/* The flags the clients check describe what the broker was told and
- * answered: a wiped broker knows nothing of it until ob_define_all has
- * told it again, so they are cleared before it restarts. */
-static bool want_disabled[NOB];
+/* what each file says */
+static struct {
+    uint32_t floor;                 /* protocol: fault@floor */
+    uint32_t mode;                  /* obinfo's numbering */
+    bool disabled;
+    bool unapplied;                 /* written, its reload not answered yet */
+} F[NOB];
 
-void ob_wiped(void)
+static int write_desc(unsigned ws)
 {
-    for (unsigned ws = 0; ws < NOB; ws++) {
-        struct obinfo *w = &S->ob[ws];
-        atomic_store(&w->defined, 0);
-        atomic_store(&w->ro, 0);
-        want_disabled[ws] = atomic_exchange(&w->disabled, 0) != 0;
+    char path[400], tmp[400], text[600];
+    snprintf(path, sizeof path, "%s/workstreams/%s.v1", CFG->config_dir, ob_name(ws));
+    /* a name the broker skips (a leading dot, no .v1): never read half-written */
+    snprintf(tmp, sizeof tmp, "%s/workstreams/.%s.tmp", CFG->config_dir, ob_name(ws));
+    char hold[40] = "";
+    if (ws == 0)
+        snprintf(hold, sizeof hold, "maxHold: %ums\n", OB_MAX_HOLD_MS);
+    snprintf(text, sizeof text,
+             "# %s: written by coord-fault\n"
+             "schema: crossTabLeader.v1\n"
+             "workstream: %s\n"
+             "origin: " SCOPE "\n"
+             "protocol: " PROTO_NAME "@%u\n"
+             "steal: %s\n"
+             "%s"
+             "mode: %s\n"
+             "fallback: SERVER_COORDINATED\n"
+             "disabled: %s\n",
+             ob_name(ws), ob_name(ws), F[ws].floor, ws == 0 ? "incident-only" : "allowed",
+             hold, mode_names[F[ws].mode % 3], F[ws].disabled ? "true" : "false");
+    FILE *f = fopen(tmp, "w");
+    bool ok = f && fputs(text, f) >= 0;
+    if (f && fclose(f) != 0)
+        ok = false;
+    if (!ok || rename(tmp, path) < 0) {
+        fprintf(stderr, "coord-fault: cannot write %s\n", path);
+        return -1;
+    }
+    F[ws].unapplied = true;
+    return 0;
+}
+
+/* The value of key in m as JSON (for messages); "?" when absent. */
+static void map_json(coord_map m, const char *key, char *out, size_t size)
+{
+    snprintf(out, size, "?");
+    for (size_t i = 0; i < coord_map_size(m); i++) {
+        const char *k;
+        size_t kl;
+        coord_map_entry(m, i, &k, &kl);
+        if (kl == strlen(key) && !memcmp(k, key, kl)) {
+            char *v = coord_map_value_json(m, i);
+            snprintf(out, size, "%s", v ? v : "?");
+            free(v);
+        }
     }
 }
 
-int ob_define_all(void)
+/* the file of ws is in force: the flags that make checks stricter */
+static void in_force(unsigned ws)
 {
-    coord_close(drv);                   /* a new broker: a new connection */
-    drv = NULL;
-    for (unsigned ws = 0; ws < NOB; ws++) {
-        struct obinfo *w = &S->ob[ws];
-        char proto[32];
-        snprintf(proto, sizeof proto, PROTO_NAME "@%u", atomic_load(&w->deployed));
-        coord_req_t *q = coord_req_new("leader.define");
-        coord_req_cstr(q, "workstream", ob_name(ws));
-        coord_req_cstr(q, "protocol", proto);
-        coord_req_cstr(q, "steal", ws == 0 ? "incident-only" : "allowed");
-        coord_req_cstr(q, "mode", mode_names[atomic_load(&w->mode) % 3]);
-        coord_req_cstr(q, "fallback", "SERVER_COORDINATED");
-        if (ws == 0)
-            coord_req_uint(q, "max_hold_ms", OB_MAX_HOLD_MS);
-        int rc = driver_call(q);
-        if (rc < 0) {
-            fprintf(stderr, "coord-fault: leader.define %s: %s\n", ob_name(ws),
-                    coord_strerror(rc));
+    struct obinfo *w = &S->ob[ws];
+    F[ws].unapplied = false;
+    if (F[ws].floor > atomic_load(&w->floor))
+        atomic_store(&w->floor, F[ws].floor);
+    if (F[ws].mode) {
+        atomic_store(&w->mode, F[ws].mode);
+        atomic_store(&w->ro, 1);
+    }
+    if (F[ws].disabled && !atomic_load(&w->disabled)) {
+        atomic_store(&w->disabled_ns, now_ns());
+        atomic_store(&w->disabled, 1);
+    }
+    atomic_store(&w->defined, 1);
+}
+
+/* broker.reload on broker b: 0 when every file loaded, else -1 */
+static int reload_one(unsigned b)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        coord_t *c = driver_conn(b);
+        if (!c)
+            return -1;
+        coord_req_t *q = coord_req_new("broker.reload");
+        coord_reply_t *r = NULL;
+        int rc = coord_call(c, q, &r);
+        coord_req_free(q);
+        if (rc == 0) {
+            coord_map m = coord_reply_map(r);
+            size_t loaded = coord_map_array_len(m, "loaded");
+            size_t errors = coord_map_array_len(m, "errors");
+            if (errors || loaded != NOB) {
+                char l[300], e[600];
+                map_json(m, "loaded", l, sizeof l);
+                map_json(m, "errors", e, sizeof e);
+                VIOL(unexpected, "broker.reload: loaded %s, errors %s", l, e);
+            }
+            coord_reply_free(r);
+            if (errors || loaded != NOB)
+                return -1;
+            CNT(reloads);
+            return 0;
+        }
+        if (!conn_err(rc)) {
+            VIOL(unexpected, "broker.reload: %s", coord_strerror(rc));
             return -1;
         }
-        atomic_store(&w->defined, 1);
-        if (atomic_load(&w->mode))
-            atomic_store(&w->ro, 1);
-        if (want_disabled[ws]) {
-            want_disabled[ws] = false;
-            if (ob_disable(ws, true) < 0)
-                return -1;
-        }
+        coord_close(drv[b]);            /* a restarted broker: connect again */
+        drv[b] = NULL;
+    }
+    return -1;
+}
+
+/* broker.reload on every broker: 0 when each one loaded every file (then
+ * each file written since is in force), else -1 and the files stay as
+ * written (ob_tick reloads them again).  Every broker, not only one: a
+ * reload is answered once the files are applied in that broker's memory,
+ * before they are stored in the ledger, so with --etcd another machine's
+ * broker that was not reloaded would go on with the old policy until the
+ * store lands (each machine reads its own config, as in a deployment). */
+static int reload(void)
+{
+    for (unsigned b = 0; b < CFG->nbrokers; b++)
+        if (reload_one(b) < 0)
+            return -1;
+    for (unsigned ws = 0; ws < NOB; ws++)
+        if (F[ws].unapplied)
+            in_force(ws);
+    return 0;
+}
+
+static int apply(unsigned ws)
+{
+    if (write_desc(ws) < 0)
+        return -1;
+    return reload();
+}
+
+int ob_config_init(void)
+{
+    for (unsigned ws = 0; ws < NOB; ws++) {
+        F[ws].floor = atomic_load(&S->ob[ws].deployed);
+        F[ws].mode = 0;
+        F[ws].disabled = false;
+        if (write_desc(ws) < 0)
+            return -1;
+    }
+    if (reload() < 0) {
+        fprintf(stderr, "coord-fault: the first descriptor files were not applied\n");
+        return -1;
     }
     return 0;
+}
+
+void ob_tick(void)
+{
+    static uint64_t last;
+    bool any = false;
+    for (unsigned ws = 0; ws < NOB; ws++)
+        any |= F[ws].unapplied;
+    if (!any || etcd_outage_on() || now_ns() - last < 100000000ull)
+        return;
+    last = now_ns();
+    reload();
+}
+
+/* The version the clients campaign with is raised first (a rollout: the
+ * first grant of it raises the pin, the ratchet), and at a later rollout
+ * tick the file's floor follows it: until then only the ratchet refuses
+ * the rollbacks, and a wipe may forget it (ledger state, see term_run). */
+void ob_rollout(unsigned ws, bool can_reload)
+{
+    struct obinfo *w = &S->ob[ws];
+    uint32_t d = atomic_load(&w->deployed);
+    if (F[ws].floor < d) {
+        if (!can_reload)
+            return;
+        F[ws].floor = d;
+        if (apply(ws) == 0)
+            CNT(floor_raises);
+    } else if (d < 1000000) {
+        atomic_fetch_add(&w->deployed, 1);
+        CNT(rollouts);
+    }
 }
 
 void ob_switch_mode(unsigned ws)
 {
     struct obinfo *w = &S->ob[ws];
-    uint32_t next = (atomic_load(&w->mode) + 2) % 3;  /* active -> shadow -> read-only -> active */
-    coord_req_t *q = coord_req_new("leader.define");
-    coord_req_cstr(q, "workstream", ob_name(ws));
-    coord_req_cstr(q, "mode", mode_names[next]);
+    uint32_t next = (F[ws].mode + 2) % 3;     /* active -> shadow -> read-only -> active */
     if (next == 0) {
-        atomic_store(&w->ro, 0);        /* before the active define is sent */
+        atomic_store(&w->ro, 0);        /* before the active file is written */
         atomic_store(&w->mode, 0);
-        driver_call(q);
-    } else if (driver_call(q) == 0) {
-        atomic_store(&w->mode, next);   /* after the define was answered */
-        atomic_store(&w->ro, 1);
-    } else {
-        return;
     }
-    CNT(mode_switches);
+    F[ws].mode = next;
+    if (apply(ws) == 0)
+        CNT(mode_switches);
 }
 
 int ob_disable(unsigned ws, bool disable)
 {
-    struct obinfo *w = &S->ob[ws];
-    coord_req_t *q = coord_req_new(disable ? "leader.disable" : "leader.enable");
-    coord_req_cstr(q, "workstream", ob_name(ws));
-    if (!disable) {
-        atomic_store(&w->disabled, 0);  /* before the enable is sent */
-        return driver_call(q);
-    }
-    int rc = driver_call(q);
-    if (rc == 0) {
-        atomic_store(&w->disabled_ns, now_ns());
-        atomic_store(&w->disabled, 1);
-    }
-    return rc;
+    if (!disable)
+        atomic_store(&S->ob[ws].disabled, 0);   /* before the file says enabled */
+    F[ws].disabled = disable;
+    return apply(ws);
 }
