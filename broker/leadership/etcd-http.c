@@ -8,7 +8,13 @@
  * write and one read on an open socket.
  *
  * Endpoint choice: the client remembers the endpoint that last answered
- * and starts there; a failure moves it to the next one. */
+ * and starts there; a failure moves it to the next one.
+ *
+ * Outages are logged at warn: "etcd.unreachable" (the endpoint that failed
+ * last, and why) when calls stop getting answers, "etcd.reachable" (for how
+ * long it was down, how many calls failed) when one is answered again; at
+ * most one outage line per ETCD_OUTAGE_LOG_MS, the ones left out counted in
+ * the next. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +31,10 @@
  * at most this much before the next is tried. */
 #define ETCD_CONNECT_MS 500
 #define ETCD_MAX_ENDPOINTS 16
+/* At most one etcd.unreachable line per this (ms): a flapping cluster
+ * costs a line now and then, not one per call; the lines left out are
+ * counted in the next one (outages_not_logged). */
+#define ETCD_OUTAGE_LOG_MS 10000
 
 struct sock {
     uv_poll_t poll;
@@ -59,6 +69,14 @@ struct etcd {
     unsigned n_endpoints, cur;
     bool reachable, closing;
     bool foreign;                  /* the last answer was not etcd's */
+    /* outage log (see the top comment) */
+    uint64_t down_since;           /* uv_now when it became unreachable */
+    uint64_t last_outage_log;      /* uv_now of the last etcd.unreachable line */
+    bool outage_logged;            /* this outage's line was written */
+    unsigned outages_not_logged;
+    uint64_t failed_calls;         /* in this outage */
+    char last_error[160];          /* why the last failed attempt failed */
+    unsigned last_failed;          /* the endpoint it went to */
     unsigned open_handles;         /* timer + polls not yet closed */
     struct list socks, calls;
     unsigned inflight;
@@ -240,6 +258,38 @@ static bool etcd_like(long http, const char *ans, size_t len)
     return like;
 }
 
+/* The client is reachable again or not any more: the outage log. */
+static void set_reachable(struct etcd *e, bool reachable)
+{
+    uint64_t now = uv_now(e->loop);
+    if (reachable && !e->reachable) {
+        if (e->outage_logged)
+            log_event(LOG_WARN, "etcd.reachable",
+                      "endpoint=\"%s\" down_ms=%llu failed_calls=%llu",
+                      e->endpoints[e->cur], (unsigned long long)(now - e->down_since),
+                      (unsigned long long)e->failed_calls);
+        e->failed_calls = 0;
+    } else if (!reachable) {
+        e->failed_calls++;
+        if (e->reachable) {
+            e->down_since = now;
+            e->outage_logged = e->last_outage_log == 0 ||
+                               now - e->last_outage_log >= ETCD_OUTAGE_LOG_MS;
+            if (e->outage_logged) {
+                log_event(LOG_WARN, "etcd.unreachable",
+                          "endpoint=\"%s\" error=\"%s\" endpoints=%u outages_not_logged=%u",
+                          e->endpoints[e->last_failed], e->last_error, e->n_endpoints,
+                          e->outages_not_logged);
+                e->last_outage_log = now;
+                e->outages_not_logged = 0;
+            } else {
+                e->outages_not_logged++;
+            }
+        }
+    }
+    e->reachable = reachable;
+}
+
 static void transfer_done(struct call *c, CURLcode res)
 {
     struct etcd *e = c->e;
@@ -260,10 +310,18 @@ static void transfer_done(struct call *c, CURLcode res)
     }
     e->foreign = foreign;
     if (!unavailable) {
-        e->reachable = true;
+        set_reachable(e, true);
         call_finish(c, http == 200 ? ETCD_OK : ETCD_REFUSED, http);
         return;
     }
+    if (res != CURLE_OK)
+        snprintf(e->last_error, sizeof e->last_error, "%s", curl_easy_strerror(res));
+    else if (foreign)
+        snprintf(e->last_error, sizeof e->last_error, "not an etcd endpoint (HTTP %ld)", http);
+    else
+        snprintf(e->last_error, sizeof e->last_error,
+                 "HTTP %ld: the cluster could not decide", http);
+    e->last_failed = e->cur;
     /* this endpoint failed: the next call starts at the next one */
     e->cur = (e->cur + 1) % e->n_endpoints;
     bool time_left = uv_now(e->loop) + 20 < c->deadline;
@@ -271,7 +329,7 @@ static void transfer_done(struct call *c, CURLcode res)
                  c->tries < 4 * e->n_endpoints;
     if (retry && call_start(c) == 0)
         return;
-    e->reachable = false;
+    set_reachable(e, false);
     call_finish(c, ETCD_UNREACHABLE, http);
 }
 

@@ -2,7 +2,8 @@
  * endpoint that is an HTTP server but not etcd (it answers 404 pages) is
  * UNAVAILABLE "not an etcd endpoint" and not reachable; SIGTERM with etcd
  * frozen (SIGSTOP) and 100 live terms exits within LIMIT_EXIT_REVOKE_MS,
- * the revokes made at once instead of 200 ms each in turn. */
+ * the revokes made at once instead of 200 ms each in turn; an outage and
+ * its end are logged at warn with the endpoint and the error. */
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -74,6 +75,79 @@ static void test_not_etcd_endpoint(void)
     waitpid(srv, NULL, 0);
 }
 
+/* A campaign on ws; its reply's code into m. */
+static void campaign(struct rcl *c, uint64_t rid, const char *ws)
+{
+    coord_enc *e = rcl_begin(c, "leader.campaign", rid);
+    coord_enc_kv_cstr(e, "workstream", ws);
+    coord_enc_kv_uint(e, "lease_ms", 5000);
+    coord_enc_kv_bool(e, "if_available", true);
+    REQUIRE(rcl_send(c) == 0);
+    REQUIRE(rcl_reply(c, rid, T, &m) == 0);
+}
+
+/* The log line of event ev in the broker's log, or NULL (malloc'd). */
+static char *log_line(const char *ev)
+{
+    size_t len;
+    char *log = slurp(bp.log, &len);
+    char *hit = log ? strstr(log, ev) : NULL;
+    char *line = NULL;
+    if (hit) {
+        char *start = hit, *end = strchr(hit, '\n');
+        while (start > log && start[-1] != '\n')
+            start--;
+        line = strndup(start, end ? (size_t)(end - start) : strlen(start));
+    }
+    free(log);
+    return line;
+}
+
+/* An etcd outage and its end are each one warn line with the endpoint and
+ * the error (they were debug lines without either). */
+static void test_outage_logged(void)
+{
+    etcd_required();
+    REQUIRE(etcd_start(&ec, 1) == 0);
+    const char *args[] = { "--ledger", "etcd", "--etcd-endpoints", ec.endpoints, NULL };
+    start_or_exit(&bp, args);
+    struct rcl *c = connect_or_exit(&bp, NULL);
+    campaign(c, 2, "a");
+    CHECK(msg_ok(&m));
+    char *l = log_line("etcd.unreachable");
+    CHECK(l == NULL);
+    free(l);
+    etcd_signal(&ec, 0, SIGSTOP);
+    campaign(c, 3, "b");
+    CHECK(msg_code_is(&m, "UNAVAILABLE"));
+    l = log_line("etcd.unreachable");
+    CHECK(l != NULL);
+    if (l) {
+        fprintf(stderr, "%s\n", l);
+        char want[300];
+        snprintf(want, sizeof want, "endpoint=\"%s\"", ec.endpoints);
+        CHECK(strstr(l, "WARN") || strstr(l, "warn"));
+        CHECK(strstr(l, want) != NULL);
+        CHECK(strstr(l, "error=\"") != NULL && !strstr(l, "error=\"\""));
+    }
+    free(l);
+    etcd_signal(&ec, 0, SIGCONT);
+    /* the next call that is answered ends the outage */
+    uint64_t t0 = now_ms();
+    do
+        campaign(c, 4, "c");
+    while (!msg_ok(&m) && now_ms() - t0 < T);
+    CHECK(msg_ok(&m));
+    l = log_line("etcd.reachable");
+    CHECK(l != NULL && strstr(l, "down_ms=") && strstr(l, "failed_calls="));
+    if (l)
+        fprintf(stderr, "%s\n", l);
+    free(l);
+    rcl_close(c);
+    stop_and_clean(&bp);
+    etcd_stop(&ec);
+}
+
 /* 100 live terms, etcd frozen, SIGTERM: the broker exits within the
  * revoke budget (2 s) plus a margin, where each revoke once waited its
  * 200 ms in turn (20 s). */
@@ -121,6 +195,7 @@ int main(int argc, char **argv)
     static const struct test_case tests[] = {
         { "not_etcd_endpoint", test_not_etcd_endpoint },
         { "shutdown_bounded_etcd_stopped", test_shutdown_bounded_etcd_stopped },
+        { "outage_logged", test_outage_logged },
         { NULL, NULL },
     };
     int rc = run_tests(argc, argv, tests);
