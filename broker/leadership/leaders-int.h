@@ -12,6 +12,7 @@
 #include "reasons.h"
 
 struct campaign;
+struct cfg_apply;
 
 struct workstream {
     struct hentry h;               /* keyed by the scoped workstream (skey.h) */
@@ -53,7 +54,7 @@ struct lreq {
     uint64_t generation, lease_ms, timeout_ms, limit;
     bool if_available, steal, have_timeout, disable, has_key;
     bool internal;                 /* the broker's own (config), no conn */
-    int8_t cfg_disabled;           /* config: -1 absent, 0, 1 */
+    struct cfg_apply *cfg;         /* config: the file's application */
     struct ws_protocol protocol;   /* campaign */
     const uint8_t *caps;           /* campaign: its capabilities, "a,b" */
     size_t caps_len;
@@ -111,6 +112,7 @@ struct ll_call {
     struct ll_req req;
     struct conn_job job;
     struct workstream *ws;         /* referenced, or NULL */
+    struct cfg_apply *cfg;         /* a descriptor file's store: told when done */
 };
 
 /* A call for c's request rid with copies of q's bytes (q may be NULL); NULL
@@ -123,13 +125,30 @@ void ll_call_end(struct ll_call *call);
  * gone or when the call failed (then its error, with why, is sent here). */
 struct conn *ll_call_answer(struct ll_call *call, const char *why);
 
-/* A descriptor file's define (leader-config.c): applied to the scoped
- * workstream key now or once it is loaded, in memory at once (so no
- * campaign queued behind it sees the old descriptor), then stored.  The
- * stored ratchet may only raise the file's protocol floor.  disabled: -1
- * absent, else the kill switch as the file sets it. */
-void leaders_apply_config(const uint8_t *key, size_t klen, const struct ws_patch *p,
-                          int disabled);
+/* A descriptor file's application (leader-config.c owns it): a define of
+ * the fields it names, applied to the scoped workstream key now or once it
+ * is loaded, in memory at once (so no campaign queued behind it sees the
+ * old descriptor), then stored; `disabled` as a disable or enable when it
+ * differs.  The stored ratchet may only raise the file's protocol floor.
+ * done is called once every part has ended (the load, the define's store,
+ * the switch's store), from the loop, never inside ll_submit; status is the
+ * first failure (0: applied and stored). */
+enum cfg_part { CFG_LOAD, CFG_DEFINE, CFG_SWITCH };
+struct cfg_apply {
+    struct ws_patch patch;         /* the file's; run_config's once adjusted */
+    int8_t disabled;               /* -1 absent, else the kill switch */
+    bool adjusted;                 /* patch went through the ratchet (stored as is) */
+    bool retry;                    /* again: only the parts that failed */
+    bool redo_define, redo_switch; /* which failed */
+    unsigned pending;              /* parts under way (+1 while it runs) */
+    int status;                    /* the first failure, or 0 */
+    enum cfg_part failed;          /* its part */
+    char why[200];
+    void (*done)(struct cfg_apply *a);
+};
+void leaders_apply_config(const uint8_t *key, size_t klen, struct cfg_apply *a);
+/* A part of a's ended with status (why: NULL for the code's name). */
+void cfg_part_done(struct cfg_apply *a, enum cfg_part part, int status, const char *why);
 
 /* Counters of stats (leaders.c owns them). */
 struct leader_counters {

@@ -80,6 +80,7 @@ int leaders_init(struct broker *b, char *err, size_t errsize)
 
 void leaders_stop(void)
 {
+    leaders_config_stop();
     workstreams_stop();
 }
 
@@ -921,15 +922,24 @@ static void switch_done(struct ll_req *req)
     ll_call_end(call);
 }
 
-/* A disable or enable, for c's request rid (c NULL: a descriptor file's),
- * answered by done once stored. */
+/* A disable or enable, for c's request rid (c NULL: a descriptor file's,
+ * cfg told when stored), answered by done once stored. */
 static void start_switch(struct workstream *ws, bool disable, struct conn *c, uint64_t rid,
-                         void (*done)(struct ll_req *))
+                         struct cfg_apply *cfg, void (*done)(struct ll_req *))
 {
     struct ll_call *call = ll_call_new(c, rid, ws, LL_SET_DISABLED, ws->skey, ws->h.keylen,
                                        NULL, done);
-    if (!call)
+    if (!call) {
+        if (cfg) {
+            cfg->pending++;
+            cfg_part_done(cfg, CFG_SWITCH, COORD_ELIMIT, "out of memory");
+        }
         return;
+    }
+    if (cfg) {
+        call->cfg = cfg;
+        cfg->pending++;
+    }
     /* in memory at once: no campaign passes, no commit of the old leader */
     ws->disabled = disable;
     if (disable && ws->live_generation)
@@ -941,7 +951,7 @@ static void start_switch(struct workstream *ws, bool disable, struct conn *c, ui
 
 static void run_switch(struct lreq *q, struct workstream *ws)
 {
-    start_switch(ws, q->disable, q->job.conn, q->job.rid, switch_done);
+    start_switch(ws, q->disable, q->job.conn, q->job.rid, NULL, switch_done);
 }
 
 void op_leader_disable(struct conn *c, uint64_t rid, coord_fields *f)
@@ -963,9 +973,7 @@ static void config_define_done(struct ll_req *req)
     struct ll_call *call = req->ud;
     if (req->status == 0)
         call->ws->desc = req->desc;
-    else
-        log_event(LOG_ERROR, "leader.config_failed", "error=\"%s\"",
-                  req->why ? req->why : coord_code_name(req->status));
+    cfg_part_done(call->cfg, CFG_DEFINE, req->status, req->why);
     ll_call_end(call);
 }
 
@@ -976,10 +984,8 @@ static void config_switch_done(struct ll_req *req)
     if (req->status == 0) {
         ws->generation = req->out_generation;
         emit(req->disable ? "disabled" : "enabled", ws, req->out_generation, REASON_NONE);
-    } else {
-        log_event(LOG_ERROR, "leader.config_failed", "error=\"%s\"",
-                  req->why ? req->why : coord_code_name(req->status));
     }
+    cfg_part_done(call->cfg, CFG_SWITCH, req->status, req->why);
     ll_call_end(call);
 }
 
@@ -988,10 +994,17 @@ static bool same_protocol_name(const struct ws_protocol *a, const struct ws_prot
     return a->name_len == b->name_len && memcmp(a->name, b->name, a->name_len) == 0;
 }
 
+/* A file's application on its loaded workstream.  A retry runs only the
+ * parts that failed, with the patch as first adjusted: the memory may hold
+ * the file's pin already, which the ledger does not. */
 static void run_config(struct lreq *q, struct workstream *ws)
 {
-    struct ws_patch p = q->patch;
-    if (p.set & WS_F_PROTOCOL) {
+    struct cfg_apply *a = q->cfg;
+    bool again = a->retry && a->adjusted;
+    bool define = !again || a->redo_define, sw = again && a->redo_switch;
+    a->redo_define = a->redo_switch = false;
+    struct ws_patch p = a->patch;
+    if (!a->adjusted && (p.set & WS_F_PROTOCOL)) {
         uint32_t pin = ws_desc_pin(&ws->desc);
         if (pin && same_protocol_name(&p.v.protocol, &ws->desc.protocol)) {
             /* the ratchet only raises the file's floor */
@@ -1001,27 +1014,34 @@ static void run_config(struct lreq *q, struct workstream *ws)
             p.force = true;          /* the file renames the protocol */
         }
     }
+    a->patch = p;
+    a->adjusted = true;
     struct ws_desc old = ws->desc;
-    if (ws_desc_define(&ws->desc, &p, wall_ms()) == 0) {
+    if (define && ws_desc_define(&ws->desc, &p, wall_ms()) == 0) {
         events_leader_ex("defined", ws->skey, ws->h.keylen, ws->generation, REASON_NONE,
                          NULL, 0, ws->desc.mode);
         leaders_defined(ws, &old);
         struct ll_call *call = ll_call_new(NULL, 0, ws, LL_DEFINE, ws->skey, ws->h.keylen,
                                            NULL, config_define_done);
         if (call) {
+            call->cfg = a;
+            a->pending++;
             call->req.patch = p;
             call->req.now_ms = wall_ms();
             leaders_submit(&call->req);
+        } else {
+            a->pending++;
+            cfg_part_done(a, CFG_DEFINE, COORD_ELIMIT, "out of memory");
         }
     }
-    if (q->cfg_disabled >= 0 && (bool)q->cfg_disabled != ws->disabled)
-        start_switch(ws, q->cfg_disabled, NULL, 0, config_switch_done);
+    if (a->disabled >= 0 && (sw || (!again && (bool)a->disabled != ws->disabled)))
+        start_switch(ws, a->disabled, NULL, 0, a, config_switch_done);
+    cfg_part_done(a, CFG_LOAD, 0, NULL);   /* run_config's own part */
 }
 
-void leaders_apply_config(const uint8_t *key, size_t klen, const struct ws_patch *p,
-                          int disabled)
+void leaders_apply_config(const uint8_t *key, size_t klen, struct cfg_apply *a)
 {
-    struct lreq q = { .run = run_config, .internal = true, .cfg_disabled = (int8_t)disabled };
-    q.patch = *p;
+    struct lreq q = { .run = run_config, .internal = true, .cfg = a };
+    a->pending++;                  /* CFG_LOAD: until run_config ran, or the load failed */
     leaders_with_key(NULL, 0, key, klen, &q);
 }

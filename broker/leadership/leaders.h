@@ -12,6 +12,8 @@ void leaders_stop(void);
 /* Reads the descriptor files of the config dir (leader-config.c): at
  * start, on SIGHUP, and on broker.reload. */
 void leaders_config_load(struct broker *b);
+/* Shutdown: the stores of descriptor files tried again are dropped. */
+void leaders_config_stop(void);
 /* The connection closed: whatever it led is lost (reason disconnected). */
 void leaders_conn_closed(struct conn *c);
 void leaders_stats(coord_enc *e);

@@ -153,8 +153,7 @@ static void load_done(struct ll_req *req)
             conn_reply_error(c, q->job.rid, status, why ? why
                              : status == COORD_ESTORAGE ? "cannot read the ledger" : NULL);
         else if (q->internal && status)
-            log_event(LOG_ERROR, "leader.config_failed", "error=\"%s\"",
-                      why ? why : "cannot read the ledger");
+            cfg_part_done(q->cfg, CFG_LOAD, status, why ? why : "cannot read the ledger");
         else if (c || q->internal)
             q->run(q, ws);
         conn_job_end(&q->job);
@@ -240,7 +239,7 @@ void leaders_with_key(struct conn *c, uint64_t rid, const uint8_t *key, size_t k
         if (c)
             conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
         else
-            log_event(LOG_ERROR, "leader.config_failed", "error=\"out of memory\"");
+            cfg_part_done(q->cfg, CFG_LOAD, COORD_ELIMIT, "out of memory");
         return;
     }
     *w = *q;

@@ -5,7 +5,11 @@
  * the files: still disabled, shadow, pinned; an old campaign refused); the
  * ratchet raising a file's floor; SIGHUP and broker.reload picking up a
  * changed file; a bad file reported with FILE:LINE while the others load;
- * `maxHold: 0x10s` refused (decimal durations only).
+ * `maxHold: 0x10s` refused (decimal durations only); on the etcd ledger
+ * (SKIP of that part without etcd), a reload while etcd is stopped names
+ * the file that was not stored and exits 1, a reload once it is back
+ * stores it (another broker sees the mode), and a SIGHUP's store that
+ * failed is tried again until etcd is back.
  *
  * $COORD_BROKER is coordd and $COORDCTL is coordctl (set by meson). */
 #include <signal.h>
@@ -14,6 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "etcd-proc.h"
 #include "harness.h"
 #include "leader-util.h"
 
@@ -206,12 +211,107 @@ static void test_reload(void)
     stop_and_clean(&bp);
 }
 
+static void mode_on(const struct broker_proc *p, const char *ws, const char *mode)
+{
+    struct run r;
+    CHECK(leader_ctl_run(&r, p, (const char *[]){ "leader", "info", ws, NULL }, T) == 0);
+    CHECK(run_has_row(&r, "mode", mode));
+    run_free(&r);
+}
+
+static bool mode_is(const struct broker_proc *p, const char *ws, const char *mode)
+{
+    struct run r;
+    bool ok = leader_ctl_run(&r, p, (const char *[]){ "leader", "info", ws, NULL }, T) == 0 &&
+              run_has_row(&r, "mode", mode);
+    run_free(&r);
+    return ok;
+}
+
+/* The stores of a reload in the etcd ledger: answered once done, with the
+ * file that was not stored in errors. */
+static void test_reload_etcd(void)
+{
+    if (!etcd_binary()) {
+        fprintf(stderr, "skip: no etcd binary (etcd-server): the remote ledger part\n");
+        return;
+    }
+    setup();
+    struct etcd_cluster ec;
+    REQUIRE(etcd_start(&ec, 1) == 0);
+    write_file("ob.v1", "schema: crossTabLeader.v1\nmode: active\n");
+    const char *args[] = { cfg_arg, "--ledger", "etcd", "--etcd-endpoints", ec.endpoints, NULL };
+    REQUIRE(broker_start(&bp, args) == 0);
+    struct broker_proc other;
+    memset(&other, 0, sizeof other);
+    const char *oargs[] = { "--ledger", "etcd", "--etcd-endpoints", ec.endpoints, NULL };
+    REQUIRE(broker_start(&other, oargs) == 0);
+    mode_on(&other, "ob", "active");
+    /* a leader on this broker keeps the workstream in its memory */
+    struct rcl *c = connect_or_exit(&bp, NULL);
+    coord_enc *e = rcl_begin(c, "leader.campaign", 1);
+    coord_enc_kv_cstr(e, "workstream", "ob");
+    coord_enc_kv_uint(e, "lease_ms", 60000);
+    REQUIRE(rcl_send(c) == 0);
+    CHECK(rcl_reply(c, 1, T, &m) == 0 && msg_bool(&m, "granted"));
+
+    /* etcd stopped: the reload waits for its store, names the file, exits 1 */
+    etcd_signal(&ec, 0, SIGSTOP);
+    write_file("ob.v1", "schema: crossTabLeader.v1\nmode: shadow\n");
+    struct run r;
+    CHECK(ctl(&r, (const char *[]){ "reload", NULL }) == 1);
+    CHECK(run_has(&r, OUT, "ob.v1: applied on this broker but not stored in the etcd "
+                           "ledger: the etcd ledger is out of reach"));
+    CHECK(run_has(&r, OUT, "loaded   []"));
+    run_free(&r);
+    CHECK(log_has("leader.config_unstored"));
+    etcd_signal(&ec, 0, SIGCONT);
+
+    /* etcd back: loaded, and the other broker sees the mode */
+    CHECK(ctl(&r, (const char *[]){ "reload", NULL }) == 0);
+    CHECK(run_has(&r, OUT, "loaded   [\"ob\"]"));
+    run_free(&r);
+    mode_on(&other, "ob", "shadow");
+
+    /* SIGHUP while etcd is stopped: logged at warn, tried again until stored */
+    etcd_signal(&ec, 0, SIGSTOP);
+    write_file("ob.v1", "schema: crossTabLeader.v1\nmode: read-only\n");
+    kill(bp.pid, SIGHUP);
+    bool logged = false;
+    for (int i = 0; i < 300 && !logged; i++) {
+        usleep(50000);
+        FILE *f = fopen(bp.log, "r");
+        static char buf[1 << 20];
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = 0;
+        char *hup = strstr(buf, "signal=SIGHUP");
+        logged = hup && strstr(hup, "leader.config_unstored") && strstr(hup, "ob.v1");
+    }
+    CHECK(logged);
+    etcd_signal(&ec, 0, SIGCONT);
+    bool seen = false;
+    for (int i = 0; i < 400 && !seen; i++) {
+        seen = mode_is(&other, "ob", "read-only");
+        if (!seen)
+            usleep(100000);
+    }
+    CHECK(seen);
+    CHECK(log_has("leader.config_stored"));
+    rcl_close(c);
+    stop_and_clean(&other);
+    stop_and_clean(&bp);
+    etcd_stop(&ec);
+}
+
 int main(int argc, char **argv)
 {
     static const struct test_case tests[] = {
         { "wipe_keeps_policy", test_wipe_keeps_policy },
         { "ratchet_raises_floor", test_ratchet_raises_floor },
         { "reload", test_reload },
+        { "reload_etcd", test_reload_etcd },
         { NULL, NULL },
     };
     coord_msg_init(&m);

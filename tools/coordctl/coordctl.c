@@ -31,7 +31,8 @@ static const struct ctl_command commands[] = {
                     cmd_top },
     { "reload", "", "the broker reads its workstream descriptor files again\n"
                     "(CONFIG_DIR/workstreams/WORKSTREAM.v1, as SIGHUP does): what\n"
-                    "loaded, and each refused file with FILE:LINE (exit 1)", cmd_reload },
+                    "loaded and stored, each refused file with FILE:LINE and each\n"
+                    "file not stored in the leader ledger (exit 1)", cmd_reload },
     { "ping",   "[-c COUNT]", "round trip time to the broker", cmd_ping },
     { "doctor", "", "check what keeps coord from working (home, socket and data\n"
                 "dirs, the broker and a second one on the data dir, the log, the\n"

@@ -281,6 +281,7 @@ struct obinfo {
     X(rollouts, "protocol rollouts (deployed version raised)")                 \
     X(floor_raises, "descriptor files' protocol floor raised to the deployed one") \
     X(reloads, "descriptor files applied (broker.reload answered)")            \
+    X(reloads_unstored, "broker.reload answered: a file not stored (ledger out of reach)") \
     X(ob_rollbacks, "rollback campaigns (an older version)")                   \
     X(ob_rollback_refused, "rollback campaigns refused PROTOCOL_PINNED")       \
     X(ob_policy, "steals refused POLICY")                                      \
