@@ -1373,7 +1373,7 @@ static void etcd_ll_close(void *state)
     etcd_close(E->http);
     E->http = NULL;
     while (!list_empty(&E->ops))
-        answer(list_entry(E->ops.next, struct eop, link), COORD_ESHUTTING_DOWN);
+        answer(list_entry(list_shift(&E->ops), struct eop, link), COORD_ESHUTTING_DOWN);
     list_for_each_safe(pos, tmp, &E->terms) {
         struct eterm *t = list_entry(pos, struct eterm, link);
         t->ended = true;
