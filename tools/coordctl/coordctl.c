@@ -676,11 +676,17 @@ char *ctl_uint_cell(coord_map m, const char *key)
     return ctl_strdupf("%llu", (unsigned long long)v);
 }
 
+/* The cells padded to their columns' widths, the last one ending the line
+ * (over the same k < ncols as the widths: clang's analyzer then sees every
+ * w[k] it reads written). */
 static void rows_line(const struct ctl_rows *t, const size_t *w, char *const *cells)
 {
-    for (int k = 0; k < t->ncols - 1; k++)
-        printf("%-*s  ", (int)w[k], cells[k]);
-    printf("%s\n", cells[t->ncols - 1]);
+    for (int k = 0; k < t->ncols; k++) {
+        if (k + 1 < t->ncols)
+            printf("%-*s  ", (int)w[k], cells[k]);
+        else
+            printf("%s\n", cells[k]);
+    }
 }
 
 int ctl_rows_print(struct ctl_rows *t, const char *what)
