@@ -820,8 +820,9 @@ static const char *flag_value(int argc, char **argv, int *i, const char *flag,
 
 int main(int argc, char **argv)
 {
-    struct ctl ctl;
-    memset(&ctl, 0, sizeof ctl);
+    /* static: `current` points at it until exit (not into a stack frame
+     * that main's return ends) */
+    static struct ctl ctl;
     coord_options_init(&ctl.opts);
     ctl.opts.client_name = "coordctl";
     static char beside[4096];
