@@ -379,7 +379,6 @@ static void json_string(jbuf *j, const char *s, size_t n)
     jputc(j, '"');
     size_t i = 0;
     while (i < n) {
-        unsigned char ch = p[i];
         size_t run = i;
         /* copy runs of plain printable ASCII and valid multi-byte UTF-8 */
         while (run < n) {
@@ -402,7 +401,7 @@ static void json_string(jbuf *j, const char *s, size_t n)
             i = run;
             continue;
         }
-        ch = p[i++];
+        unsigned char ch = p[i++];
         switch (ch) {
         case '"':  jputs(j, "\\\""); break;
         case '\\': jputs(j, "\\\\"); break;

@@ -7,10 +7,10 @@ Reads BUILD_DIR/compile_commands.json (meson writes it), runs
 `clang --analyze` on every translation unit under broker/, client/,
 protocol/ and tools/ (or only the FILEs named), two at a time, and prints
 each warning with the path the analyzer took to it.  Exit status 1 when
-there is any warning, 2 when clang or the database is missing.  The tree is
-kept analyzer-clean: a false positive is rewritten so that the analyzer
-can follow it (broker/list.h's list_shift is the common case), not
-silenced."""
+there is any warning or a file clang cannot compile, 2 when clang or the
+database is missing.  The tree is kept analyzer-clean: a false positive is
+rewritten so that the analyzer can follow it (broker/list.h's list_shift is
+the common case), not silenced."""
 import json
 import os
 import shlex
@@ -67,17 +67,22 @@ def main():
         r = subprocess.run([clang, "--analyze", "-Xanalyzer", "-analyzer-output=text",
                             *args, "-fno-color-diagnostics"],
                            cwd=cwd, capture_output=True, text=True)
-        return rel, r.stderr
+        return rel, r.returncode, r.stderr
 
-    warnings = 0
+    warnings = failed = 0
     with ThreadPoolExecutor(max_workers=2) as pool:
-        for rel, err in pool.map(run, units):
+        for rel, rc, err in pool.map(run, units):
             n = sum(1 for line in err.splitlines() if ": warning: " in line)
-            if n:
+            if n or rc:
                 warnings += n
+                failed += rc != 0
                 print(err, end="")
-    print(f"analyze.py: {len(units)} files, {warnings} warnings")
-    return 1 if warnings else 0
+            if rc:
+                # a file clang could not compile was not analyzed either
+                print(f"analyze.py: {rel}: clang exited {rc}")
+    print(f"analyze.py: {len(units)} files, {warnings} warnings"
+          + (f", {failed} not analyzed" if failed else ""))
+    return 1 if warnings or failed else 0
 
 
 if __name__ == "__main__":

@@ -655,7 +655,7 @@ void etcd_close(struct etcd *e)
         return;
     e->closing = true;
     while (!list_empty(&e->calls)) {
-        struct call *c = list_entry(e->calls.next, struct call, link);
+        struct call *c = list_entry(list_shift(&e->calls), struct call, link);
         curl_multi_remove_handle(e->multi, c->easy);
         call_finish(c, ETCD_UNREACHABLE, 0);
     }

@@ -296,7 +296,9 @@ static void on_term_end_call(void *ud, enum etcd_status st, long http, json_t *j
 
 /* The term is over: its history entry says how (unless trimmed away), its
  * lease goes (and with it the leader key).  r, when given, is answered
- * once both calls are back. */
+ * once both calls are back.  t is not freed here (its callers, on_check
+ * and on_keepalive through term_lost, go on with it): once its calls are
+ * back, or by etcd_ll_close, which frees every term. */
 static void term_end(struct eterm *t, uint64_t ended_ms, uint8_t reason, struct ll_req *r)
 {
     struct etcd_ll *E = t->E;
@@ -308,7 +310,6 @@ static void term_end(struct eterm *t, uint64_t ended_ms, uint8_t reason, struct 
         if (r)
             queue_done(E, r);
         t->end_req = NULL;
-        term_maybe_free(t);
         return;
     }
     struct ws_term tm = t->term;
@@ -1373,7 +1374,7 @@ static void etcd_ll_close(void *state)
     etcd_close(E->http);
     E->http = NULL;
     while (!list_empty(&E->ops))
-        answer(list_entry(E->ops.next, struct eop, link), COORD_ESHUTTING_DOWN);
+        answer(list_entry(list_shift(&E->ops), struct eop, link), COORD_ESHUTTING_DOWN);
     list_for_each_safe(pos, tmp, &E->terms) {
         struct eterm *t = list_entry(pos, struct eterm, link);
         t->ended = true;

@@ -146,8 +146,7 @@ static void load_done(struct ll_req *req)
     ll_req_free(&ws->load);
     ws->refs++;
     while (!list_empty(&ws->waiting)) {
-        struct lreq *q = list_entry(ws->waiting.next, struct lreq, link);
-        list_del(&q->link);
+        struct lreq *q = list_entry(list_shift(&ws->waiting), struct lreq, link);
         struct conn *c = conn_job_conn(&q->job);
         if (c && status)
             conn_reply_error(c, q->job.rid, status, why ? why

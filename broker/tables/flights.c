@@ -230,14 +230,20 @@ static const uint8_t *flight_key(const struct flight *f, size_t *len)
     return skey_name(f->skey, f->by_key.keylen, len);
 }
 
+/* f has left its owner connection's list: the count and the budget. */
+static void owner_released(struct flight *f)
+{
+    f->owner->conn->nflights_owned--;
+    budget_give();
+}
+
 /* The owner's connection no longer owns f (lost, done, or f goes). */
 static void owner_unlink(struct flight *f)
 {
     if (!list_linked(&f->owner_link))
         return;
     list_del(&f->owner_link);
-    f->owner->conn->nflights_owned--;
-    budget_give();
+    owner_released(f);
 }
 
 static void watcher_free(struct watcher *w)
@@ -255,7 +261,7 @@ static void notify_watchers(struct flight *f, bool completed)
     size_t klen;
     const uint8_t *key = skey_name(f->skey, f->by_key.keylen, &klen);
     while (!list_empty(&f->watchers)) {
-        struct watcher *w = list_entry(f->watchers.next, struct watcher, flink);
+        struct watcher *w = list_entry(list_shift(&f->watchers), struct watcher, flink);
         coord_enc e;
         conn_enc_begin_event(w->conn, &e, coord_event_name(COORD_EV_FLIGHT_UPDATED));
         coord_enc_kv_name(&e, "key", key, klen);
@@ -430,12 +436,15 @@ static void on_follower_wait(struct deadline *d)
 
 void flights_conn_closed(struct conn *c)
 {
+    /* list_shift (list.h): owner_lost's owner_unlink then finds f
+     * unlinked, so what it gives back is given back here */
     while (!list_empty(&c->flights)) {
-        struct flight *f = list_entry(c->flights.next, struct flight, owner_link);
+        struct flight *f = list_entry(list_shift(&c->flights), struct flight, owner_link);
+        owner_released(f);
         owner_lost(f, REASON_DISCONNECT);
     }
     while (!list_empty(&c->watches))
-        watcher_free(list_entry(c->watches.next, struct watcher, clink));
+        watcher_free(list_entry(list_shift(&c->watches), struct watcher, clink));
 }
 
 /* ---- delivering a result ---- */
@@ -485,9 +494,8 @@ static uint64_t deliver(struct flight *f, const struct outcome *o, const struct 
 {
     uint64_t n = 0, now = now_us();
     while (!list_empty(&f->followers)) {
-        struct member *m = list_entry(f->followers.next, struct member, link);
+        struct member *m = list_entry(list_shift(&f->followers), struct member, link);
         latency_add(LAT_FOLLOWER_WAIT, now - m->joined_us);
-        list_del(&m->link);
         f->nfollowers--;
         deadline_cancel(&m->wait);
         pending_finish(&m->p);
@@ -1239,9 +1247,8 @@ static void purge_flight(struct flight *f)
     list_del(&f->order);
     uint64_t now = now_us();
     while (!list_empty(&f->followers)) {
-        struct member *m = list_entry(f->followers.next, struct member, link);
+        struct member *m = list_entry(list_shift(&f->followers), struct member, link);
         latency_add(LAT_FOLLOWER_WAIT, now - m->joined_us);
-        list_del(&m->link);
         f->nfollowers--;
         deadline_cancel(&m->wait);
         pending_finish(&m->p);

@@ -138,8 +138,7 @@ static void client_drop(struct pending *p)
 void lockops_conn_closed(struct conn *c)
 {
     while (!list_empty(&c->locks)) {
-        struct client_lock *cl = list_entry(c->locks.next, struct client_lock, conn_link);
-        list_del(&cl->conn_link);
+        struct client_lock *cl = list_entry(list_shift(&c->locks), struct client_lock, conn_link);
         locks_release(&cl->r);
         client_lock_free(cl);
     }

@@ -376,7 +376,7 @@ int ctl_fail_call(struct ctl *ctl, const char *what, int code)
     return CTL_EXIT_FAIL;
 }
 
-int ctl_usage(struct ctl *ctl, const char *fmt, ...)
+void ctl_say_usage(struct ctl *ctl, const char *fmt, ...)
 {
     va_list ap;
     if (ctl->json) {
@@ -389,7 +389,7 @@ int ctl_usage(struct ctl *ctl, const char *fmt, ...)
         if (strlen(msg) + strlen(more) < sizeof msg)
             strcat(msg, more);
         json_error("usage", "USAGE", msg);
-        return CTL_EXIT_USAGE;
+        return;
     }
     if (ctl->cmd)
         fprintf(stderr, "coordctl: %s: ", ctl->cmd->name);
@@ -403,7 +403,6 @@ int ctl_usage(struct ctl *ctl, const char *fmt, ...)
         fprintf(stderr, " (try coordctl %s --help)\n", ctl->cmd->name);
     else
         fputs(" (try coordctl --help)\n", stderr);
-    return CTL_EXIT_USAGE;
 }
 
 int ctl_first_operand(struct ctl *ctl, int argc, char **argv)
@@ -677,11 +676,17 @@ char *ctl_uint_cell(coord_map m, const char *key)
     return ctl_strdupf("%llu", (unsigned long long)v);
 }
 
+/* The cells padded to their columns' widths, the last one ending the line
+ * (over the same k < ncols as the widths: clang's analyzer then sees every
+ * w[k] it reads written). */
 static void rows_line(const struct ctl_rows *t, const size_t *w, char *const *cells)
 {
-    for (int k = 0; k < t->ncols - 1; k++)
-        printf("%-*s  ", (int)w[k], cells[k]);
-    printf("%s\n", cells[t->ncols - 1]);
+    for (int k = 0; k < t->ncols; k++) {
+        if (k + 1 < t->ncols)
+            printf("%-*s  ", (int)w[k], cells[k]);
+        else
+            printf("%s\n", cells[k]);
+    }
 }
 
 int ctl_rows_print(struct ctl_rows *t, const char *what)
@@ -793,30 +798,31 @@ uint64_t ctl_wall_ms(void)
 
 /* ---- main ---- */
 
-/* "--flag VALUE" or "--flag=VALUE"; advances *i past what it used. */
-static const char *flag_value(int argc, char **argv, int *i, const char *flag,
-                              bool *bad)
+/* Whether argv[*i] is FLAG, as "--flag VALUE" or "--flag=VALUE": then *v
+ * is the value (*i advanced past what it used), or NULL when there is none
+ * (said on stderr).  *i moves only when FLAG is there, so the next flag
+ * tried reads the same argv[*i]. */
+static bool flag_value(int argc, char **argv, int *i, const char *flag, const char **v)
 {
     size_t n = strlen(flag);
     const char *a = argv[*i];
-    if (strncmp(a, flag, n) != 0)
-        return NULL;
+    *v = NULL;
+    if (strncmp(a, flag, n) != 0 || (a[n] != '=' && a[n] != '\0'))
+        return false;
     if (a[n] == '=')
-        return a + n + 1;
-    if (a[n] != '\0')
-        return NULL;
-    if (*i + 1 >= argc) {
+        *v = a + n + 1;
+    else if (*i + 1 < argc)
+        *v = argv[++*i];
+    else
         fprintf(stderr, "coordctl: %s needs a value\n", flag);
-        *bad = true;
-        return NULL;
-    }
-    return argv[++*i];
+    return true;
 }
 
 int main(int argc, char **argv)
 {
-    struct ctl ctl;
-    memset(&ctl, 0, sizeof ctl);
+    /* static: `current` points at it until exit (not into a stack frame
+     * that main's return ends) */
+    static struct ctl ctl;
     coord_options_init(&ctl.opts);
     ctl.opts.client_name = "coordctl";
     static char beside[4096];
@@ -835,7 +841,6 @@ int main(int argc, char **argv)
     int i = 1;
     for (; i < argc; i++) {
         const char *a = argv[i], *v;
-        bool bad = false;
         if (a[0] != '-')
             break;
         if (!strcmp(a, "--")) {
@@ -854,15 +859,17 @@ int main(int argc, char **argv)
             ctl.json = true;
         } else if (!strcmp(a, "--no-autostart")) {
             ctl.opts.no_autostart = true;
-        } else if ((v = flag_value(argc, argv, &i, "--socket", &bad))) {
+        } else if (flag_value(argc, argv, &i, "--socket", &v)) {
+            if (!v)
+                return CTL_EXIT_USAGE;
             ctl.opts.socket_path = v;
-        } else if ((v = flag_value(argc, argv, &i, "--scope", &bad))) {
+        } else if (flag_value(argc, argv, &i, "--scope", &v)) {
+            if (!v)
+                return CTL_EXIT_USAGE;
             ctl.opts.scope = v;
         } else {
             ctl.json = json_seen;
-            if (!bad)
-                ctl_usage(&ctl, "unknown flag %s", a);
-            return CTL_EXIT_USAGE;
+            return ctl_usage(&ctl, "unknown flag %s", a);
         }
     }
     if (i >= argc) {

@@ -56,8 +56,12 @@ int ctl_fail_connect(struct ctl *ctl, int code);
  * instead: {"error":{"command":C,"op":WHAT,"code":CODE,"message":M}}. */
 int ctl_fail_call(struct ctl *ctl, const char *what, int code);
 /* Prints "coordctl: <command>: <message>" and the command's usage line to
- * stderr; returns CTL_EXIT_USAGE. */
-int ctl_usage(struct ctl *ctl, const char *fmt, ...)
+ * stderr; returns CTL_EXIT_USAGE.  A macro, so that the value is seen where
+ * it is returned: clang's analyzer reads one file at a time, and the
+ * argument parsers' callers (`if (rc) return rc;`, then the operands the
+ * parser set) are followed only knowing that a usage error is not 0. */
+#define ctl_usage(...) (ctl_say_usage(__VA_ARGS__), CTL_EXIT_USAGE)
+void ctl_say_usage(struct ctl *ctl, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* For commands whose only flag is --json (also accepted after the command
  * name): skips it (setting ctl->json) and then an optional "--"; returns
