@@ -299,6 +299,24 @@ static void test_reload_etcd(void)
     }
     CHECK(seen);
     CHECK(log_has("leader.config_stored"));
+
+    /* a reload whose connection closes before its stores end: nobody is
+     * answered on a freed connection (ASan's stage), the stores still land */
+    etcd_signal(&ec, 0, SIGSTOP);
+    write_file("ob.v1", "schema: crossTabLeader.v1\nmode: active\n");
+    struct rcl *gone = connect_or_exit(&bp, NULL);
+    REQUIRE(rcl_request(gone, "broker.reload", 7) == 0);
+    rcl_close(gone);
+    etcd_signal(&ec, 0, SIGCONT);
+    seen = false;
+    for (int i = 0; i < 400 && !seen; i++) {
+        seen = mode_is(&other, "ob", "active");
+        if (!seen)
+            usleep(100000);
+    }
+    CHECK(seen);
+    REQUIRE(rcl_request(c, "ping", 8) == 0);
+    CHECK(rcl_reply(c, 8, T, &m) == 0 && msg_ok(&m));
     rcl_close(c);
     stop_and_clean(&other);
     stop_and_clean(&bp);
