@@ -172,6 +172,7 @@ def test_lock_name_capabilities_if_available(broker):
         assert (d.lock_name, d.capabilities, d.if_available) == \
             ("app:leader:ob:v3", ["outbox", "claims"], "never")
         assert c.leader.describe("ob") == d
+        assert c.leader.info("ob").lock_name == "app:leader:ob:v3"
         # a campaign must name every pinned capability
         with pytest.raises(coord.ProtocolPinned, match="outbox"):
             with c.leader("ob"):
@@ -200,6 +201,7 @@ def test_lock_name_capabilities_if_available(broker):
         # None: back to the defaults
         d = c.leader.define("ob", lock_name=None, capabilities=None, if_available=None)
         assert (d.lock_name, d.capabilities, d.if_available) == ("-leader/ob", [], "allowed")
+        assert c.leader.info("ob").lock_name == "-leader/ob"
         lead = c.try_leader("ob")
         assert lead is not None and [e.name for e in b.locks().held] == ["-leader/ob"]
         lead.resign()

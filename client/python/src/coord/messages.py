@@ -589,6 +589,7 @@ class LeaderInfo:
     protocol: Optional[str] = None  # the live term's campaign's
     incident: Optional[str] = None  # the live term's campaign's
     drain_reason: Optional[str] = None   # "self" | "requested" | "max_hold"
+    lock_name: Optional[Union[str, bytes]] = None   # the leadership lock's name in force
 
 
 def _opt_str(v: Any) -> Optional[str]:
@@ -612,7 +613,8 @@ def leader_info(body: Dict[str, Any]) -> LeaderInfo:
                       secs(body.get("lease_left_ms")), secs(body.get("leading_ms")),
                       str(body.get("mode") or "active"), _opt_str(body.get("pinned_protocol")),
                       _hold(body), _opt_str(body.get("protocol")),
-                      _opt_str(body.get("incident")), _opt_str(body.get("drain_reason")))
+                      _opt_str(body.get("incident")), _opt_str(body.get("drain_reason")),
+                      _name_or_none(body.get("lock_name")))
 
 
 @dataclass
