@@ -228,6 +228,29 @@ static void test_ctl_supersede_and_fallback(void)
     run_free(&follower);
     run_free(&fresh);
 
+    /* --priority: a higher one takes the flight over, a lower one follows */
+    ctl_start(&owner, ARGS("once", "--priority", "2", "prio", "--", "sh", "-c",
+                           "exec sleep 60"));
+    REQUIRE(await_what(w, "started", "prio"));
+    ctl_start(&follower, ARGS("once", "--priority", "1", "prio", "--", "echo", "never"));
+    REQUIRE(await_what(w, "joined", "prio"));
+    ctl_start(&fresh, ARGS("once", "--priority", "3", "prio", "--", "echo", "urgent"));
+    CHECK_EQ(run_finish(&fresh, T), 0);
+    CHECK_STR(run_text(&fresh, OUT), "urgent\n");
+    CHECK_EQ(run_finish(&follower, T), 0);
+    CHECK_STR(run_text(&follower, OUT), "urgent\n");
+    st = run_finish(&owner, T);
+    CHECK(st != 0 && st != -1);
+    CHECK(strstr(run_text(&owner, ERR), "superseded by a fresh request") != NULL);
+    run_free(&owner);
+    run_free(&follower);
+    run_free(&fresh);
+    struct run bad;
+    ctl_start(&bad, ARGS("once", "--priority", "x", "prio", "--", "true"));
+    CHECK_EQ(run_finish(&bad, T), 2);
+    CHECK(strstr(run_text(&bad, ERR), "--priority needs a positive number") != NULL);
+    run_free(&bad);
+
     /* --fallback run after --wait */
     ctl_start(&owner, ARGS("once", "hang", "--", "sh", "-c", "exec sleep 60"));
     REQUIRE(await_what(w, "started", "hang"));
@@ -248,7 +271,7 @@ static void test_ctl_supersede_and_fallback(void)
     CHECK_EQ(run_finish(&st_run, T), 0);
     const char *om = run_text(&st_run, OUT);
     CHECK(strstr(om, "# TYPE coord_flights_superseded counter\n") != NULL);
-    CHECK(strstr(om, "coord_flights_superseded_total 1\n") != NULL);
+    CHECK(strstr(om, "coord_flights_superseded_total 2\n") != NULL);
     CHECK(strstr(om, "# TYPE coord_follower_timeouts counter\n") != NULL);
     CHECK(strstr(om, "coord_follower_timeouts_total 1\n") != NULL);
     CHECK(strstr(om, "# TYPE coord_record_read_failures counter\n") != NULL);

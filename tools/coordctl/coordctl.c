@@ -61,7 +61,8 @@ static const struct ctl_command commands[] = {
                 "`once` runs CMD itself and keeps no record; durable until enable",
                 cmd_flights },
     { "once",   "[--keep SECONDS [--stale SECONDS]] [--wait SECONDS] [--ttl SECONDS]\n"
-                "[--fallback fail|run] [--supersede] [--version V [--own-version]]\n"
+                "[--fallback fail|run] [--supersede] [--priority N]\n"
+                "[--version V [--own-version]]\n"
                 "(KEY | --key-from-request REQUEST-FLAGS) -- CMD...",
                 "single-flight CMD: one caller per KEY runs it, every concurrent\n"
                 "caller prints its stdout and exits with its status (128+N when\n"
@@ -84,8 +85,10 @@ static const struct ctl_command commands[] = {
                 "=timeout; a line on stderr says which); fail (the default): exit\n"
                 "3 (1 after --wait).  --supersede: the running owner's work is\n"
                 "stale: take the flight over (its CMD is stopped, its followers\n"
-                "get ours).  --version V: CMD's version; --own-version: never\n"
-                "follow, nor take the kept result of, another version",
+                "get ours); --priority N: take it over when ours is higher than\n"
+                "the running owner's (N > 0; no priority: 0).  --version V: CMD's\n"
+                "version; --own-version: never follow, nor take the kept result\n"
+                "of, another version",
                 cmd_once },
     { "key",    "--method M --url U [--body-file F] [--content-type T]\n"
                 "[--header 'Name: value']... --user U [--tenant T] --auth-gen N\n"

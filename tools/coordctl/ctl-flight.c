@@ -33,7 +33,8 @@
  *
  * --supersede: the running owner's work is stale: we take the flight over
  * (its CMD is stopped as when its --ttl passes; its followers get our
- * result).  --version V (with --own-version: never follow nor take the
+ * result); --priority N does so when N is above the running owner's.
+ * --version V (with --own-version: never follow nor take the
  * record of another version) names the version of CMD.
  *
  * The owner waits for three things at once with poll(): CMD's stdout pipe
@@ -422,6 +423,7 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
         { "key-from-request", no_argument, NULL, 'K' },
         { "json", no_argument, NULL, 'j' },
         { "supersede", no_argument, NULL, 'S' },
+        { "priority", required_argument, NULL, 'P' },
         { "version", required_argument, NULL, 'V' },
         { "own-version", no_argument, NULL, 'O' },
         CTL_KEY_LONGOPTS,
@@ -429,6 +431,7 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
     };
     struct ctl_key_args ka = CTL_KEY_ARGS_INIT;
     bool from_request = false, run_fallback = false, supersede = false, own_version = false;
+    uint64_t priority = 0;
     const char *version = NULL;
     uint64_t keep_ms = 0, wait_ms = 0, stale_ms = 0, ttl_ms = ONCE_DEFAULT_TTL_MS;
     const char *wait_arg = NULL;
@@ -472,6 +475,10 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
             break;
         case 'S':
             supersede = true;
+            break;
+        case 'P':
+            if (!ctl_parse_generation(optarg, &priority))
+                return ctl_usage(ctl, "--priority needs a positive number, not %s", optarg);
             break;
         case 'V':
             if (!optarg[0] || strlen(optarg) > 64)
@@ -546,7 +553,8 @@ int cmd_once(struct ctl *ctl, int argc, char **argv)
                                  .stale_ms = stale_ms, .version = version,
                                  .own_version = own_version,
                                  /* only the first join supersedes */
-                                 .supersede = supersede && retries == 0 };
+                                 .supersede = supersede && retries == 0,
+                                 .priority = priority };
         if (deadline >= 0) {
             int64_t left = deadline - ctl_mono_ms();
             fo.wait_ms = left > 0 ? (uint64_t)left : 1;
