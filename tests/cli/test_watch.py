@@ -6,6 +6,7 @@ patterns) it shows; -c counts the events shown.
 
 Run by meson with COORDD and COORDCTL set to the build's binaries."""
 import json
+import signal
 import subprocess
 
 from clibroker import COORDCTL, broker, ctl  # noqa: F401 (fixture)
@@ -68,3 +69,17 @@ def test_bad_filters_are_usage_errors(broker):
     assert r.returncode == 2 and "needs the CHANNELs" in r.stderr
     r = ctl(env, "subscribe", "--kind", "lock", "ch")
     assert r.returncode == 2
+
+
+def test_count_holds_when_one_read_brings_several_events(broker):
+    """Events that arrive together (one read, one dispatch) still stop at -c."""
+    env, _ = broker
+    w, _ = watcher(env, "-c", "1", "news")
+    w.send_signal(signal.SIGSTOP)
+    try:
+        for body in ("one", "two", "three"):
+            assert ctl(env, "publish", "news", body).stdout == "delivered 1\n"
+    finally:
+        w.send_signal(signal.SIGCONT)
+    got = events(w)
+    assert [(e["ev"], e["data"]) for e in got] == [("message", {"base64": "b25l"})]

@@ -284,7 +284,8 @@ static void on_event(coord_t *c, const coord_reply_t *ev, void *ud)
     struct listener *l = ud;
     coord_message msg;
     (void)c;
-    if (!passes(l->filter, ev))
+    /* one dispatch can carry several events: none past --count */
+    if ((l->count && l->seen >= l->count) || !passes(l->filter, ev))
         return;
     if (l->ctl->json) {
         print_event_json(ev);
