@@ -15,6 +15,12 @@
  *   disabled-ignored campaigns pass a disabled workstream
  *   long-lease       the default leadership lease is 30 s again
  *   etcd-fail-open   a commit etcd does not answer is answered applied
+ *   etcd-poll        the etcd ledger as before its watch: a campaign
+ *                    waiting for another machine's term re-reads the
+ *                    leader key every 100 ms (no watch), and a term's
+ *                    etcd lease is its lease_ms rounded up to seconds
+ *                    (the failover measurement's baseline; the watch
+ *                    test fails with it)
  *   superseded-accepted  a superseded flight owner's late result is
  *                    accepted (single-flight's stale-owner invariant)
  *   wipe-forgets-config  a start that creates the ledger (no data.mdb
@@ -36,6 +42,7 @@
     X(DISABLED_IGNORED, "disabled-ignored") \
     X(LONG_LEASE, "long-lease") \
     X(ETCD_FAIL_OPEN, "etcd-fail-open") \
+    X(ETCD_POLL, "etcd-poll") \
     X(SUPERSEDED_ACCEPTED, "superseded-accepted") \
     X(WIPE_FORGETS_CONFIG, "wipe-forgets-config")
 

@@ -68,6 +68,18 @@
  * Longer: more terms handed over at once when etcd is slow; shorter: a
  * SIGTERM with etcd out of reach exits sooner (systemd waits 90 s). */
 #define LIMIT_EXIT_REVOKE_MS 2000u
+/* The TTL (seconds) a term's etcd lease asks for, whatever the term's own
+ * lease_ms: etcd raises it to its minimum, ceil(1.5 x its election
+ * timeout) (2 s with etcd's default 1 s election timeout, 1 s with 666 ms
+ * or less), and the broker keeps what etcd granted.  The lease is what
+ * another machine waits out when this broker dies (kill -9, power):
+ * failover takes 2/3..1 TTL plus etcd's expiry sweep (up to 0.5 s).  The
+ * price of a short one: a keepalive every TTL/3 per term, and a term is
+ * lost (ledger-unavailable) when etcd acknowledges none for TTL - TTL/5
+ * (an etcd leader election or disk stall that long costs the term).
+ * Longer: terms ride out longer etcd stalls, failover after a broker's
+ * death waits longer. */
+#define LIMIT_ETCD_LEASE_TTL_S 1u
 
 /* Memory given back to the system: after a connection that held at least
  * LIMIT_TRIM_ENTRIES locks, flights, subscriptions and waiting requests

@@ -10,6 +10,12 @@
  * Endpoint choice: the client remembers the endpoint that last answered
  * and starts there; a failure moves it to the next one.
  *
+ * A watch (etcd_watch_start) is a call too, marked stream: no time limit,
+ * never retried, its answer cut into lines as it arrives; the complete
+ * lines are handed on after curl_multi_socket_action returns (curl
+ * refuses new transfers from inside its callbacks, and a message may
+ * start a call).
+ *
  * Outages are logged at warn: "etcd.unreachable" (the endpoint that failed
  * last, and why) when calls stop getting answers, "etcd.reachable" (for how
  * long it was down, how many calls failed) when one is answered again; at
@@ -31,6 +37,10 @@
  * at most this much before the next is tried. */
 #define ETCD_CONNECT_MS 500
 #define ETCD_MAX_ENDPOINTS 16
+/* A watch's TCP keepalive: probes after this long idle, then this often
+ * (the kernel's count, 9 by default, before the stream is declared dead). */
+#define ETCD_WATCH_KEEPIDLE_S 10L
+#define ETCD_WATCH_KEEPINTVL_S 3L
 /* At most one etcd.unreachable line per this (ms): a flapping cluster
  * costs a line now and then, not one per call; the lines left out are
  * counted in the next one (outages_not_logged). */
@@ -58,6 +68,10 @@ struct call {
     etcd_cb cb;
     void *ud;
     struct list link;              /* e->calls */
+    /* a watch's stream */
+    bool stream, delivering, stopped;
+    etcd_watch_msg_cb on_msg;
+    etcd_watch_end_cb on_end;
 };
 
 struct etcd {
@@ -206,9 +220,17 @@ static int call_start(struct call *c)
     curl_easy_setopt(c->easy, CURLOPT_WRITEDATA, c);
     curl_easy_setopt(c->easy, CURLOPT_PRIVATE, c);
     curl_easy_setopt(c->easy, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c->easy, CURLOPT_TIMEOUT_MS, (long)left);
-    curl_easy_setopt(c->easy, CURLOPT_CONNECTTIMEOUT_MS,
-                     (long)(left < ETCD_CONNECT_MS ? left : ETCD_CONNECT_MS));
+    if (c->stream) {
+        /* open until it ends: TCP keepalive finds a peer that is gone */
+        curl_easy_setopt(c->easy, CURLOPT_CONNECTTIMEOUT_MS, (long)ETCD_CONNECT_MS);
+        curl_easy_setopt(c->easy, CURLOPT_TCP_KEEPALIVE, 1L);
+        curl_easy_setopt(c->easy, CURLOPT_TCP_KEEPIDLE, ETCD_WATCH_KEEPIDLE_S);
+        curl_easy_setopt(c->easy, CURLOPT_TCP_KEEPINTVL, ETCD_WATCH_KEEPINTVL_S);
+    } else {
+        curl_easy_setopt(c->easy, CURLOPT_TIMEOUT_MS, (long)left);
+        curl_easy_setopt(c->easy, CURLOPT_CONNECTTIMEOUT_MS,
+                         (long)(left < ETCD_CONNECT_MS ? left : ETCD_CONNECT_MS));
+    }
     curl_easy_setopt(c->easy, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(c->easy, CURLOPT_PROTOCOLS_STR, "http,https");
     c->tries++;
@@ -290,9 +312,99 @@ static void set_reachable(struct etcd *e, bool reachable)
     e->reachable = reachable;
 }
 
+/* ---- watches ---- */
+
+static void stream_free(struct call *c)
+{
+    list_del(&c->link);
+    call_free(c);
+}
+
+/* every complete line of c's buffer to on_msg.  True when on_msg stopped
+ * c (then freed here). */
+static bool stream_deliver(struct call *c)
+{
+    c->delivering = true;
+    char *nl;
+    while (!c->stopped && c->ans_len && (nl = memchr(c->ans, '\n', c->ans_len))) {
+        size_t n = (size_t)(nl - c->ans) + 1;
+        json_t *j = json_loadb(c->ans, n, 0, NULL);
+        memmove(c->ans, c->ans + n, c->ans_len - n);
+        c->ans_len -= n;
+        c->ans[c->ans_len] = 0;
+        if (j)
+            c->on_msg(c->ud, j);       /* a line that is not JSON: skipped */
+        json_decref(j);
+    }
+    c->delivering = false;
+    if (!c->stopped)
+        return false;
+    stream_free(c);
+    return true;
+}
+
+static void stream_end(struct call *c)
+{
+    /* the complete lines that came before the end (a last line cut short
+     * is a broken message: dropped) */
+    if (stream_deliver(c))
+        return;                        /* stopped (and freed) by on_msg */
+    etcd_watch_end_cb end = c->on_end;
+    void *ud = c->ud;
+    stream_free(c);
+    end(ud);
+}
+
+struct etcd_watch *etcd_watch_start(struct etcd *e, json_t *body, etcd_watch_msg_cb on_msg,
+                                    etcd_watch_end_cb on_end, void *ud)
+{
+    struct call *c = e->closing ? NULL : calloc(1, sizeof *c);
+    char *text = body && c ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!c || !text || !(c->path = strdup("/v3/watch"))) {
+        free(c);
+        free(text);
+        return NULL;
+    }
+    c->e = e;
+    c->stream = true;
+    c->on_msg = on_msg;
+    c->on_end = on_end;
+    c->ud = ud;
+    c->body = text;
+    c->body_len = strlen(text);
+    c->deadline = UINT64_MAX;
+    list_append(&e->calls, &c->link);
+    if (call_start(c) < 0) {
+        stream_free(c);
+        return NULL;
+    }
+    return (struct etcd_watch *)c;
+}
+
+void etcd_watch_stop(struct etcd_watch *w)
+{
+    struct call *c = (struct call *)w;
+    if (!c || c->stopped)
+        return;
+    c->stopped = true;
+    if (c->easy && c->e->multi)
+        curl_multi_remove_handle(c->e->multi, c->easy);
+    if (!c->delivering)
+        stream_free(c);
+}
+
+/* ---- answers ---- */
+
 static void transfer_done(struct call *c, CURLcode res)
 {
     struct etcd *e = c->e;
+    if (c->stream) {
+        curl_multi_remove_handle(e->multi, c->easy);
+        log_event(LOG_DEBUG, "etcd.watch_ended", "error=\"%s\"", curl_easy_strerror(res));
+        stream_end(c);
+        return;
+    }
     long http = 0;
     curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &http);
     curl_multi_remove_handle(e->multi, c->easy);
@@ -337,6 +449,21 @@ static void check_done(struct etcd *e)
 {
     CURLMsg *m;
     int left;
+    /* the watches' complete lines first: a stream that ended has its last
+     * messages delivered before its end.  on_msg may stop any watch or
+     * start calls: walk again from the top after each delivery. */
+    for (bool again = true; again && !e->closing;) {
+        again = false;
+        struct list *pos, *tmp;
+        list_for_each_safe(pos, tmp, &e->calls) {
+            struct call *c = list_entry(pos, struct call, link);
+            if (c->stream && !c->stopped && c->ans_len && memchr(c->ans, '\n', c->ans_len)) {
+                stream_deliver(c);
+                again = true;
+                break;
+            }
+        }
+    }
     while ((m = curl_multi_info_read(e->multi, &left))) {
         if (m->msg != CURLMSG_DONE)
             continue;
@@ -657,6 +784,13 @@ void etcd_close(struct etcd *e)
     while (!list_empty(&e->calls)) {
         struct call *c = list_entry(list_shift(&e->calls), struct call, link);
         curl_multi_remove_handle(e->multi, c->easy);
+        if (c->stream) {
+            etcd_watch_end_cb end = c->on_end;
+            void *ud = c->ud;
+            stream_free(c);            /* unlinked already: list_del is a no-op */
+            end(ud);
+            continue;
+        }
         call_finish(c, ETCD_UNREACHABLE, 0);
     }
     /* the pool's sockets: curl closes them, their polls are ours */

@@ -50,6 +50,24 @@ void etcd_post_sync(struct etcd *e, const char *path, json_t *body, uint64_t tim
 #define ETCD_EXIT_PARALLEL 32
 void etcd_post_sync_all(struct etcd *e, const char *path, json_t **bodies, size_t n,
                         uint64_t budget_ms);
+/* A watch: one POST to /v3/watch whose answer is a stream, one JSON
+ * message a line ({"result":{...}}: created, events, canceled), each given
+ * to on_msg (json borrowed) as it completes, on the loop thread outside
+ * curl's callbacks.  It is tried on the current endpoint only, with no
+ * time limit (TCP keepalive finds a peer that went away); on_end runs
+ * once when the stream ends (the server closed it, the connection broke,
+ * it never connected, or the client closes), never inside
+ * etcd_watch_start and never after etcd_watch_stop.  A watch is not a
+ * call: etcd_inflight does not count it, and its failures do not change
+ * etcd_reachable.  NULL when it cannot be started (no callback then).
+ * Owner: the caller, until on_end runs or it calls etcd_watch_stop. */
+struct etcd_watch;
+typedef void (*etcd_watch_msg_cb)(void *ud, json_t *msg);
+typedef void (*etcd_watch_end_cb)(void *ud);
+struct etcd_watch *etcd_watch_start(struct etcd *e, json_t *body, etcd_watch_msg_cb on_msg,
+                                    etcd_watch_end_cb on_end, void *ud);
+/* Ends w at once, without on_end; allowed inside w's on_msg. */
+void etcd_watch_stop(struct etcd_watch *w);
 /* The last call's word on the cluster: true after a call that reached it. */
 bool etcd_reachable(const struct etcd *e);
 /* True when the last call failed because the server that answered is not

@@ -15,13 +15,31 @@
  * broker's memory.
  *
  * A campaign (LL_BUMP) reads the workstream, checks the disabled flag and
- * the pin, grants a lease (TTL: the term's lease, in seconds, rounded up)
- * and creates the leader key in a Txn that compares everything it read.
- * While another machine's term holds the key the bump waits here,
- * re-reading every ETCD_POLL_MS, until the key is gone (resigned, or its
- * lease expired), its deadline passes (TIMEOUT; UNAVAILABLE when etcd was
- * out of reach), or it is cancelled.  A bump whose Txn outcome was lost
- * recognises its own lease on the key when it reads again.
+ * the pin, grants a lease (TTL: LIMIT_ETCD_LEASE_TTL_S, which etcd raises
+ * to its minimum; the term's own lease_ms is kept here, not in etcd) and
+ * creates the leader key in a Txn that compares everything it read.
+ * While another machine's term holds the key the bump waits here until
+ * the key is gone (resigned, or its lease expired), its deadline passes
+ * (TIMEOUT; UNAVAILABLE when etcd was out of reach), or it is cancelled.
+ * A bump whose Txn outcome was lost recognises its own lease on the key
+ * when it reads again.
+ *
+ * The watch.  While bumps wait, one etcd watch streams the deletions
+ * under the prefix (filter NOPUT; etcd-http.c's etcd_watch_start on the
+ * loop); a deletion of a waiting bump's leader key makes it read again at
+ * once.  The watch only wakes: every decision is still the bump's own
+ * read and Txn, so a lost or late event costs time, never the fence.  A
+ * bump is covered when the watch is live and its read's revision is at
+ * or above the watch's creation revision (a deletion after that read
+ * comes through); a covered bump still re-reads every
+ * ETCD_WATCH_RECHECK_MS (a stream that stalls unseen), an uncovered one
+ * every ETCD_POLL_MS, and when the watch becomes live the uncovered ones
+ * read at once.  A watch that ends (etcd restarted, the connection broke,
+ * canceled) starts again after a backoff (ETCD_RETRY_MS doubling to
+ * ETCD_WATCH_BACKOFF_MAX_MS, reset once live); one that was live while
+ * the calls found etcd out of reach (a frozen etcd keeps the TCP stream
+ * open and silent) starts again once they reach it; with no bump
+ * waiting for ETCD_WATCH_LINGER_MS it stops.
  *
  * Terms granted here are kept alive: every TTL/3 a lease keepalive and a
  * read of the leader key.  The term is lost, and leaders.c told
@@ -56,6 +74,7 @@
 #include "breaks.h"
 #include "broker.h"
 #include "coord-limits.h"
+#include "enc.h"
 #include "errors.h"
 #include "etcd-http.h"
 #include "etcd-json.h"
@@ -66,8 +85,14 @@
 
 /* One timer runs waiting bumps, keepalives, the probe and compaction. */
 #define ETCD_TICK_MS 50
-/* A bump waiting for another machine's term reads the key again this often. */
+/* A bump waiting for another machine's term reads the key again this
+ * often while the watch does not cover it, and this often when it does. */
 #define ETCD_POLL_MS 100
+#define ETCD_WATCH_RECHECK_MS 1000
+/* The watch: reconnects back off up to this; it stops after this long
+ * with no bump waiting. */
+#define ETCD_WATCH_BACKOFF_MAX_MS 4000
+#define ETCD_WATCH_LINGER_MS 10000
 /* After etcd did not answer, a wait or keepalive tries again this soon. */
 #define ETCD_RETRY_MS 250
 /* One call, every endpoint tried included. */
@@ -97,6 +122,12 @@ struct etcd_ll {
     uint64_t next_probe, next_compact;
     bool probing, compacting, closing;
     unsigned handles;              /* tick + idle, until closed */
+    /* the watch (see the top comment) */
+    struct etcd_watch *watch;
+    bool watch_live, watch_suspect;
+    uint64_t watch_rev;            /* its creation revision, once live */
+    uint64_t watch_started, watch_next, watch_backoff, watch_idle_since;   /* uv_now */
+    uint64_t watch_wakeups, watch_connects, lease_ttl_ms;                   /* stats */
 };
 
 enum phase { PH_READ, PH_LEASE, PH_TXN, PH_STEAL, PH_FIX, PH_WAIT, PH_TERM_HIST, PH_DONE };
@@ -109,7 +140,10 @@ struct eop {
     enum phase phase;
     unsigned attempts;
     bool inflight, cancelled, unreachable;
+    bool watching;                 /* PH_WAIT for another machine's term */
+    bool woken;                    /* its key's deletion came while it read */
     uint64_t next_at;              /* PH_WAIT: when to read again */
+    uint64_t read_rev;             /* the revision of its last read */
     /* bump */
     int64_t lease;
     uint64_t ttl_ms, lease_sent;
@@ -421,6 +455,162 @@ static void term_tick(struct eterm *t, uint64_t now)
     }
 }
 
+/* ---- the watch (see the top comment) ---- */
+
+static bool covered(const struct etcd_ll *E, const struct eop *o)
+{
+    return E->watch_live && !E->watch_suspect && o->read_rev >= E->watch_rev;
+}
+
+static uint64_t wait_interval(const struct etcd_ll *E, const struct eop *o)
+{
+    return covered(E, o) ? ETCD_WATCH_RECHECK_MS : ETCD_POLL_MS;
+}
+
+static bool is_waiter(const struct eop *o)
+{
+    return o->r->op == LL_BUMP && o->phase == PH_WAIT && o->watching && !o->inflight;
+}
+
+static void on_watch_msg(void *ud, json_t *msg)
+{
+    struct etcd_ll *E = ud;
+    json_t *res = json_object_get(msg, "result");
+    if (!res || E->closing)
+        return;
+    struct list *pos, *tmp;
+    if (json_is_true(json_object_get(res, "canceled"))) {
+        /* etcd ended it (compacted, or the cluster said no): start again */
+        log_event(LOG_INFO, "leader.etcd_watch_canceled", "reason=\"%s\"",
+                  json_string_value(json_object_get(res, "cancel_reason"))
+                      ? json_string_value(json_object_get(res, "cancel_reason")) : "");
+        etcd_watch_stop(E->watch);
+        E->watch = NULL;
+        E->watch_live = false;
+        E->watch_next = uv_now(E->b->loop) + E->watch_backoff;
+        return;
+    }
+    if (json_is_true(json_object_get(res, "created"))) {
+        E->watch_live = true;
+        E->watch_suspect = false;
+        E->watch_rev = ej_header_revision(res);
+        E->watch_backoff = ETCD_RETRY_MS;
+        E->watch_connects++;
+        log_event(LOG_DEBUG, "leader.etcd_watch_live", "revision=%llu",
+                  (unsigned long long)E->watch_rev);
+        /* the bumps whose read came before it read again now */
+        uint64_t now = uv_now(E->b->loop);
+        list_for_each_safe(pos, tmp, &E->ops) {
+            struct eop *o = list_entry(pos, struct eop, link);
+            if (is_waiter(o))
+                o->next_at = covered(E, o) ? now + ETCD_WATCH_RECHECK_MS : now;
+        }
+        return;
+    }
+    json_t *evs = json_object_get(res, "events");
+    for (size_t i = 0; i < json_array_size(evs); i++) {
+        json_t *ev = json_array_get(evs, i);
+        const char *type = json_string_value(json_object_get(ev, "type"));
+        const char *k64 = json_string_value(json_object_get(json_object_get(ev, "kv"), "key"));
+        uint8_t *key;
+        size_t kl;
+        if (!type || strcmp(type, "DELETE") != 0 || !k64 || etcd_unb64(k64, &key, &kl) < 0)
+            continue;
+        list_for_each_safe(pos, tmp, &E->ops) {
+            struct eop *o = list_entry(pos, struct eop, link);
+            bool reading = o->r->op == LL_BUMP && o->phase == PH_READ && o->inflight;
+            if (!is_waiter(o) && !reading)
+                continue;
+            char lk[EKEY_MAX];
+            ej_key(lk, E->prefix, o->r->ws, o->r->ws_len, "leader", NULL, 0);
+            if (strlen(lk) != kl || memcmp(lk, key, kl) != 0)
+                continue;
+            E->watch_wakeups++;
+            log_event(LOG_DEBUG, "leader.etcd_watch_woke", "revision=%llu reading=%d",
+                      (unsigned long long)ej_num(json_object_get(ev, "kv"), "mod_revision"),
+                      (int)reading);
+            if (reading)
+                o->woken = true;       /* its read may predate the deletion */
+            else
+                step(o);               /* reads again: the key is gone */
+        }
+        free(key);
+    }
+}
+
+static void on_watch_end(void *ud)
+{
+    struct etcd_ll *E = ud;
+    uint64_t now = uv_now(E->b->loop);
+    E->watch = NULL;
+    E->watch_live = false;
+    if (E->closing)
+        return;
+    E->watch_next = now + E->watch_backoff;
+    if (E->watch_backoff < ETCD_WATCH_BACKOFF_MAX_MS)
+        E->watch_backoff *= 2;
+    /* not covered any more: the waiting bumps poll until it is back */
+    struct list *pos, *tmp;
+    list_for_each_safe(pos, tmp, &E->ops) {
+        struct eop *o = list_entry(pos, struct eop, link);
+        if (is_waiter(o) && o->next_at > now + ETCD_POLL_MS)
+            o->next_at = now + ETCD_POLL_MS;
+    }
+}
+
+static void watch_stop(struct etcd_ll *E)
+{
+    etcd_watch_stop(E->watch);
+    E->watch = NULL;
+    E->watch_live = false;
+}
+
+/* on every tick: start, restart or stop the watch */
+static void watch_tick(struct etcd_ll *E, uint64_t now)
+{
+    if (BROKEN(ETCD_POLL))
+        return;
+    bool waiting = false;
+    struct list *pos, *tmp;
+    list_for_each_safe(pos, tmp, &E->ops)
+        if (is_waiter(list_entry(pos, struct eop, link))) {
+            waiting = true;
+            break;
+        }
+    if (waiting)
+        E->watch_idle_since = now;
+    if (E->watch && !waiting && now >= E->watch_idle_since + ETCD_WATCH_LINGER_MS) {
+        watch_stop(E);
+        return;
+    }
+    /* the calls found etcd out of reach: the stream may be a silent one */
+    if (E->watch && E->watch_live && !etcd_reachable(E->http))
+        E->watch_suspect = true;
+    bool stale = E->watch && ((E->watch_suspect && etcd_reachable(E->http)) ||
+                              (!E->watch_live && now >= E->watch_started + ETCD_CALL_MS));
+    if (stale) {
+        watch_stop(E);
+        E->watch_next = now;
+    }
+    if (E->watch || !waiting || now < E->watch_next)
+        return;
+    char pk[EKEY_MAX];
+    snprintf(pk, sizeof pk, "%sw/", E->prefix);
+    json_t *cr = json_object();
+    json_object_set_new(cr, "key", ej_b64(pk, strlen(pk)));
+    json_object_set_new(cr, "range_end", ej_end(pk));
+    json_t *filters = json_array();
+    json_array_append_new(filters, json_string("NOPUT"));
+    json_object_set_new(cr, "filters", filters);
+    json_t *b = json_object();
+    json_object_set_new(b, "create_request", cr);
+    E->watch_started = now;
+    E->watch_suspect = false;
+    E->watch = etcd_watch_start(E->http, b, on_watch_msg, on_watch_end, E);
+    if (!E->watch)
+        E->watch_next = now + E->watch_backoff;
+}
+
 /* ---- the ops ---- */
 
 static void put_u64s(uint8_t *b, uint64_t a, uint64_t c)
@@ -550,7 +740,10 @@ static void bump_read(struct eop *o, json_t *j)
             return;
         } else {
             o->phase = PH_WAIT;
-            o->next_at = uv_now(o->E->b->loop) + ETCD_POLL_MS;
+            o->watching = true;
+            o->read_rev = ej_header_revision(j);
+            o->next_at = uv_now(o->E->b->loop) + (o->woken ? 0 : wait_interval(o->E, o));
+            o->woken = false;
             return;
         }
     } else {
@@ -1036,7 +1229,7 @@ static void list_done(struct eop *o, json_t *j)
 
 static void send_lease(struct eop *o)
 {
-    uint64_t ttl = (o->r->lease_ms + 999) / 1000;
+    uint64_t ttl = BROKEN(ETCD_POLL) ? (o->r->lease_ms + 999) / 1000 : LIMIT_ETCD_LEASE_TTL_S;
     json_t *b = json_object();
     json_object_set_new(b, "TTL", ej_numstr(ttl ? ttl : 1));
     o->lease_sent = uv_now(o->E->b->loop);
@@ -1067,7 +1260,11 @@ static void step(struct eop *o)
         break;
     case LL_BUMP:
         switch (o->phase) {
-        case PH_READ: case PH_WAIT: o->phase = PH_READ; send_read(o); break;
+        case PH_READ: case PH_WAIT:
+            o->phase = PH_READ;
+            o->watching = false;
+            send_read(o);
+            break;
         case PH_LEASE: send_lease(o); break;
         case PH_TXN: send_bump_txn(o); break;
         case PH_STEAL: send_steal(o); break;
@@ -1147,6 +1344,7 @@ static void on_reply(void *ud, enum etcd_status st, long http, json_t *j)
         case PH_LEASE:
             o->lease = (int64_t)ej_num(j, "ID");
             o->ttl_ms = ej_num(j, "TTL") * 1000;
+            o->E->lease_ttl_ms = o->ttl_ms;
             if (!o->lease || !o->ttl_ms) {
                 answer_malformed(o);
                 return;
@@ -1279,6 +1477,7 @@ static void on_tick(uv_timer_t *h)
     }
     list_for_each_safe(pos, tmp, &E->terms)
         term_tick(list_entry(pos, struct eterm, link), now);
+    watch_tick(E, now);
     if (now >= E->next_probe && !E->probing && etcd_inflight(E->http) == 0) {
         E->probing = true;
         E->next_probe = now + ETCD_PROBE_MS;
@@ -1300,6 +1499,16 @@ static bool etcd_is_reachable(void *state)
 {
     struct etcd_ll *E = state;
     return etcd_reachable(E->http);
+}
+
+/* stats: campaigns woken by a leader key's deletion, watches made live,
+ * the TTL etcd granted the newest term's lease here (0: none yet) */
+static void etcd_stats(void *state, struct coord_enc *e)
+{
+    struct etcd_ll *E = state;
+    coord_enc_kv_uint(e, "etcd_watch_wakeups", E->watch_wakeups);
+    coord_enc_kv_uint(e, "etcd_watch_connects", E->watch_connects);
+    coord_enc_kv_uint(e, "etcd_lease_ttl_ms", E->lease_ttl_ms);
 }
 
 static int etcd_ll_open(void **state, struct broker *b, char *err, size_t errsize)
@@ -1330,6 +1539,7 @@ static int etcd_ll_open(void **state, struct broker *b, char *err, size_t errsiz
     E->tick.data = E;
     uv_timer_start(&E->tick, on_tick, ETCD_TICK_MS, ETCD_TICK_MS);
     E->handles = 2;
+    E->watch_backoff = ETCD_RETRY_MS;
     E->next_compact = uv_now(b->loop) + ETCD_COMPACT_MS;
     log_event(LOG_INFO, "leader.etcd", "endpoints=\"%s\"", b->opt.etcd_endpoints);
     *state = E;
@@ -1370,6 +1580,7 @@ static void etcd_ll_close(void *state)
                   (unsigned long long)((uv_hrtime() - t0) / 1000000));
     }
     free(bodies);
+    watch_stop(E);
     /* answers every call in flight: ops answer UNAVAILABLE, terms free */
     etcd_close(E->http);
     E->http = NULL;
@@ -1396,5 +1607,6 @@ static void etcd_ll_close(void *state)
 
 const struct ll_backend ll_backend_etcd = {
     .name = "etcd", .open = etcd_ll_open, .submit = etcd_submit, .close = etcd_ll_close,
-    .cancel = etcd_cancel, .reachable = etcd_is_reachable, .term_end_first = true,
+    .cancel = etcd_cancel, .reachable = etcd_is_reachable, .stats = etcd_stats,
+    .term_end_first = true,
 };

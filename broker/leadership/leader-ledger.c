@@ -99,6 +99,12 @@ bool ll_reachable(const struct leader_ledger *l)
     return !l->be->reachable || l->be->reachable(l->state);
 }
 
+void ll_stats(const struct leader_ledger *l, struct coord_enc *e)
+{
+    if (l->be->stats)
+        l->be->stats(l->state, e);
+}
+
 const char *ll_name(const struct leader_ledger *l)
 {
     return l->be->name;

@@ -93,7 +93,7 @@ struct ll_req {
     struct ws_term term;           /* BUMP: the new term (generation and mode are
                                       the backend's); TERM_END: ended_ms, reason */
     /* BUMP, for a remote ledger where another machine may lead: */
-    uint64_t lease_ms;             /* the term's lease (the remote lease's TTL) */
+    uint64_t lease_ms;             /* the term's lease */
     uint64_t deadline_ms;          /* broker_now_ms when a wait gives up (0: never):
                                       TIMEOUT, or UNAVAILABLE when out of reach */
     bool no_wait;                  /* if_available: busy instead of waiting */
@@ -131,6 +131,7 @@ void ll_req_free(struct ll_req *r);
 
 struct leader_ledger;
 struct broker;
+struct coord_enc;
 
 /* A backend.  open reads its settings from b->opt and keeps what it needs
  * in *state; submit answers r later through r->done, on the loop thread
@@ -146,6 +147,8 @@ struct ll_backend {
     void (*cancel)(void *state, struct ll_req *r);
     /* optional: false while the ledger is out of reach (else reachable) */
     bool (*reachable)(void *state);
+    /* optional: the backend's own stats fields, appended to `stats` */
+    void (*stats)(void *state, struct coord_enc *e);
     /* a term's LL_TERM_END must be submitted before the next term's
      * LL_BUMP (etcd: the end revokes the lease that holds the leader key
      * the bump waits for); else it goes after, so that the bump never
@@ -169,6 +172,8 @@ const char *ll_name(const struct leader_ledger *l);
 bool ll_term_end_first(const struct leader_ledger *l);
 void ll_cancel(struct leader_ledger *l, struct ll_req *r);
 bool ll_reachable(const struct leader_ledger *l);
+/* The backend's stats fields into e (none for LMDB). */
+void ll_stats(const struct leader_ledger *l, struct coord_enc *e);
 /* Before the ledger closes: answers what is pending, frees l. */
 void ll_close(struct leader_ledger *l);
 

@@ -106,6 +106,7 @@ void leaders_stats(coord_enc *e)
     if (ledger) {
         coord_enc_kv_cstr(e, "ledger", ll_name(ledger));
         coord_enc_kv_bool(e, "ledger_reachable", ll_reachable(ledger));
+        ll_stats(ledger, e);
     }
     coord_enc_kv_uint(e, "leaders_elected", n->elected);
     coord_enc_kv_uint(e, "leaders_lost", n->lost);

@@ -440,6 +440,131 @@ static void test_etcd_down(void)
     etcd_stop(&ec);
 }
 
+/* ---- the watch ---- */
+
+static uint64_t stat_uint(struct rcl *c, const char *key)
+{
+    if (rcl_request(c, "stats", 997) < 0 || rcl_reply(c, 997, T, &m) != 0 || !msg_has(&m, key))
+        return 0;
+    return msg_uint(&m, key);
+}
+
+/* waits (polling stats) until c's stats field key is at least min */
+static bool await_stat(struct rcl *c, const char *key, uint64_t min, int wait_ms)
+{
+    uint64_t t0 = now_ms();
+    do {
+        if (stat_uint(c, key) >= min)
+            return true;
+        usleep(20000);
+    } while (now_ms() - t0 < (uint64_t)wait_ms);
+    return false;
+}
+
+/* The base64 name of the one leader key in etcd (malloc'd), or NULL. */
+static char *leader_key_b64(void)
+{
+    /* every key ("\0" as range_end: from key "\0" on) */
+    char *ans = etcd_http_post(ec.m[0].url, "/v3/kv/range",
+                               "{\"key\":\"AA==\",\"range_end\":\"AA==\",\"keys_only\":true}", T);
+    char *found = NULL;
+    for (char *p = ans; p && !found && (p = strstr(p, "\"key\":\"")); ) {
+        p += 7;
+        char *q = strchr(p, '"');
+        if (!q)
+            break;
+        *q = 0;
+        char dec[512];
+        size_t dn = 0;
+        unsigned acc = 0, bits = 0;
+        for (char *c = p; *c && *c != '=' && dn < sizeof dec - 1; c++) {
+            const char *tb = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+            const char *at = strchr(tb, *c);
+            if (!at)
+                break;
+            acc = acc << 6 | (unsigned)(at - tb);
+            bits += 6;
+            if (bits >= 8) {
+                bits -= 8;
+                dec[dn++] = (char)(acc >> bits & 0xff);
+            }
+        }
+        dec[dn] = 0;
+        if (dn >= 7 && strcmp(dec + dn - 7, "/leader") == 0)
+            found = strdup(p);
+        p = q + 1;
+    }
+    free(ans);
+    return found;
+}
+
+/* A waiting campaign is woken by its leader key's deletion event (the
+ * etcd_watch_wakeups counter), the etcd lease is etcd's minimum TTL
+ * whatever the term's lease, and the watch comes back after etcd was
+ * killed and restarted; with COORD_TEST_BREAK=etcd-poll (no watch, the
+ * lease from lease_ms) each check fails. */
+static void test_watch(void)
+{
+    start_etcd(1);
+    start_broker(&A, ec.endpoints);
+    start_broker(&B, ec.endpoints);
+    struct rcl *a = rcl_open(A.sock, NULL), *b = rcl_open(B.sock, NULL);
+    struct rcl *as = rcl_open(A.sock, NULL), *bs = rcl_open(B.sock, NULL);
+    REQUIRE(a && b && as && bs);
+    /* a 20 s term lease: the etcd lease is still etcd's minimum (1 s on the
+     * test etcd: election timeout 500 ms) */
+    campaign(b, 1, "watched", 20000, 0, false);
+    uint64_t g1 = granted(b, 1, T);
+    REQUIRE(g1 > 0);
+    CHECK_EQ_U(stat_uint(bs, "etcd_lease_ttl_ms"), 1000);
+    char *lk = leader_key_b64();
+    REQUIRE(lk);
+
+    /* A waits for B's term; its watch goes live, then B resigns */
+    campaign(a, 2, "watched", LEASE, 0, false);
+    CHECK(await_stat(as, "etcd_watch_connects", 1, T));
+    CHECK_EQ(rcl_reply(a, 2, 300, &m), -2);
+    CHECK_EQ_U(stat_uint(as, "etcd_watch_wakeups"), 0);
+    CHECK_EQ(ws_op(b, 3, "leader.resign", "watched", g1, NULL), 0);
+    CHECK(msg_ok(&m));
+    uint64_t g2 = granted(a, 2, T);
+    CHECK(g2 > g1);
+    CHECK(stat_uint(as, "etcd_watch_wakeups") >= 1);
+    CHECK_EQ(ws_op(a, 4, "leader.resign", "watched", g2, NULL), 0);
+
+    /* a leader key held by no lease (written here): B waits through an
+     * etcd kill and restart; its watch comes back, and the key's deletion
+     * wakes it */
+    char body[1024];
+    snprintf(body, sizeof body, "{\"key\":\"%s\",\"value\":\"aGVsZA==\"}", lk);
+    char *ans = etcd_http_post(ec.m[0].url, "/v3/kv/put", body, T);
+    CHECK(ans != NULL);
+    free(ans);
+    campaign(b, 5, "watched", LEASE, 0, false);
+    uint64_t c0 = 0;
+    CHECK(await_stat(bs, "etcd_watch_connects", 1, T));
+    c0 = stat_uint(bs, "etcd_watch_connects");
+    CHECK_EQ(rcl_reply(b, 5, 300, &m), -2);
+    etcd_signal(&ec, 0, SIGKILL);
+    REQUIRE(etcd_restart(&ec, 0) == 0);
+    CHECK(await_stat(bs, "etcd_watch_connects", c0 + 1, 3 * T));
+    CHECK_EQ(rcl_reply(b, 5, 300, &m), -2);
+    uint64_t w0 = stat_uint(bs, "etcd_watch_wakeups");
+    snprintf(body, sizeof body, "{\"key\":\"%s\"}", lk);
+    ans = etcd_http_post(ec.m[0].url, "/v3/kv/deleterange", body, T);
+    CHECK(ans != NULL);
+    free(ans);
+    uint64_t g3 = granted(b, 5, T);
+    CHECK(g3 > g2);
+    CHECK(stat_uint(bs, "etcd_watch_wakeups") > w0);
+    free(lk);
+    rcl_close(a);
+    rcl_close(b);
+    rcl_close(as);
+    rcl_close(bs);
+    etcd_stop(&ec);
+}
+
 /* ---- a 3-member cluster losing its leader ---- */
 
 static void test_cluster(void)
@@ -585,6 +710,126 @@ static void test_bench(void)
     etcd_stop(&ec);
 }
 
+/* ---- failover (a measurement, run only when asked) ----
+ * COORD_ETCD_FAILOVER=N: three brokers on one etcd, one leader and a
+ * campaign waiting on each other broker; the leader's broker is killed
+ * (kill -9) at a random point of its term, and the time from the kill to
+ * the grant on another broker is one sample.  The killed broker starts
+ * again and its client campaigns (waits) for the next round.  N rounds of
+ * coordd, then, when coordd-broken is built beside it, N rounds of
+ * COORD_TEST_BREAK=etcd-poll (the behaviour before the watch: waiting
+ * campaigns re-read every 100 ms, the etcd lease's TTL the term's lease
+ * rounded up), the same run, the same etcd; p50 / p99 / max of each. */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t pct(const uint64_t *v, int n, int p)
+{
+    int i = (n * p + 99) / 100 - 1;
+    return v[i < 0 ? 0 : i >= n ? n - 1 : i];
+}
+
+/* one series; 0, or -1 when a round did not end in a grant */
+static int failover_series(const char *label, int n, uint64_t lease, uint64_t *took)
+{
+    struct broker_proc *bp[3] = { &A, &B, &C };
+    struct rcl *cl[3];
+    uint64_t rid[3] = { 1, 1, 1 };
+    for (int i = 0; i < 3; i++) {
+        start_broker(bp[i], ec.endpoints);
+        if (!(cl[i] = rcl_open(bp[i]->sock, NULL)))
+            return -1;
+    }
+    char ws[32];
+    snprintf(ws, sizeof ws, "failover-%s", label);
+    campaign(cl[0], rid[0], ws, lease, 0, false);
+    if (!granted(cl[0], rid[0], T))
+        return -1;
+    int leader = 0;
+    for (int i = 1; i < 3; i++)
+        campaign(cl[i], rid[i], ws, lease, 0, false);
+    int rc = 0;
+    for (int r = 0; r < n; r++) {
+        /* a random point of the term: keepalives go every TTL/3 */
+        usleep((useconds_t)(random() % 700) * 1000);
+        uint64_t killed = now_ms();
+        broker_kill(bp[leader], SIGKILL);
+        rcl_close(cl[leader]);
+        int next = -1;
+        while (next < 0 && now_ms() - killed < 20000)
+            for (int i = 0; i < 3 && next < 0; i++)
+                if (i != leader && rcl_reply(cl[i], rid[i], 5, &m) == 0)
+                    next = i;
+        if (next < 0 || !msg_ok(&m) || !msg_bool(&m, "granted")) {
+            fprintf(stderr, "  %s round %d: no grant after the kill\n", label, r);
+            rc = -1;
+            break;
+        }
+        took[r] = now_ms() - killed;
+        if (broker_start(bp[leader], (const char *[]){ "--ledger", "etcd", "--etcd-endpoints",
+                                                        ec.endpoints, NULL }) < 0 ||
+            !(cl[leader] = rcl_open(bp[leader]->sock, NULL))) {
+            rc = -1;
+            break;
+        }
+        rid[leader]++;
+        campaign(cl[leader], rid[leader], ws, lease, 0, false);
+        leader = next;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (bp[i]->pid > 0)
+            rcl_close(cl[i]);
+        broker_cleanup(bp[i]);
+    }
+    return rc;
+}
+
+static void failover_report(const char *label, uint64_t *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_u64);
+    fprintf(stderr, "  failover %-28s n=%d p50 %4llu ms  p99 %4llu ms  max %4llu ms\n", label, n,
+            (unsigned long long)pct(v, n, 50), (unsigned long long)pct(v, n, 99),
+            (unsigned long long)v[n - 1]);
+}
+
+static void test_failover(void)
+{
+    const char *env = getenv("COORD_ETCD_FAILOVER");
+    if (!env)
+        return;
+    int n = atoi(env) > 0 ? atoi(env) : 30;
+    uint64_t *now = calloc((size_t)n, sizeof *now), *before = calloc((size_t)n, sizeof *before);
+    REQUIRE(now && before);
+    srandom((unsigned)now_ms());
+    start_etcd(1);
+    /* the default lease (1.5 s), as most clients campaign */
+    const uint64_t lease = 1500;
+    char broken[600];
+    snprintf(broken, sizeof broken, "%s-broken", broker_binary());
+    char *plain = strdup(broker_binary());
+    REQUIRE(plain);
+    CHECK_EQ(failover_series("watch", n, lease, now), 0);
+    failover_report("coordd (after)", now, n);
+    bool have_before = access(broken, X_OK) == 0;
+    if (have_before) {
+        setenv("COORD_BROKER", broken, 1);
+        setenv("COORD_TEST_BREAK", "etcd-poll", 1);
+        CHECK_EQ(failover_series("poll", n, lease, before), 0);
+        unsetenv("COORD_TEST_BREAK");
+        setenv("COORD_BROKER", plain, 1);
+    }
+    if (have_before)
+        failover_report("etcd-poll break (before)", before, n);
+    free(plain);
+    free(now);
+    free(before);
+    etcd_stop(&ec);
+}
+
 int main(int argc, char **argv)
 {
     etcd_required();
@@ -594,8 +839,10 @@ int main(int argc, char **argv)
         { "kill9", test_kill9 },
         { "sigstop", test_sigstop },
         { "etcd_down", test_etcd_down },
+        { "watch", test_watch },
         { "cluster", test_cluster },
         { "bench", test_bench },
+        { "failover", test_failover },
         { NULL, NULL },
     };
     return run_tests(argc, argv, tests);
