@@ -21,9 +21,18 @@
 #include "etcd-proc.h"
 
 /* Election timeout and heartbeat of the test clusters: leases down to
- * 3/2 x election = 750 ms are allowed (the tests use 1 s). */
+ * 3/2 x election = 750 ms are allowed (the tests use 1 s; etcd rounds its
+ * minimum up to whole seconds).  COORD_ETCD_ELECTION_MS and
+ * COORD_ETCD_HEARTBEAT_MS replace them, for measurements with other
+ * settings (etcd's defaults: 1000 and 100, a 2 s minimum TTL). */
 #define TEST_ELECTION_MS "500"
 #define TEST_HEARTBEAT_MS "50"
+
+static const char *env_or(const char *name, const char *dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : dflt;
+}
 #define READY_MS 15000
 
 static struct etcd_cluster *live[8];
@@ -144,7 +153,8 @@ static void spawn(struct etcd_cluster *c, int i, bool fresh)
               "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
               "--initial-cluster", cluster, "--initial-cluster-token", c->dir,
               "--initial-cluster-state", fresh ? "new" : "existing",
-              "--heartbeat-interval", TEST_HEARTBEAT_MS, "--election-timeout", TEST_ELECTION_MS,
+              "--heartbeat-interval", env_or("COORD_ETCD_HEARTBEAT_MS", TEST_HEARTBEAT_MS),
+              "--election-timeout", env_or("COORD_ETCD_ELECTION_MS", TEST_ELECTION_MS),
               "--log-level", "warn", (char *)NULL);
         _exit(127);
     }

@@ -734,7 +734,8 @@ static uint64_t pct(const uint64_t *v, int n, int p)
 }
 
 /* one series; 0, or -1 when a round did not end in a grant */
-static int failover_series(const char *label, int n, uint64_t lease, uint64_t *took)
+static int failover_series(const char *label, int n, uint64_t lease, uint64_t *took,
+                           uint64_t *ttl_ms)
 {
     struct broker_proc *bp[3] = { &A, &B, &C };
     struct rcl *cl[3];
@@ -780,6 +781,7 @@ static int failover_series(const char *label, int n, uint64_t lease, uint64_t *t
         campaign(cl[leader], rid[leader], ws, lease, 0, false);
         leader = next;
     }
+    *ttl_ms = rc == 0 ? stat_uint(cl[leader], "etcd_lease_ttl_ms") : 0;
     for (int i = 0; i < 3; i++) {
         if (bp[i]->pid > 0)
             rcl_close(cl[i]);
@@ -788,10 +790,11 @@ static int failover_series(const char *label, int n, uint64_t lease, uint64_t *t
     return rc;
 }
 
-static void failover_report(const char *label, uint64_t *v, int n)
+static void failover_report(const char *label, uint64_t *v, int n, uint64_t ttl_ms)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_u64);
-    fprintf(stderr, "  failover %-28s n=%d p50 %4llu ms  p99 %4llu ms  max %4llu ms\n", label, n,
+    fprintf(stderr, "  failover %-26s n=%d etcd TTL %llu ms: p50 %4llu ms  p99 %4llu ms  "
+            "max %4llu ms\n", label, n, (unsigned long long)ttl_ms,
             (unsigned long long)pct(v, n, 50), (unsigned long long)pct(v, n, 99),
             (unsigned long long)v[n - 1]);
 }
@@ -812,18 +815,19 @@ static void test_failover(void)
     snprintf(broken, sizeof broken, "%s-broken", broker_binary());
     char *plain = strdup(broker_binary());
     REQUIRE(plain);
-    CHECK_EQ(failover_series("watch", n, lease, now), 0);
-    failover_report("coordd (after)", now, n);
+    uint64_t ttl_now = 0, ttl_before = 0;
+    CHECK_EQ(failover_series("watch", n, lease, now, &ttl_now), 0);
+    failover_report("coordd (after)", now, n, ttl_now);
     bool have_before = access(broken, X_OK) == 0;
     if (have_before) {
         setenv("COORD_BROKER", broken, 1);
         setenv("COORD_TEST_BREAK", "etcd-poll", 1);
-        CHECK_EQ(failover_series("poll", n, lease, before), 0);
+        CHECK_EQ(failover_series("poll", n, lease, before, &ttl_before), 0);
         unsetenv("COORD_TEST_BREAK");
         setenv("COORD_BROKER", plain, 1);
     }
     if (have_before)
-        failover_report("etcd-poll break (before)", before, n);
+        failover_report("etcd-poll break (before)", before, n, ttl_before);
     free(plain);
     free(now);
     free(before);

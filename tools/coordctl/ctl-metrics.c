@@ -55,6 +55,7 @@ static const char *const gauges[] = {
     "lock_names", "flights", "followers_per_100_owners",
     "flights_disabled_prefixes", "workstreams", "ledger_reachable", "channels",
     "records", "ledger_map_size", "timers", "held_entries", "held_max",
+    "etcd_lease_ttl_ms",
     NULL,
 };
 static const char *const counters[] = {
@@ -72,7 +73,8 @@ static const char *const counters[] = {
     "ledger_flushes", "ledger_linger_us", "flights_purged", "terms_max_hold",
     "terms_reached_max_hold", "outbuf_pauses", "outbuf_stalls", "memory_trims",
     "held_budget_refusals", "flights_superseded", "follower_timeouts",
-    "record_read_failures", "flights_version_split",
+    "record_read_failures", "flights_version_split", "etcd_watch_wakeups",
+    "etcd_watch_connects",
     NULL,
 };
 
