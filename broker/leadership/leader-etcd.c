@@ -472,6 +472,17 @@ static bool is_waiter(const struct eop *o)
     return o->r->op == LL_BUMP && o->phase == PH_WAIT && o->watching && !o->inflight;
 }
 
+/* the watch covers nobody any more: the waiting bumps poll */
+static void uncover(struct etcd_ll *E, uint64_t now)
+{
+    struct list *pos, *tmp;
+    list_for_each_safe(pos, tmp, &E->ops) {
+        struct eop *o = list_entry(pos, struct eop, link);
+        if (is_waiter(o) && o->next_at > now + ETCD_POLL_MS)
+            o->next_at = now + ETCD_POLL_MS;
+    }
+}
+
 static void on_watch_msg(void *ud, json_t *msg)
 {
     struct etcd_ll *E = ud;
@@ -488,6 +499,7 @@ static void on_watch_msg(void *ud, json_t *msg)
         E->watch = NULL;
         E->watch_live = false;
         E->watch_next = uv_now(E->b->loop) + E->watch_backoff;
+        uncover(E, uv_now(E->b->loop));
         return;
     }
     if (json_is_true(json_object_get(res, "created"))) {
@@ -546,16 +558,12 @@ static void on_watch_end(void *ud)
     E->watch_live = false;
     if (E->closing)
         return;
+    log_event(LOG_DEBUG, "leader.etcd_watch_ended", "retry_ms=%llu",
+              (unsigned long long)E->watch_backoff);
     E->watch_next = now + E->watch_backoff;
     if (E->watch_backoff < ETCD_WATCH_BACKOFF_MAX_MS)
         E->watch_backoff *= 2;
-    /* not covered any more: the waiting bumps poll until it is back */
-    struct list *pos, *tmp;
-    list_for_each_safe(pos, tmp, &E->ops) {
-        struct eop *o = list_entry(pos, struct eop, link);
-        if (is_waiter(o) && o->next_at > now + ETCD_POLL_MS)
-            o->next_at = now + ETCD_POLL_MS;
-    }
+    uncover(E, now);
 }
 
 static void watch_stop(struct etcd_ll *E)
@@ -584,8 +592,10 @@ static void watch_tick(struct etcd_ll *E, uint64_t now)
         return;
     }
     /* the calls found etcd out of reach: the stream may be a silent one */
-    if (E->watch && E->watch_live && !etcd_reachable(E->http))
+    if (E->watch && E->watch_live && !E->watch_suspect && !etcd_reachable(E->http)) {
         E->watch_suspect = true;
+        uncover(E, now);
+    }
     bool stale = E->watch && ((E->watch_suspect && etcd_reachable(E->http)) ||
                               (!E->watch_live && now >= E->watch_started + ETCD_CALL_MS));
     if (stale) {
