@@ -578,13 +578,10 @@ static void watch_tick(struct etcd_ll *E, uint64_t now)
 {
     if (BROKEN(ETCD_POLL))
         return;
-    bool waiting = false;
+    bool waiting = false;          /* a bump waits for another machine's term */
     struct list *pos, *tmp;
     list_for_each_safe(pos, tmp, &E->ops)
-        if (is_waiter(list_entry(pos, struct eop, link))) {
-            waiting = true;
-            break;
-        }
+        waiting = waiting || is_waiter(list_entry(pos, struct eop, link));
     if (waiting)
         E->watch_idle_since = now;
     if (E->watch && !waiting && now >= E->watch_idle_since + ETCD_WATCH_LINGER_MS) {
@@ -1472,6 +1469,7 @@ static void on_tick(uv_timer_t *h)
     struct etcd_ll *E = h->data;
     uint64_t now = uv_now(E->b->loop), bnow = broker_now_ms(E->b);
     struct list *pos, *tmp;
+    watch_tick(E, now);            /* first: the loop below frees ops */
     list_for_each_safe(pos, tmp, &E->ops) {
         struct eop *o = list_entry(pos, struct eop, link);
         if (o->r->op != LL_BUMP || o->phase != PH_WAIT || o->inflight)
@@ -1481,13 +1479,13 @@ static void on_tick(uv_timer_t *h)
                 answer_unreachable(o);
             else
                 answer_why(o, COORD_ETIMEOUT, "not elected within timeout_ms");
-        } else if (now >= o->next_at) {
-            step(o);
+            continue;
         }
+        if (now >= o->next_at)
+            step(o);
     }
     list_for_each_safe(pos, tmp, &E->terms)
         term_tick(list_entry(pos, struct eterm, link), now);
-    watch_tick(E, now);
     if (now >= E->next_probe && !E->probing && etcd_inflight(E->http) == 0) {
         E->probing = true;
         E->next_probe = now + ETCD_PROBE_MS;
