@@ -16,8 +16,14 @@
  *                 leader told (ledger-unavailable), campaigns time out
  *                 UNAVAILABLE, status says unreachable; etcd restarted:
  *                 recovery, nothing applied meanwhile
+ *   watch         a waiting campaign woken by its leader key's deletion
+ *                 (stats etcd_watch_wakeups), the etcd lease etcd's
+ *                 minimum TTL, the watch made again after etcd was
+ *                 killed and restarted, and after it was frozen
  *   cluster       a 3-member etcd with its leader member killed while a
- *                 leader commits: no op applied twice, no two leaders */
+ *                 leader commits: no op applied twice, no two leaders
+ *   bench, failover  measurements, run only when asked
+ *                 (COORD_ETCD_BENCH, COORD_ETCD_FAILOVER; HACKING.md) */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -501,7 +507,7 @@ static char *leader_key_b64(void)
 /* A waiting campaign is woken by its leader key's deletion event (the
  * etcd_watch_wakeups counter), the etcd lease is etcd's minimum TTL
  * whatever the term's lease, and the watch comes back after etcd was
- * killed and restarted; with COORD_TEST_BREAK=etcd-poll (no watch, the
+ * killed and restarted, and after it was frozen (SIGSTOP); with COORD_TEST_BREAK=etcd-poll (no watch, the
  * lease from lease_ms) each check fails. */
 static void test_watch(void)
 {
@@ -548,6 +554,17 @@ static void test_watch(void)
     etcd_signal(&ec, 0, SIGKILL);
     REQUIRE(etcd_restart(&ec, 0) == 0);
     CHECK(await_stat(bs, "etcd_watch_connects", c0 + 1, 3 * T));
+    CHECK_EQ(rcl_reply(b, 5, 300, &m), -2);
+    /* etcd frozen: the stream stays open and silent, the calls time out;
+     * once they reach etcd again the watch is made anew */
+    uint64_t c1 = stat_uint(bs, "etcd_watch_connects");
+    etcd_signal(&ec, 0, SIGSTOP);
+    uint64_t t0 = now_ms();
+    while (reachable(bs) && now_ms() - t0 < (uint64_t)3 * T)
+        usleep(50000);
+    CHECK(!reachable(bs));
+    kill(ec.m[0].pid, SIGCONT);
+    CHECK(await_stat(bs, "etcd_watch_connects", c1 + 1, 3 * T));
     CHECK_EQ(rcl_reply(b, 5, 300, &m), -2);
     uint64_t w0 = stat_uint(bs, "etcd_watch_wakeups");
     snprintf(body, sizeof body, "{\"key\":\"%s\"}", lk);
