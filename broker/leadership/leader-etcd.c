@@ -47,7 +47,12 @@
  * keepalive + TTL - margin) on the loop's monotonic clock, at a keepalive
  * answered without TTL (the lease is gone), or when the key is no longer
  * the term's (another machine disabled or stole it).  A term's end
- * revokes its lease, which deletes its leader key.
+ * revokes its lease, which deletes its leader key.  The etcd lease is
+ * not the term's lease_ms (leaders.c keeps that one, renewals and expiry,
+ * as with LMDB): it only bounds how long the key outlives a broker that
+ * died or was cut off, and the broker gives the term up (above) before
+ * etcd can let it go, whatever its length, so the fence is the same for
+ * any TTL; LIMIT_ETCD_LEASE_TTL_S says what a short one costs.
  *
  * Fail closed: a call that etcd does not answer is UNAVAILABLE (for a
  * write the outcome is unknown; the op id settles a retry at most once);
