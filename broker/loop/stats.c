@@ -37,6 +37,9 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_uint(&e, "outbuf_disconnects", s->outbuf_disconnects);
     coord_enc_kv_uint(&e, "partial_limit_cuts", s->partial_limit_cuts);
     coord_enc_kv_uint(&e, "oversized_frames", s->oversized_frames);
+    coord_enc_kv_uint(&e, "fds_received", s->fds_received);
+    coord_enc_kv_uint(&e, "fds_sent", s->fds_sent);
+    coord_enc_kv_uint(&e, "refs_given", s->refs_given);
     coord_enc_kv_uint(&e, "cancels", s->cancels);
     coord_enc_kv_uint(&e, "timeouts", s->timeouts);
     coord_enc_kv_uint(&e, "bytes_in", s->bytes_in);
