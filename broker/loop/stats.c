@@ -37,9 +37,6 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_uint(&e, "outbuf_disconnects", s->outbuf_disconnects);
     coord_enc_kv_uint(&e, "partial_limit_cuts", s->partial_limit_cuts);
     coord_enc_kv_uint(&e, "oversized_frames", s->oversized_frames);
-    coord_enc_kv_uint(&e, "fds_received", s->fds_received);
-    coord_enc_kv_uint(&e, "fds_sent", s->fds_sent);
-    coord_enc_kv_uint(&e, "refs_given", s->refs_given);
     coord_enc_kv_uint(&e, "cancels", s->cancels);
     coord_enc_kv_uint(&e, "timeouts", s->timeouts);
     coord_enc_kv_uint(&e, "bytes_in", s->bytes_in);
@@ -85,6 +82,12 @@ void stats_reply(struct conn *c, uint64_t rid)
     coord_enc_kv_uint(&e, "outbuf_stalls", s->outbuf_stalls);
     coord_enc_kv_uint(&e, "outbuf_pauses", s->outbuf_pauses);
     coord_enc_kv_uint(&e, "memory_trims", b->trims);
+    if (list_entry_overflows(c, &e, &before))
+        cut = true;
+    before = coord_enc_mark_here(&e);
+    coord_enc_kv_uint(&e, "fds_received", s->fds_received);
+    coord_enc_kv_uint(&e, "fds_sent", s->fds_sent);
+    coord_enc_kv_uint(&e, "refs_given", s->refs_given);
     if (list_entry_overflows(c, &e, &before))
         cut = true;
     before = coord_enc_mark_here(&e);
