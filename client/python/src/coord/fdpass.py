@@ -124,6 +124,17 @@ class FdTransport(asyncio.Transport):
     # ---- writing ----
 
     def write(self, data: Any) -> None:
+        if not self._buf and not self._closing and not self._lost:
+            try:                                # the common case: all of it at once
+                n = self._sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError as e:
+                self._force_close(e)
+                return
+            if n == len(data):
+                return
+            data = memoryview(data)[n:]
         self._write(memoryview(data).cast("B"), None)
 
     def write_fd(self, data: bytes, fd: int) -> None:
