@@ -10,6 +10,7 @@ same through a real broker: test_result_ref_broker.py.
 """
 import asyncio
 import fcntl
+import gc
 import os
 import threading
 
@@ -36,18 +37,20 @@ def answers_join_by_ref(payload=PAYLOAD, extra=None):
             req = p.request()
             if req is None:
                 return
+            if req["op"] == "flight.join":
+                reply = p.reply(req, role="result", fence=3, age_ms=5, source="live",
+                                result_fd=len(payload), **(extra or {}))
+            elif req["op"] == "record.get":
+                reply = p.reply(req, status="completed", fence=3, created_ms=1,
+                                expires_ms=2, result_fd=len(payload))
+            else:
+                p.send(p.reply(req))
+                continue
             fd = coord.sealed_memfd(payload)
             try:
-                if req["op"] == "flight.join":
-                    p.send_fd(p.reply(req, role="result", fence=3, age_ms=5, source="live",
-                                      result_fd=len(payload), **(extra or {})), fd)
-                elif req["op"] == "record.get":
-                    p.send_fd(p.reply(req, status="completed", fence=3, created_ms=1,
-                                      expires_ms=2, result_fd=len(payload)), fd)
-                else:
-                    p.send(p.reply(req))
+                p.send_fd(reply, fd)
             finally:
-                os.close(fd)
+                os.close(fd)      # before the next request is answered
     return handler
 
 
@@ -55,10 +58,19 @@ def fd_count():
     return len(os.listdir("/proc/self/fd"))
 
 
+def settled(c):
+    """The descriptors open here once the scripted broker closed its own
+    copies (it answers the ping after it did); garbage of earlier tests
+    (unclosed ResultRefs) collected first."""
+    gc.collect()
+    c.ping()
+    return fd_count()
+
+
 def test_a_result_by_reference_is_a_resultref_the_caller_owns():
     with FakeBroker(answers_join_by_ref()) as fb:
         with coord.Client(fb.socket, autostart=False) as c:
-            before = fd_count()
+            before = settled(c)
             f = c.flight.join("k")
             assert f.role == "result" and f.result_ref is not None
             ref = f.result_ref
@@ -76,16 +88,16 @@ def test_a_result_by_reference_is_a_resultref_the_caller_owns():
             assert ref.closed
             assert mm[100:104] == PAYLOAD[100:104]       # the mapping outlives it
             mm.close()
-            assert fd_count() == before                  # nothing leaked
+            assert settled(c) == before                  # nothing leaked
             r = c.records.get("k")
             assert r.by_ref and r.result == PAYLOAD
             fd = r.result_ref.detach()                   # now the caller's
             assert r.result_ref.closed and os.pread(fd, 4, 0) == PAYLOAD[:4]
             os.close(fd)
-            assert fd_count() == before
+            assert settled(c) == before
             # once returns bytes and closes the descriptor
             assert c.once("k", lambda f: b"never") == PAYLOAD
-            assert fd_count() == before
+            assert settled(c) == before
 
 
 def test_a_stale_result_by_reference():
@@ -116,6 +128,8 @@ def test_a_stale_result_by_reference():
 def test_asyncio_gets_results_by_reference():
     async def main(fb):
         async with coord.aio.Client(fb.socket, autostart=False) as c:
+            gc.collect()
+            await c.ping()
             before = fd_count()
             f = await c.flight.join("k")
             with f.result_ref as ref:
@@ -124,8 +138,8 @@ def test_asyncio_gets_results_by_reference():
             async def never(f):
                 return b"never"
             assert await c.once("k", never) == PAYLOAD
-            import gc
             gc.collect()                  # the record's ref, unclosed: closed by GC
+            await c.ping()
             assert fd_count() == before
 
     with FakeBroker(answers_join_by_ref()) as fb:
@@ -154,18 +168,20 @@ def too_many(p, req):
 
 @pytest.mark.parametrize("send,text", [(no_fd, "none came"), (too_many, "5 descriptors")])
 def test_a_broker_that_breaks_the_descriptor_rules_is_a_protocol_error(send, text):
+    gc.collect()
+    before = fd_count()
     with FakeBroker(broken_stream(send)) as fb:
         with coord.Client(fb.socket, autostart=False) as c:
-            before = fd_count()
             with pytest.raises(coord.ProtocolError, match=text):
                 c.flight.join("k")
-            assert fd_count() <= before       # the queued descriptors were closed
 
         async def main():
             async with coord.aio.Client(fb.socket, autostart=False) as c:
                 with pytest.raises(coord.ProtocolError, match=text):
                     await c.flight.join("k")
         asyncio.run(main())
+    # the fake's threads are joined: the queued descriptors were closed
+    assert fd_count() == before
 
 
 class OwnerSide:
@@ -218,9 +234,9 @@ def test_the_owner_completes_by_reference():
             c.flight.join("c").complete(b"tiny", by_ref=True)
             c.flight.join("d").complete(b"x" * 100, by_ref=False)
             fd = coord.sealed_memfd(b"from a memfd")
-            before = fd_count()
+            before = settled(c)
             c.flight.join("e").complete_fd(fd)
-            assert fd_count() == before          # fd stays ours, nothing else left open
+            assert settled(c) == before          # fd stays ours, nothing else left open
             os.close(fd)
             assert c.once("f", lambda f: big) == big
     (a, da), (b, db), (cc, dc), (d, dd), (e, de), (f, df) = side.got
