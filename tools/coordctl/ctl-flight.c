@@ -2,6 +2,7 @@
  *   once     single-flight a shell command
  *   flights  the running flights of the scope
  *   records  the stored completion records of the scope
+ *   record   one record's result (read from its descriptor when by reference)
  *   purge    delete the scope's records
  *
  * The result of `once` (what followers receive and what --keep stores) is,
@@ -140,9 +141,15 @@ static void keep_output(struct once *o, const char *p, size_t n)
     o->len += n;
 }
 
-/* Prints a result of format 1 and returns its exit status. */
-static int print_result(struct once *o, const coord_flight *f)
+/* Prints a result of format 1 and returns its exit status.  One by
+ * reference (a descriptor) is read first. */
+static int print_result(struct once *o, coord_flight *f)
 {
+    if (f->by_ref && coord_flight_result_load(f) < 0) {
+        fprintf(stderr, "coordctl: once: %s: reading the result (%zu bytes by reference): "
+                        "%s\n", o->shown, f->result_len, strerror(errno));
+        return CTL_EXIT_FAIL;
+    }
     const unsigned char *r = f->result;
     if (f->result_len < ONCE_HEADER || r[0] != ONCE_FORMAT) {
         fprintf(stderr, "coordctl: once: %s: the stored result was not made by "
@@ -879,6 +886,62 @@ int cmd_records(struct ctl *ctl, int argc, char **argv)
     if (rc < 0)
         return ctl_fail_call(ctl, "record.list", rc);
     return show(ctl, reply, "records", records_table);
+}
+
+/* ---- coordctl record ---- */
+
+/* coordctl record KEY: a completed record's result on stdout as it is
+ * (read from its descriptor when it is kept by reference), a failed one's
+ * code and message on stderr (exit 1); --json: one object. */
+int cmd_record(struct ctl *ctl, int argc, char **argv)
+{
+    if (argc != 2 || argv[1][0] == '-')
+        return ctl_usage(ctl, "record needs one KEY");
+    int rc = ctl_connect(ctl);
+    if (rc)
+        return rc;
+    coord_record r;
+    rc = coord_record_get(ctl->c, argv[1], strlen(argv[1]), &r);
+    if (rc < 0)
+        return ctl_fail_call(ctl, "record.get", rc);
+    bool by_ref = r.by_ref;
+    if (by_ref && coord_record_result_load(&r) < 0) {
+        ctl_error(ctl, "SYS", "record: reading the result (%zu bytes by reference): %s",
+                  r.result_len, strerror(errno));
+        coord_record_clear(&r);
+        return CTL_EXIT_FAIL;
+    }
+    rc = 0;
+    if (ctl->json) {
+        char *res = r.failed ? NULL : coord_json_text(r.result, r.result_len);
+        char *code = r.failed ? coord_json_text(r.error_code, strlen(r.error_code)) : NULL;
+        char *msg = r.failed ? coord_json_text(r.error_message, strlen(r.error_message)) : NULL;
+        printf("{\"status\":\"%s\",\"fence\":%llu,\"size\":%zu,\"by_ref\":%s,"
+               "\"created_ms\":%llu,\"expires_ms\":%llu,",
+               r.failed ? "failed" : "completed", (unsigned long long)r.fence,
+               r.result_len, by_ref ? "true" : "false", (unsigned long long)r.created_ms,
+               (unsigned long long)r.expires_ms);
+        if (r.failed)
+            printf("\"error\":{\"code\":%s,\"message\":%s},\"retryable\":%s}\n",
+                   code ? code : "\"\"", msg ? msg : "\"\"", r.retryable ? "true" : "false");
+        else
+            printf("\"result\":%s}\n", res ? res : "null");
+        free(res);
+        free(code);
+        free(msg);
+        rc = r.failed ? CTL_EXIT_FAIL : 0;
+    } else if (r.failed) {
+        fprintf(stderr, "coordctl: record: %s: %s\n", r.error_code, r.error_message);
+        rc = CTL_EXIT_FAIL;
+    } else {
+        fflush(stdout);
+        if (!write_all(STDOUT_FILENO, r.result, r.result_len)) {
+            fprintf(stderr, "coordctl: record: writing the output: %s\n", strerror(errno));
+            rc = CTL_EXIT_FAIL;
+        }
+    }
+    coord_record_clear(&r);
+    return rc;
 }
 
 /* ---- coordctl purge ---- */

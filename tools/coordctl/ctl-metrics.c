@@ -72,7 +72,8 @@ static const char *const counters[] = {
     "ledger_flushes", "ledger_linger_us", "flights_purged", "terms_max_hold",
     "terms_reached_max_hold", "outbuf_pauses", "outbuf_stalls", "memory_trims",
     "held_budget_refusals", "flights_superseded", "follower_timeouts",
-    "record_read_failures", "flights_version_split",
+    "record_read_failures", "flights_version_split", "fds_received", "fds_sent",
+    "refs_given",
     NULL,
 };
 
