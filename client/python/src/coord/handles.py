@@ -753,8 +753,8 @@ class FlightHandle:
         if not by_ref:
             return self._end(m.flight_complete(data, keep)), None
         self._check_fds(len(data))
-        fields = self._end(m.flight_complete_fd(len(data), keep))
-        return fields, sealed_memfd(data)
+        fd = sealed_memfd(data)         # before _end: an OSError leaves the flight ours
+        return self._end(m.flight_complete_fd(len(data), keep)), fd
 
     def _completion_fd(self, f: Any, keep: Optional[float]) -> Tuple[Dict[str, Any], int]:
         """``complete_fd``'s fields and descriptor (the caller's)."""
