@@ -68,6 +68,8 @@ static void on_join(coord_t *c, int status, coord_flight *f, void *ud)
 static bool fd_holds(int fd, const uint8_t *want, size_t n)
 {
     uint8_t *got = malloc(n + 1);
+    if (!got)
+        return false;
     size_t off = 0;
     for (;;) {
         ssize_t r = read(fd, got + off, n + 1 - off);
@@ -104,6 +106,7 @@ static void complete_fd_everywhere(void)
      * than a frame */
     size_t n = 2 * 1024 * 1024 + 3;
     uint8_t *data = malloc(n);
+    REQUIRE(data);
     data[0] = 1;
     data[1] = 0;
     for (size_t i = 2; i < n; i++)
@@ -194,6 +197,7 @@ static void once_output_larger_than_a_frame(void)
     REQUIRE(run_finish(&r, T) == 0);
     size_t n = 3000000;
     uint8_t *want = malloc(n + 2);
+    REQUIRE(want);
     want[0] = 1;
     want[1] = 0;
     memset(want + 2, 'x', n);
