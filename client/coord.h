@@ -792,8 +792,11 @@ COORD_API void coord_work_retry_after(uint64_t retry_after_ms);
  *                     or a superseding join did (coord_error_reason
  *                     "superseded");
  *   COORD_ETIMEOUT    a follower waited wait_ms without a result;
- *   COORD_ETOO_LARGE  work's result does not fit a frame (the followers get
- *                     a FAILED "TOO_LARGE"); a key too long to keep a record
+ *   COORD_ETOO_LARGE  work's result does not fit a frame, nor (larger than
+ *                     a frame) coord_max_ref_bytes: a result larger than a
+ *                     frame goes by reference (a sealed memfd) when the
+ *                     broker takes descriptors (the followers get a FAILED
+ *                     "TOO_LARGE" otherwise); a key too long to keep a record
  *                     is not an error: the result is then delivered unkept;
  *   COORD_ECONNECT    c is NULL and the policy is COORD_FALLBACK_FAIL;
  *   other negatives   as coord_flight_join, or connection errors (a lost

@@ -658,6 +658,26 @@ static int run_local(coord_work_fn work, void *ud, coord_flight *out,
     return 0;
 }
 
+/* Completes the flight we own with the work's result: inline when it fits
+ * a frame, else by reference (a sealed memfd) when the broker takes
+ * descriptors and the size. */
+static int once_complete(coord_t *c, const coord_flight *own, const struct work_out *w,
+                         uint64_t keep_ms)
+{
+    size_t inline_max = c->max_frame > 1024 ? c->max_frame - 1024 : 0;
+    if (w->len <= inline_max || !c->broker_fds || w->len > c->max_ref_bytes)
+        return coord_flight_complete(c, own->flight, own->fence, w->result, w->len,
+                                     keep_ms, NULL);
+    int fd = coord_memfd_sealed(w->result, w->len);
+    if (fd < 0) {
+        coord__set_error(c, "a memfd for the result: %s", strerror(errno));
+        return fd;
+    }
+    int rc = coord_flight_complete_fd(c, own->flight, own->fence, fd, keep_ms, NULL);
+    close(fd);
+    return rc;
+}
+
 /* Completes (ok) or fails the flight we own with the work's outcome;
  * 0 or the error of the call. */
 static int owner_deliver(coord_t *c, const coord_flight *own, const struct work_out *w,
@@ -665,13 +685,11 @@ static int owner_deliver(coord_t *c, const coord_flight *own, const struct work_
 {
     int rc;
     if (w->wrc == COORD_WORK_OK) {
-        rc = coord_flight_complete(c, own->flight, own->fence, w->result, w->len,
-                                   keep_ms, NULL);
+        rc = once_complete(c, own, w, keep_ms);
         if (rc == COORD_ETOO_LARGE && keep_ms)
             /* the key cannot be stored as a record (or the result is too
              * big, which the next try tells): deliver it unkept */
-            rc = coord_flight_complete(c, own->flight, own->fence, w->result, w->len,
-                                       0, NULL);
+            rc = once_complete(c, own, w, 0);
         if (rc == COORD_ETOO_LARGE) {
             /* nobody must wait for a result that can never travel */
             char text[160];

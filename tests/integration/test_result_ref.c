@@ -10,7 +10,8 @@
  * by the broker.  keep_ms > 0 keeps the bytes as a 0600 file in
  * DATA/results that survives kill -9 and a restart (served to a later join
  * and to record.get); expiry and record.purge remove it, and a leftover file
- * no record names is removed at start. */
+ * no record names is removed at start.  A stale record by reference goes
+ * to the revalidation's owner as a descriptor declared in its `stale` map. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -59,6 +60,8 @@ static void fill(uint8_t *p, size_t n, unsigned seed)
 static bool reads_as(int fd, const uint8_t *want, size_t n)
 {
     uint8_t *got = malloc(n + 1);
+    if (!got)
+        return false;
     size_t off = 0;
     for (;;) {
         ssize_t r = read(fd, got + off, n + 1 - off);
@@ -173,6 +176,7 @@ static void three_followers(void)
     struct rcl *own_c = fd_client(true), *f[3];
     size_t n = 300 * 1024 + 7;
     uint8_t *data = malloc(n);
+    REQUIRE(data);
     fill(data, n, 1);
     uint64_t flight, fence;
     own(own_c, 2, "big", &flight, &fence);
@@ -322,6 +326,7 @@ static void durable(void)
     struct rcl *c = fd_client(true), *f = fd_client(true);
     size_t n = 200000;
     uint8_t *data = malloc(n);
+    REQUIRE(data);
     fill(data, n, 3);
     uint64_t flight, fence;
     own(c, 2, "kept", &flight, &fence);
@@ -442,6 +447,64 @@ static void expiry_and_leftovers(void)
     stop_and_clean(&bp);
 }
 
+/* A record by reference past max_age_ms, within stale_ms: the first joiner
+ * revalidates and gets the stale bytes as a descriptor in its `stale` map;
+ * the next gets them at once (stale, revalidating) as a descriptor, and one
+ * without fds as a result_ref. */
+static void stale_by_ref(void)
+{
+    start_or_exit(&bp, NULL);
+    struct rcl *c = fd_client(true), *d = fd_client(true), *nofd = fd_client(false);
+    uint8_t data[3000];
+    fill(data, sizeof data, 7);
+    uint64_t flight, fence;
+    own(c, 2, "s", &flight, &fence);
+    REQUIRE(complete_ref(c, 3, flight, fence, sizeof data,
+                         memfd_with(data, sizeof data, SEALED), 600000) == 0 && msg_ok(&m));
+    /* the record must be older than max_age_ms (1 ms) */
+    uint64_t t0 = now_ms();
+    while (now_ms() < t0 + 3)
+        usleep(1000);
+    coord_enc *e = rcl_begin(d, "flight.join", 2);
+    coord_enc_kv_cstr(e, "key", "s");
+    coord_enc_kv_uint(e, "max_age_ms", 1);
+    coord_enc_kv_uint(e, "stale_ms", 600000);
+    REQUIRE(rcl_send(d) == 0);
+    REQUIRE(rcl_reply(d, 2, T, &m) == 0 && role_is("owner"));
+    const msgpack_object_map *st = msg_map(&m, "stale");
+    CHECK_EQ_U(map_uint(st, "result_fd"), sizeof data);
+    int fd = rcl_take_fd(d);
+    CHECK(fd >= 0 && reads_as(fd, data, sizeof data));
+    if (fd >= 0)
+        close(fd);
+    struct rcl *who[2] = { c, nofd };
+    for (int i = 0; i < 2; i++) {
+        e = rcl_begin(who[i], "flight.join", 10);
+        coord_enc_kv_cstr(e, "key", "s");
+        coord_enc_kv_uint(e, "max_age_ms", 1);
+        coord_enc_kv_uint(e, "stale_ms", 600000);
+        REQUIRE(rcl_send(who[i]) == 0);
+        REQUIRE(rcl_reply(who[i], 10, T, &m) == 0 && role_is("result"));
+        CHECK(msg_bool(&m, "stale") && msg_bool(&m, "revalidating"));
+        if (i == 0) {
+            CHECK_EQ_U(msg_uint(&m, "result_fd"), sizeof data);
+            fd = rcl_take_fd(who[i]);
+        } else {
+            char path[128];
+            coord_bytes pb = map_bytes(msg_map(&m, "result_ref"), "path");
+            snprintf(path, sizeof path, "%.*s", (int)pb.len, (const char *)pb.ptr);
+            fd = open(path, O_RDONLY | O_CLOEXEC);
+        }
+        CHECK(fd >= 0 && reads_as(fd, data, sizeof data));
+        if (fd >= 0)
+            close(fd);
+    }
+    rcl_close(c);
+    rcl_close(d);
+    rcl_close(nofd);
+    stop_and_clean(&bp);
+}
+
 /* The path of a result_ref in m (into buf). */
 static const char *ref_path(char *buf, size_t n)
 {
@@ -546,6 +609,7 @@ int main(int argc, char **argv)
         { "durable", durable },
         { "expiry_and_leftovers", expiry_and_leftovers },
         { "result_refs", result_refs },
+        { "stale_by_ref", stale_by_ref },
         { NULL, NULL },
     };
     coord_msg_init(&m);

@@ -68,6 +68,8 @@ static void on_join(coord_t *c, int status, coord_flight *f, void *ud)
 static bool fd_holds(int fd, const uint8_t *want, size_t n)
 {
     uint8_t *got = malloc(n + 1);
+    if (!got)
+        return false;
     size_t off = 0;
     for (;;) {
         ssize_t r = read(fd, got + off, n + 1 - off);
@@ -104,6 +106,7 @@ static void complete_fd_everywhere(void)
      * than a frame */
     size_t n = 2 * 1024 * 1024 + 3;
     uint8_t *data = malloc(n);
+    REQUIRE(data);
     data[0] = 1;
     data[1] = 0;
     for (size_t i = 2; i < n; i++)
@@ -169,10 +172,58 @@ static void complete_fd_everywhere(void)
     stop_and_clean(&bp);
 }
 
+/* `coordctl once` whose CMD writes more than a frame holds: the result goes
+ * by reference; a libcoord follower gets it as a descriptor, and it is kept
+ * (--keep) as a record by reference. */
+static void once_output_larger_than_a_frame(void)
+{
+    start_or_exit(&bp, NULL);
+    coord_t *fol = lib_as("follower"), *w = lib_as("watcher");
+    REQUIRE(coord_subscribe(w, "-flights", 8) == 0);
+    int gate[2];
+    REQUIRE(pipe2(gate, O_CLOEXEC) == 0);
+    struct pass_fd pass[] = { { gate[0], 3 }, { -1, -1 } };
+    struct run r;
+    /* CMD waits for the gate (the follower is in), then writes 3,000,000 x */
+    ctl_spawn(&r, bp.sock, bp.dir, &(struct ctl_opts){ .pipes = false, .pass = pass },
+              ARGS("once", "--keep", "60", "huge", "--", "sh", "-c",
+                   "cat <&3 >/dev/null; head -c 3000000 /dev/zero | tr '\\0' x"));
+    close(gate[0]);
+    REQUIRE(await_what(w, "started"));
+    struct got g = { 0 };
+    REQUIRE(coord_flight_join_async(fol, S("huge"), NULL, on_join, &g, NULL) == 0);
+    REQUIRE(await_what(w, "joined"));
+    close(gate[1]);
+    REQUIRE(run_finish(&r, T) == 0);
+    size_t n = 3000000;
+    uint8_t *want = malloc(n + 2);
+    REQUIRE(want);
+    want[0] = 1;
+    want[1] = 0;
+    memset(want + 2, 'x', n);
+    CHECK(out_is(&r, want + 2, n));
+    run_free(&r);
+    while (!g.called)
+        REQUIRE(coord_wait(fol, T) >= 0);
+    CHECK(g.status == 0 && g.f.by_ref && g.f.result_len == n + 2);
+    CHECK(coord_flight_result_load(&g.f) == 0);
+    CHECK(!g.f.by_ref && g.f.result && memcmp(g.f.result, want, n + 2) == 0);
+    coord_flight_clear(&g.f);
+    coord_record rec;
+    REQUIRE(coord_record_get(fol, S("huge"), &rec) == 0);
+    CHECK(rec.by_ref && rec.result_len == n + 2);
+    coord_record_clear(&rec);
+    free(want);
+    coord_close(fol);
+    coord_close(w);
+    stop_and_clean(&bp);
+}
+
 int main(int argc, char **argv)
 {
     static const struct test_case tests[] = {
         { "complete_fd_everywhere", complete_fd_everywhere },
+        { "once_output_larger_than_a_frame", once_output_larger_than_a_frame },
         { NULL, NULL },
     };
     return run_tests(argc, argv, tests);

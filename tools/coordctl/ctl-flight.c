@@ -98,6 +98,7 @@ struct once {
     /* CMD's stdout, after the two header bytes */
     char *buf;
     size_t len, cap, limit;
+    size_t frame_limit;         /* what fits a frame: more goes by reference */
     bool overflow;              /* more than limit bytes: cannot be shared */
     bool stdout_ok;             /* our own stdout still takes bytes */
 };
@@ -139,6 +140,24 @@ static void keep_output(struct once *o, const char *p, size_t n)
     }
     memcpy(o->buf + ONCE_HEADER + o->len, p, n);
     o->len += n;
+}
+
+/* flight.complete with the result in o->buf: inline when it fits a frame,
+ * else by reference (a sealed memfd of it). */
+static int once_complete(struct once *o, coord_t *c, uint64_t keep)
+{
+    size_t n = ONCE_HEADER + o->len;
+    if (o->len <= o->frame_limit)
+        return coord_flight_complete(c, o->flight, o->fence, o->buf, n, keep, NULL);
+    int fd = coord_memfd_sealed(o->buf, n);
+    if (fd < 0) {
+        fprintf(stderr, "coordctl: once: %s: a memfd for the result: %s\n", o->shown,
+                strerror(errno));
+        return fd;
+    }
+    int rc = coord_flight_complete_fd(c, o->flight, o->fence, fd, keep, NULL);
+    close(fd);
+    return rc;
 }
 
 /* Prints a result of format 1 and returns its exit status.  One by
@@ -249,9 +268,13 @@ static int run_owner(struct once *o, char **cmd)
     };
     if (!ctl_child_env("once", env))
         return CTL_EXIT_FAIL;      /* closing the connection hands the flight on */
-    /* the result travels in one frame, with the request around it */
+    /* the result travels in one frame, with the request around it, or,
+     * larger, by reference (a sealed memfd) up to max_ref_bytes */
     uint32_t mf = coord_max_frame(c);
-    o->limit = mf > 1024 + 256 ? mf - 1024 - 256 : 0;
+    o->limit = o->frame_limit = mf > 1024 + 256 ? mf - 1024 - 256 : 0;
+    uint64_t ref = coord_max_ref_bytes(c);
+    if (ref > ONCE_HEADER && ref - ONCE_HEADER > o->limit)
+        o->limit = ref - ONCE_HEADER > SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)(ref - ONCE_HEADER);
     o->buf = malloc(ONCE_HEADER + 4096);
     o->cap = 4096;
     if (!o->buf) {
@@ -397,13 +420,11 @@ static int run_owner(struct once *o, char **cmd)
     /* --keep stores only a success: a failed run is shared with those
      * waiting now, and the next caller runs CMD again */
     uint64_t keep = code == 0 ? o->keep_ms : 0;
-    int rc = coord_flight_complete(c, o->flight, o->fence, o->buf, ONCE_HEADER + o->len,
-                                   keep, NULL);
+    int rc = once_complete(o, c, keep);
     if (rc == COORD_ETOO_LARGE && keep) {
         fprintf(stderr, "coordctl: once: %s: %s: the result is not kept\n", o->shown,
                 coord_error_message(c));
-        rc = coord_flight_complete(c, o->flight, o->fence, o->buf, ONCE_HEADER + o->len,
-                                   0, NULL);
+        rc = once_complete(o, c, 0);
     }
     if (rc == COORD_EFENCED) {
         fprintf(stderr, "coordctl: once: %s: %s before the command ended: its result "
