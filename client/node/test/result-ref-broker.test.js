@@ -1,5 +1,6 @@
 // Results by reference through a real coordd: a Python owner completes with
-// a sealed memfd (the Python client's complete_fd), Node followers waiting on
+// a sealed memfd (the Python client's complete_fd), and a C one (coordctl
+// once, whose output is larger than a frame), Node followers waiting on
 // the flight get the bytes as a Buffer and as a stream (Node receives no
 // descriptors: result_ref, opened by path and checked by inode), the kept
 // record by reference is read and listed by Node, and every reference is
@@ -11,7 +12,7 @@ import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import path from 'node:path';
 import { connect } from '../src/index.js';
-import { startBroker, PKG } from '../testlib/broker.js';
+import { startBroker, PKG, COORDCTL } from '../testlib/broker.js';
 
 const PYTHON = '/usr/bin/python3';
 const SIZE = 8 << 20;
@@ -72,7 +73,7 @@ async function followers(key, count) {
   const w = c.watch(['-flights']);
   await w.ready;
   const has = async () => ((await c.flight.list()).find((f) => f.key === key)?.followers ?? -1) >= count;
-  if (!(await has())) for await (const ev of w) if (ev.what === 'joined' && ev.key === key && await has()) break;
+  if (!(await has())) for await (const ev of w) if (ev.key === key && await has()) break;
   await w.return();
 }
 
@@ -136,4 +137,25 @@ test('every reference is released: more reads than a connection may hold', async
   } finally {
     await reader.close();
   }
+});
+
+test('a coordctl once owner whose output is larger than a frame: a Node follower gets it', async () => {
+  const key = 'by-ref-ctl';
+  const n = 3_000_000;
+  const owner = spawn(COORDCTL, ['--socket', broker.socket, '--no-autostart', 'once', key, '--',
+    'sh', '-c', `read go; head -c ${n} /dev/zero | tr '\\0' a`], { stdio: ['pipe', 'ignore', 'inherit'] });
+  const exited = new Promise((r) => owner.once('exit', r));
+  const given = (await c.stats()).refsGiven;
+  await followers(key, 0);                              // its flight runs
+  const follower = c.once(key, () => assert.fail('ran'), { raw: true, wait: 20000 });
+  await followers(key, 1);
+  owner.stdin.end('go\n');
+  const r = await follower;
+  assert.equal(r.source, 'live');
+  // coordctl once's result: format 1, the exit status, then stdout
+  assert.equal(r.value.length, 2 + n);
+  assert.deepEqual([...r.value.subarray(0, 2)], [1, 0]);
+  assert.ok(r.value.subarray(2).equals(Buffer.alloc(n, 'a')));
+  assert.equal(await exited, 0);
+  assert.equal((await c.stats()).refsGiven, given + 1);  // it came as a result_ref
 });

@@ -8,6 +8,7 @@ max_ref_bytes) raises the client's own exceptions.
 """
 import asyncio
 import os
+import subprocess
 import threading
 
 import pytest
@@ -159,3 +160,34 @@ def test_a_stale_record_by_reference_goes_to_its_revalidating_owner(broker):
             g.result_ref.close()
         f.complete(b"fresh", keep=60)
         assert c.records.get("s").result == b"fresh"
+
+
+def test_a_coordctl_owner_whose_output_is_larger_than_a_frame(broker):
+    n = 3_000_000
+    owner = broker.ctl_popen("once", "ctl-big", "--", "sh", "-c",
+                             f"read go; head -c {n} /dev/zero | tr '\\0' a",
+                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    try:
+        with broker.client() as c:
+            wait_until(lambda: [e for e in c.flight.list() if e.key == "ctl-big"],
+                       what="coordctl's flight")
+            got = {}
+            t = threading.Thread(target=lambda: got.update(
+                r=c.flight.join("ctl-big", wait=20)))
+            t.start()
+            wait_until(lambda: [e for e in c.flight.list() if e.followers == 1],
+                       what="the follower")
+            owner.stdin.write(b"go\n")
+            owner.stdin.close()
+            t.join(20)
+            f = got["r"]
+            assert f.role == "result" and f.result_ref is not None   # a descriptor
+            with f.result_ref as ref:
+                mm = ref.mmap()
+                # coordctl once's result: format 1, the exit status, stdout
+                assert ref.size == 2 + n and mm[:2] == b"\x01\x00"
+                assert mm[2:] == b"a" * n
+                mm.close()
+        assert owner.wait(20) == 0
+    finally:
+        owner.kill()
