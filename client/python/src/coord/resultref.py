@@ -29,6 +29,8 @@ from typing import Any, List, Optional, Union
 SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 
 _CHUNK = 1 << 20
+# The most one read(2) returns on Linux is just under 2 GiB.
+_MAX_READ = 1 << 30
 
 
 def sealed_memfd(data: Union[bytes, bytearray, memoryview], name: str = "coord-result") -> int:
@@ -42,7 +44,7 @@ def sealed_memfd(data: Union[bytes, bytearray, memoryview], name: str = "coord-r
             os.ftruncate(fd, len(view))
             done = 0
             while done < len(view):
-                done += os.pwrite(fd, view[done:done + _CHUNK], done)
+                done += os.pwrite(fd, view[done:done + _MAX_READ], done)
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
     except BaseException:
         os.close(fd)
@@ -100,9 +102,10 @@ class ResultRef:
         fd = self.fileno()
         if n >= 0:
             return os.read(fd, n)
+        left = self.size - os.lseek(fd, 0, os.SEEK_CUR)
         parts: List[bytes] = []
         while True:
-            b = os.read(fd, _CHUNK)
+            b = os.read(fd, min(_MAX_READ, max(left, _CHUNK)))
             if not b:
                 return b"".join(parts)
             parts.append(b)
@@ -113,12 +116,13 @@ class ResultRef:
         parts: List[bytes] = []
         off = 0
         while off < self.size:
-            b = os.pread(fd, min(_CHUNK, self.size - off), off)
+            # as much as one read takes: one copy into the bytes, no join
+            b = os.pread(fd, min(_MAX_READ, self.size - off), off)
             if not b:
                 raise OSError(f"result by reference ends at {off} of {self.size} bytes")
             parts.append(b)
             off += len(b)
-        return b"".join(parts)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def mmap(self) -> "_mmap.mmap":
         """A read-only mapping of the result; ValueError when it is empty
