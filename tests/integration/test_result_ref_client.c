@@ -3,7 +3,7 @@
  * memfd, coord_flight_complete_fd passes it (a result larger than a frame),
  * a libcoord follower gets the descriptor (by_ref, result_fd) and `coordctl
  * once` prints it; the record kept by reference is read by coord_record_get
- * and printed by `coordctl record` and by a later `coordctl once --keep`. */
+ * and printed by `coordctl record get` and by a later `coordctl once --keep`. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,7 +154,7 @@ static void complete_fd_everywhere(void)
     CHECK(!rec.by_ref && rec.result && memcmp(rec.result, data, n) == 0);
     coord_record_clear(&rec);
 
-    ctl_spawn(&r, bp.sock, bp.dir, &(struct ctl_opts){ .pipes = false }, ARGS("record", "big"));
+    ctl_spawn(&r, bp.sock, bp.dir, &(struct ctl_opts){ .pipes = false }, ARGS("record", "get", "big"));
     REQUIRE(run_finish(&r, T) == 0);
     CHECK(out_is(&r, data, n));                 /* the record as it is */
     run_free(&r);

@@ -102,7 +102,7 @@ static const struct ctl_command commands[] = {
                 "the canonical string (it names the user).  Needs no broker",
                 cmd_key },
     { "records", "[--prefix P] [--limit N]", "stored completion records", cmd_records },
-    { "record", "KEY", "a record's result as it is on stdout (one kept by\n"
+    { "record", "get KEY", "a record's result as it is on stdout (one kept by\n"
                 "reference read from its descriptor); a failed one's error, exit 1",
                 cmd_record },
     { "purge",  "[--prefix P]", "delete the scope's records (logout)", cmd_purge },

@@ -2,7 +2,8 @@
  *   once     single-flight a shell command
  *   flights  the running flights of the scope
  *   records  the stored completion records of the scope
- *   record   one record's result (read from its descriptor when by reference)
+ *   record   record get: one record's result (read from its descriptor when
+ *            by reference)
  *   purge    delete the scope's records
  *
  * The result of `once` (what followers receive and what --keep stores) is,
@@ -911,13 +912,17 @@ int cmd_records(struct ctl *ctl, int argc, char **argv)
 
 /* ---- coordctl record ---- */
 
-/* coordctl record KEY: a completed record's result on stdout as it is
+/* coordctl record get KEY: a completed record's result on stdout as it is
  * (read from its descriptor when it is kept by reference), a failed one's
  * code and message on stderr (exit 1); --json: one object. */
 int cmd_record(struct ctl *ctl, int argc, char **argv)
 {
+    if (argc < 2 || strcmp(argv[1], "get") != 0)
+        return ctl_usage(ctl, "needs get KEY");
+    argc--;
+    argv++;
     if (argc != 2 || argv[1][0] == '-')
-        return ctl_usage(ctl, "record needs one KEY");
+        return ctl_usage(ctl, "get needs one KEY");
     int rc = ctl_connect(ctl);
     if (rc)
         return rc;
