@@ -95,4 +95,14 @@
  * "truncated": true). */
 #define LIMIT_LIST_TAIL 64u
 
+/* The largest result by reference the broker takes by default (hello's
+ * max_ref_bytes; coordd --max-ref-bytes N).  Its bytes never pass through
+ * the broker's buffers (followers get descriptors of the owner's sealed
+ * memfd), so this is not a memory bound of the broker's but what one key's
+ * durable record may make the data dir hold (DATA_DIR/results) and what a
+ * follower is handed to map.  Larger: bigger artefacts deduplicated; smaller:
+ * less disk per record.  1 GiB: far above what a coordination result is,
+ * below what fills a home directory by accident. */
+#define LIMIT_MAX_REF_BYTES_DEFAULT (1ull << 30)
+
 #endif

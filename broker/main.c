@@ -40,6 +40,8 @@ static void usage(FILE *f)
 "                          held for all clients together (default %u)\n"
 "  --max-data-size BYTES   cap of the LMDB ledger (default %llu, at least\n"
 "                          %llu); past it writes fail with STORAGE\n"
+"  --max-ref-bytes BYTES   the largest result by reference (a sealed memfd)\n"
+"                          a flight may complete with (default %llu)\n"
 "  --ledger NAME           where leadership's generations and commits live:\n"
 "                          local (LMDB in the data dir, the default) or etcd\n"
 "                          (shared by the brokers of several machines)\n"
@@ -52,7 +54,8 @@ static void usage(FILE *f)
             COORD_MAX_FRAME_DEFAULT, DEFAULT_MAX_CONNS, DEFAULT_MAX_PENDING, DEFAULT_MAX_OUTBUF,
             COORD_FRAME_HEADER + LIMIT_OUTBUF_MIN_MARK, DEFAULT_HANDSHAKE_MS, LIMIT_HELD_DEFAULT,
             (unsigned long long)STORE_DEFAULT_DATA_SIZE,
-            (unsigned long long)STORE_MIN_DATA_SIZE, DEFAULT_ETCD_PREFIX);
+            (unsigned long long)STORE_MIN_DATA_SIZE,
+            (unsigned long long)LIMIT_MAX_REF_BYTES_DEFAULT, DEFAULT_ETCD_PREFIX);
 }
 
 static int parse_num(const char *s, unsigned long long min, unsigned long long max,
@@ -177,10 +180,11 @@ int main(int argc, char **argv)
     strcpy(opt.etcd_prefix, DEFAULT_ETCD_PREFIX);
     opt.max_data_size = STORE_DEFAULT_DATA_SIZE;
     opt.max_held = LIMIT_HELD_DEFAULT;
+    opt.max_ref_bytes = LIMIT_MAX_REF_BYTES_DEFAULT;
     const char *socket_arg = NULL, *data_arg = NULL, *config_arg = NULL;
 
     enum { O_FG = 1, O_SOCK, O_DATA, O_IDLE, O_READY, O_LOG, O_FRAME, O_CONNS,
-           O_PENDING, O_OUTBUF, O_HANDSHAKE, O_DATASIZE, O_LEDGER, O_LOGNAMES, O_VERSION, O_HELP, O_ETCD_EP, O_ETCD_PREFIX, O_CONFIG, O_MAXHELD };
+           O_PENDING, O_OUTBUF, O_HANDSHAKE, O_DATASIZE, O_LEDGER, O_LOGNAMES, O_VERSION, O_HELP, O_ETCD_EP, O_ETCD_PREFIX, O_CONFIG, O_MAXHELD, O_MAXREF };
     static const struct option longopts[] = {
         { "foreground", no_argument, NULL, O_FG },
         { "socket", required_argument, NULL, O_SOCK },
@@ -202,6 +206,7 @@ int main(int argc, char **argv)
         { "etcd-prefix", required_argument, NULL, O_ETCD_PREFIX },
         { "config-dir", required_argument, NULL, O_CONFIG },
         { "max-held", required_argument, NULL, O_MAXHELD },
+        { "max-ref-bytes", required_argument, NULL, O_MAXREF },
         { NULL, 0, NULL, 0 },
     };
     int ch;
@@ -226,6 +231,7 @@ int main(int argc, char **argv)
         case O_OUTBUF: bad = parse_num(optarg, 4096, 1ull << 34, &v); opt.max_outbuf = (size_t)v; break;
         case O_HANDSHAKE: bad = parse_num(optarg, 1, 3600000, &v); opt.handshake_ms = (unsigned)v; break;
         case O_MAXHELD: bad = parse_num(optarg, 16, 1ull << 32, &v); opt.max_held = v; break;
+        case O_MAXREF: bad = parse_num(optarg, 1, 1ull << 40, &v); opt.max_ref_bytes = v; break;
         case O_DATASIZE:
             bad = parse_num(optarg, STORE_MIN_DATA_SIZE, STORE_MAX_DATA_SIZE, &v);
             opt.max_data_size = v;

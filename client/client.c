@@ -19,7 +19,17 @@
  * COORD_MAX_FRAME_CAP); the event queue is bounded (COORD_EVENT_QUEUE_MAX,
  * COORD_EVENT_QUEUE_BYTES: past it the connection fails with
  * COORD_EOVERFLOW); a blocking call that does not wait by design has a
- * deadline (request_timeout_ms). */
+ * deadline (request_timeout_ms).
+ *
+ * Descriptors (results by reference).  hello says fds: true, so reads use
+ * recvmsg and keep the SCM_RIGHTS descriptors that come with them, in
+ * arrival order (the broker sends one with the first byte of the frame
+ * that declares it, so it is here by the time that frame is whole); a
+ * frame that declares one (result_fd) takes the oldest, and the reply owns
+ * it until the caller takes it (coord_reply_take_fd).  A request that
+ * passes one (coord_flight_complete_fd) is written once everything queued
+ * before it went out: its first byte alone with the descriptor (sendmsg),
+ * the rest like any frame. */
 #include <errno.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -192,6 +202,8 @@ void coord__free(coord_t *c)
     coord_frame_reader_free(&c->reader);
     coord_buf_free(&c->wbuf);
     coord_buf_free(&c->out);
+    while (c->nfdq > 0)
+        close(c->fdq[--c->nfdq]);
     free(c);
 }
 
@@ -203,6 +215,10 @@ COORD_API const char *coord_broker_version(const coord_t *c)
     return c ? c->broker : "";
 }
 COORD_API int coord_fd(const coord_t *c)             { return c ? c->fd : -1; }
+COORD_API uint64_t coord_max_ref_bytes(const coord_t *c)
+{
+    return c && c->broker_fds ? c->max_ref_bytes : 0;
+}
 
 /* ---- pending requests: rid -> callback ---- */
 
@@ -352,6 +368,11 @@ static int on_frame(void *ud, const uint8_t *body, size_t len)
         c->frame_error = st;
         return 1;
     }
+    if (c->nfdq > 0 && coord__declares_fd(coord_reply_map(r))) {
+        r->fd = c->fdq[0];
+        memmove(c->fdq, c->fdq + 1, (size_t)(c->nfdq - 1) * sizeof c->fdq[0]);
+        c->nfdq--;
+    }
     if (!r->is_event && r->rid == 0 && r->status) {
         /* the broker's last words before it closes (BAD_FRAME...) */
         const char *name = coord_code_name(r->status);
@@ -373,6 +394,29 @@ static int on_frame(void *ud, const uint8_t *body, size_t len)
 static int wait_readable(coord_t *c, int timeout_ms);
 static bool out_pending(const coord_t *c);
 
+/* The descriptors a read brought, queued; false when there is no room
+ * (they are closed). */
+static bool take_fds(coord_t *c, struct msghdr *mh)
+{
+    bool ok = true;
+    for (struct cmsghdr *h = CMSG_FIRSTHDR(mh); h; h = CMSG_NXTHDR(mh, h)) {
+        if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(h) + i * sizeof fd, sizeof fd);
+            if (c->nfdq < (int)(sizeof c->fdq / sizeof c->fdq[0])) {
+                c->fdq[c->nfdq++] = fd;
+            } else {
+                close(fd);
+                ok = false;
+            }
+        }
+    }
+    return ok && !(mh->msg_flags & MSG_CTRUNC);
+}
+
 /* One read, cut into frames on c->inbound.  The socket is left blocking
  * (a blocking call then costs one send and one recv); reads that must not
  * block say MSG_DONTWAIT, and a blocking read copes with a descriptor made
@@ -382,12 +426,20 @@ static int pump_once(coord_t *c, bool block)
 {
     uint8_t buf[65536];
     ssize_t n;
+    union { char b[CMSG_SPACE(8 * sizeof(int))]; struct cmsghdr align; } cm;
+    struct iovec iov = { buf, sizeof buf };
+    struct msghdr mh;
     if (c->rx_done)
         return -1;
     if (block && out_pending(c))
         wait_readable(c, -1);              /* sends the rest meanwhile */
     for (;;) {
-        n = recv(c->fd, buf, sizeof buf, block ? 0 : MSG_DONTWAIT);
+        memset(&mh, 0, sizeof mh);
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = cm.b;
+        mh.msg_controllen = sizeof cm.b;
+        n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | (block ? 0 : MSG_DONTWAIT));
         if (n >= 0)
             break;
         if (errno == EINTR)
@@ -397,6 +449,12 @@ static int pump_once(coord_t *c, bool block)
             continue;
         }
         break;
+    }
+    if (n > 0 && !take_fds(c, &mh)) {
+        coord__set_error(c, "the broker sent more descriptors than frames that declare them");
+        mark_rx_done(c, COORD_EPROTOCOL);
+        shutdown(c->fd, SHUT_RDWR);
+        return -1;
     }
     if (n > 0) {
         c->frame_error = COORD_FRAME_OK;
@@ -593,13 +651,62 @@ static int wait_readable(coord_t *c, int timeout_ms)
     }
 }
 
-/* Queues (after what waits already) or sends the frame in c->wbuf. */
-static int write_frame(coord_t *c)
+static int pump_once(coord_t *c, bool block);
+
+/* The first byte of the frame in c->wbuf, alone with fd (SCM_RIGHTS), once
+ * everything queued before it went out; reads meanwhile (the broker may
+ * wait for us to read).  0 or COORD_ECLOSED. */
+static int send_fd_byte(coord_t *c, int fd)
+{
+    union { char b[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } cm;
+    for (;;) {
+        if (c->dead)                       /* input ended too (mark_rx_done) */
+            return c->dead_code;
+        if (!out_pending(c)) {
+            memset(&cm, 0, sizeof cm);
+            struct iovec iov = { c->wbuf.data, 1 };
+            struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
+                                 .msg_controllen = sizeof cm.b };
+            struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
+            h->cmsg_level = SOL_SOCKET;
+            h->cmsg_type = SCM_RIGHTS;
+            h->cmsg_len = CMSG_LEN(sizeof(int));
+            memcpy(CMSG_DATA(h), &fd, sizeof fd);
+            ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w == 1)
+                return 0;
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+                write_failed(c);
+                return COORD_ECLOSED;
+            }
+        }
+        struct pollfd pfd = { .fd = c->fd, .events = POLLIN | POLLOUT };
+        if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+            return COORD_ECLOSED;
+        if (pfd.revents & POLLIN)
+            pump_once(c, false);           /* queued on inbound, not dispatched */
+        if (pfd.revents & POLLOUT)
+            flush_out(c);
+    }
+}
+
+/* Queues (after what waits already) or sends the frame in c->wbuf; with
+ * fd >= 0, the frame's first byte goes with it (send_fd_byte). */
+static int write_frame_fd(coord_t *c, int fd)
 {
     const uint8_t *p = c->wbuf.data;
     size_t n = c->wbuf.len;
     if (c->dead)
         return c->dead_code;
+    if (fd >= 0) {
+        int rc = send_fd_byte(c, fd);
+        if (rc < 0)
+            return rc;
+        p++;
+        n--;
+    }
     if (c->out_off == c->out.len) {        /* nothing waits: try at once */
         ssize_t w = send_some(c, p, n);
         if (w < 0)
@@ -639,7 +746,7 @@ static int send_req(coord_t *c, const coord_req_t *req, uint64_t rid)
                          total - COORD_FRAME_HEADER, (unsigned)c->max_frame);
         rc = COORD_ETOO_LARGE;
     } else {
-        rc = write_frame(c);
+        rc = write_frame_fd(c, req->has_fd ? req->fd : -1);
     }
     if (c->wbuf.cap > 65536)
         coord_buf_free(&c->wbuf);                    /* don't keep a big one */

@@ -357,6 +357,7 @@ static int hello(coord_t *c, const coord_options *o, unsigned timeout_ms)
     coord_req_uint(r, "pid", (uint64_t)getpid());
     coord_req_cstr(r, "instance", inst);
     coord_req_cstr(r, "scope", o->scope ? o->scope : "");
+    coord_req_bool(r, "fds", true);            /* we take descriptors */
 
     coord_reply_t *rep = NULL;
     int rc = coord__call_timeout(c, r, &rep, (int)timeout_ms);
@@ -385,6 +386,10 @@ static int hello(coord_t *c, const coord_options *o, unsigned timeout_ms)
         c->conn_id = v;
     if (coord_map_uint(m, "epoch", &v))
         c->epoch = v;
+    bool fds = false;
+    c->broker_fds = coord_map_bool(m, "fds", &fds) && fds;
+    if (coord_map_uint(m, "max_ref_bytes", &v))
+        c->max_ref_bytes = v;
     if (coord_map_uint(m, "max_frame", &v) && coord__set_max_frame(c, v) < 0) {
         cerr("%s: %s", coord_op_name(COORD_OP_HELLO), coord_error_message(c));
         coord_reply_free(rep);

@@ -98,6 +98,10 @@ COORD_API const char *coord_error_reason(const coord_t *c);
 COORD_API uint64_t coord_conn_id(const coord_t *c);
 COORD_API uint64_t coord_epoch(const coord_t *c);
 COORD_API uint32_t coord_max_frame(const coord_t *c);
+/* The largest result by reference the broker takes (hello's
+ * max_ref_bytes); 0 when it takes no descriptors (an older broker):
+ * coord_flight_complete_fd then fails with COORD_EUNSUPPORTED. */
+COORD_API uint64_t coord_max_ref_bytes(const coord_t *c);
 COORD_API const char *coord_broker_version(const coord_t *c);
 
 /* ---- building requests ---- */
@@ -330,7 +334,12 @@ COORD_API bool coord_event_lock_lost(const coord_reply_t *ev, coord_lock_lost *o
 
 /* ---- reading replies and events ---- */
 
+/* Frees r, closing its descriptor if it has one the caller did not take. */
 COORD_API void coord_reply_free(coord_reply_t *r);
+/* The descriptor that came with r (a reply with result_fd: a result by
+ * reference, read-only, offset 0), now the caller's to close; -1 when r
+ * has none or it was taken already. */
+COORD_API int coord_reply_take_fd(coord_reply_t *r);
 /* Event name ("lock.lost"), or NULL for a reply.  Owned by r, NUL-ended. */
 COORD_API const char *coord_reply_event(const coord_reply_t *r);
 /* The top-level map of r. */
@@ -515,8 +524,17 @@ typedef struct coord_flight {
     /* RESULT */
     void *result;              /* the result bytes, with one NUL byte after
                                   them (so text can be used as a C string);
-                                  never NULL for RESULT, even when empty */
+                                  never NULL for RESULT, even when empty,
+                                  unless by_ref */
     size_t result_len;
+    bool by_ref;               /* a result by reference: result is NULL and
+                                  result_fd a read-only descriptor of its
+                                  result_len bytes (offset 0; read or mmap
+                                  it), owned by the struct (coord_flight_clear
+                                  closes it): take it by setting result_fd to
+                                  -1, or load the bytes with
+                                  coord_flight_result_load */
+    int result_fd;
     uint64_t age_ms;           /* age of a record; 0 for a live result */
     bool from_record;          /* source "record": read from a completion
                                   record (max_age_ms); false: "live" */
@@ -549,6 +567,11 @@ typedef struct coord_flight {
 /* Frees what f owns and zeroes it (role NONE).  NULL and an already cleared
  * (or zeroed) struct are fine. */
 COORD_API void coord_flight_clear(coord_flight *f);
+
+/* A RESULT by reference (by_ref) read into memory: result gets its bytes
+ * (plus a NUL), the descriptor is closed, by_ref becomes false.  0 (also
+ * when f is no result by reference), COORD_ENOMEM or COORD_ESYS (errno). */
+COORD_API int coord_flight_result_load(coord_flight *f);
 
 /* flight.join, blocking until the caller's role is settled: at once for an
  * owner, a fresh (or, with stale_ms, stale) record or an active backoff,
@@ -597,6 +620,24 @@ COORD_API int coord_flight_join_async(coord_t *c, const void *key, size_t key_le
 COORD_API int coord_flight_complete(coord_t *c, uint64_t flight, uint64_t fence,
                                     const void *result, size_t len, uint64_t keep_ms,
                                     uint64_t *delivered);
+
+/* A new memfd holding p[0..len), sealed (F_SEAL_WRITE, F_SEAL_SHRINK,
+ * F_SEAL_GROW, F_SEAL_SEAL): what coord_flight_complete_fd takes.  Returns
+ * the descriptor (the caller closes it), or COORD_EINVAL / COORD_ESYS. */
+COORD_API int coord_memfd_sealed(const void *p, size_t len);
+
+/* flight.complete by reference: fd, a memfd sealed against writing,
+ * shrinking and growing (coord_memfd_sealed), is passed to the broker
+ * (SCM_RIGHTS; the caller keeps and closes its own fd), and each follower
+ * gets a descriptor of the same bytes instead of a copy through the
+ * socket.  Its size (fstat) may reach coord_max_ref_bytes rather than a
+ * frame's.  keep_ms > 0 also keeps it (a file in the broker's data dir)
+ * as a record, durably before anyone is answered.  Errors as
+ * coord_flight_complete, and COORD_EINVALID_OPTIONS (fd is no sealed
+ * memfd), COORD_ETOO_LARGE (past max_ref_bytes), COORD_EUNSUPPORTED (the
+ * broker takes no descriptors), COORD_ESYS (fstat failed). */
+COORD_API int coord_flight_complete_fd(coord_t *c, uint64_t flight, uint64_t fence,
+                                       int fd, uint64_t keep_ms, uint64_t *delivered);
 
 /* flight.fail: every follower gets role FAILED with code (required, at most
  * 256 bytes: NULL sends "FAILED"), message (NULL: "", at most 4096) and
@@ -751,8 +792,11 @@ COORD_API void coord_work_retry_after(uint64_t retry_after_ms);
  *                     or a superseding join did (coord_error_reason
  *                     "superseded");
  *   COORD_ETIMEOUT    a follower waited wait_ms without a result;
- *   COORD_ETOO_LARGE  work's result does not fit a frame (the followers get
- *                     a FAILED "TOO_LARGE"); a key too long to keep a record
+ *   COORD_ETOO_LARGE  work's result does not fit a frame, nor (larger than
+ *                     a frame) coord_max_ref_bytes: a result larger than a
+ *                     frame goes by reference (a sealed memfd) when the
+ *                     broker takes descriptors (the followers get a FAILED
+ *                     "TOO_LARGE" otherwise); a key too long to keep a record
  *                     is not an error: the result is then delivered unkept;
  *   COORD_ECONNECT    c is NULL and the policy is COORD_FALLBACK_FAIL;
  *   other negatives   as coord_flight_join, or connection errors (a lost
@@ -771,8 +815,14 @@ typedef struct coord_record {
     uint64_t fence;            /* of the owner that wrote it */
     uint64_t created_ms;       /* wall clock, ms since the Unix epoch */
     uint64_t expires_ms;
-    void *result;              /* completed: the bytes plus a NUL after them */
+    void *result;              /* completed: the bytes plus a NUL after them
+                                  (NULL when by_ref) */
     size_t result_len;
+    bool by_ref;               /* completed by reference: result_fd is a
+                                  read-only descriptor of result_len bytes,
+                                  owned by the struct (coord_record_clear
+                                  closes it; take it by setting -1) */
+    int result_fd;
     char *error_code;          /* failed: NUL-terminated copies */
     char *error_message;
     bool retryable;
@@ -787,6 +837,8 @@ typedef struct coord_record {
 
 /* Frees what r owns and zeroes it.  NULL is fine. */
 COORD_API void coord_record_clear(coord_record *r);
+/* As coord_flight_result_load, for a record read by reference. */
+COORD_API int coord_record_result_load(coord_record *r);
 
 /* record.get of key in c's scope.  0 and *out (overwritten, not freed),
  * COORD_ENOT_FOUND (none, or expired), COORD_ETOO_LARGE (scope and key over

@@ -5,9 +5,13 @@
  * flight.updated events, coord_once on top of them (with its fallback when
  * the broker cannot be reached), and record.get/list/purge.  Built on the
  * public request/reply calls of client.c, like locks.c. */
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "internal.h"
 
 /* The broker's limits on a failure (flight.fail refuses longer ones). */
@@ -41,6 +45,8 @@ COORD_API void coord_flight_clear(coord_flight *f)
 {
     if (!f)
         return;
+    if (f->by_ref && f->result_fd >= 0)
+        close(f->result_fd);
     free(f->result);
     free(f->stale_result);
     free(f->error_code);
@@ -49,10 +55,43 @@ COORD_API void coord_flight_clear(coord_flight *f)
     memset(f, 0, sizeof *f);
 }
 
+/* A result by reference read into *result (by_ref cleared, fd closed). */
+static int load_ref(bool *by_ref, int *fd, void **result, size_t len)
+{
+    if (!*by_ref)
+        return 0;
+    void *p = NULL;
+    int rc = *fd >= 0 ? coord__read_fd(*fd, len, &p) : COORD_EINVAL;
+    if (rc < 0)
+        return rc;
+    close(*fd);
+    *fd = -1;
+    free(*result);
+    *result = p;
+    *by_ref = false;
+    return 0;
+}
+
+COORD_API int coord_flight_result_load(coord_flight *f)
+{
+    if (!f)
+        return COORD_EINVAL;
+    return load_ref(&f->by_ref, &f->result_fd, &f->result, f->result_len);
+}
+
+COORD_API int coord_record_result_load(coord_record *r)
+{
+    if (!r)
+        return COORD_EINVAL;
+    return load_ref(&r->by_ref, &r->result_fd, &r->result, r->result_len);
+}
+
 COORD_API void coord_record_clear(coord_record *r)
 {
     if (!r)
         return;
+    if (r->by_ref && r->result_fd >= 0)
+        close(r->result_fd);
     free(r->result);
     free(r->error_code);
     free(r->error_message);
@@ -103,7 +142,7 @@ static bool role_is(const char *s, size_t n, const char *want)
 /* Reads an ok:true reply of flight.join into *out (zeroed first): 0,
  * COORD_EPROTOCOL (the reply makes no sense) or COORD_ENOMEM; *out is
  * zeroed on errors. */
-static int join_result(coord_t *c, const coord_reply_t *reply, coord_flight *out)
+static int join_result(coord_t *c, coord_reply_t *reply, coord_flight *out)
 {
     coord_map m = coord_reply_map(reply);
     const char *role = NULL;
@@ -124,15 +163,29 @@ static int join_result(coord_t *c, const coord_reply_t *reply, coord_flight *out
         if (vn && !(out->version = dup_str_field(m, "version")))
             goto nomem;
         if (coord_map_map(m, "stale", &st)) {
-            /* the owner of a revalidation: the stale record it replaces */
+            /* the owner of a revalidation: the stale record it replaces
+             * (one kept by reference is read into memory) */
             const void *p = NULL;
             size_t n = 0;
-            if (!coord_map_bin(st, "result", &p, &n))
+            uint64_t size;
+            if (coord_map_uint(st, "result_fd", &size)) {
+                int fd = coord_reply_take_fd(reply);
+                int lrc = fd < 0 || size > SIZE_MAX - 1 ? COORD_EPROTOCOL
+                        : coord__read_fd(fd, (size_t)size, &out->stale_result);
+                if (fd >= 0)
+                    close(fd);
+                if (lrc == COORD_EPROTOCOL)
+                    goto bad;
+                if (lrc < 0)
+                    goto nomem;
+                n = (size_t)size;
+            } else if (!coord_map_bin(st, "result", &p, &n)) {
                 goto bad;
+            } else if (!(out->stale_result = coord__dup_bytes(p, n))) {
+                goto nomem;
+            }
             coord_map_uint(st, "age_ms", &out->stale_age_ms);
             coord_map_uint(st, "fence", &out->stale_fence);
-            if (!(out->stale_result = coord__dup_bytes(p, n)))
-                goto nomem;
             out->stale_result_len = n;
             out->revalidation = true;
         }
@@ -144,18 +197,27 @@ static int join_result(coord_t *c, const coord_reply_t *reply, coord_flight *out
         size_t n = 0;
         const char *src = NULL;
         size_t sn = 0;
-        if (!coord_map_bin(m, "result", &p, &n))
+        uint64_t size;
+        bool by_ref = coord_map_uint(m, "result_fd", &size);
+        if (by_ref && (size > SIZE_MAX - 1 || (out->result_fd = coord_reply_take_fd(reply)) < 0))
+            goto bad;
+        if (!by_ref && !coord_map_bin(m, "result", &p, &n))
             goto bad;
         coord_map_uint(m, "age_ms", &out->age_ms);
         if (coord_map_str(m, "source", &src, &sn))
             out->from_record = role_is(src, sn, "record");
         coord_map_bool(m, "stale", &out->stale);
         coord_map_bool(m, "revalidating", &out->revalidating);
+        out->role = COORD_FLIGHT_RESULT;
+        if (by_ref) {
+            out->by_ref = true;
+            out->result_len = (size_t)size;
+            return 0;
+        }
         out->result = coord__dup_bytes(p, n);
         if (!out->result)
             goto nomem;
         out->result_len = n;
-        out->role = COORD_FLIGHT_RESULT;
         return 0;
     }
     if (role_is(role, rn, "failed")) {
@@ -219,8 +281,8 @@ static void on_join_reply(coord_t *c, int status, const coord_reply_t *reply, vo
     coord_flight f;
     memset(&f, 0, sizeof f);
     coord__wait_timed_out(c, status, "no result", ctx.wait_ms);
-    if (status == 0)
-        status = join_result(c, reply, &f);
+    if (status == 0)      /* reply is the library's, freed after us: its fd may move */
+        status = join_result(c, (coord_reply_t *)reply, &f);
     if (ctx.cb)
         ctx.cb(c, status, &f, ctx.ud);
     coord_flight_clear(&f);
@@ -261,6 +323,37 @@ COORD_API int coord_flight_complete(coord_t *c, uint64_t flight, uint64_t fence,
     coord_req_bin(r, "result", result, len);
     if (keep_ms)
         coord_req_uint(r, "keep_ms", keep_ms);
+    return coord__call_uint(c, r, "delivered", delivered);
+}
+
+COORD_API int coord_flight_complete_fd(coord_t *c, uint64_t flight, uint64_t fence,
+                                       int fd, uint64_t keep_ms, uint64_t *delivered)
+{
+    if (delivered)
+        *delivered = 0;
+    if (!c || fd < 0)
+        return COORD_EINVAL;
+    if (!c->broker_fds) {
+        coord__set_error(c, "%s by reference: the broker (%s) takes no descriptors",
+                         coord_op_name(COORD_OP_FLIGHT_COMPLETE), c->broker);
+        return COORD_EUNSUPPORTED;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        coord__set_error(c, "%s by reference: fstat: %s",
+                         coord_op_name(COORD_OP_FLIGHT_COMPLETE), strerror(errno));
+        return COORD_ESYS;
+    }
+    coord_req_t *r = coord__req_new(COORD_OP_FLIGHT_COMPLETE);
+    if (!r)
+        return COORD_ENOMEM;
+    coord_req_uint(r, "flight", flight);
+    coord_req_uint(r, "fence", fence);
+    coord_req_uint(r, "result_fd", (uint64_t)st.st_size);
+    if (keep_ms)
+        coord_req_uint(r, "keep_ms", keep_ms);
+    r->has_fd = true;
+    r->fd = fd;
     return coord__call_uint(c, r, "delivered", delivered);
 }
 
@@ -565,6 +658,26 @@ static int run_local(coord_work_fn work, void *ud, coord_flight *out,
     return 0;
 }
 
+/* Completes the flight we own with the work's result: inline when it fits
+ * a frame, else by reference (a sealed memfd) when the broker takes
+ * descriptors and the size. */
+static int once_complete(coord_t *c, const coord_flight *own, const struct work_out *w,
+                         uint64_t keep_ms)
+{
+    size_t inline_max = c->max_frame > 1024 ? c->max_frame - 1024 : 0;
+    if (w->len <= inline_max || !c->broker_fds || w->len > c->max_ref_bytes)
+        return coord_flight_complete(c, own->flight, own->fence, w->result, w->len,
+                                     keep_ms, NULL);
+    int fd = coord_memfd_sealed(w->result, w->len);
+    if (fd < 0) {
+        coord__set_error(c, "a memfd for the result: %s", strerror(errno));
+        return fd;
+    }
+    int rc = coord_flight_complete_fd(c, own->flight, own->fence, fd, keep_ms, NULL);
+    close(fd);
+    return rc;
+}
+
 /* Completes (ok) or fails the flight we own with the work's outcome;
  * 0 or the error of the call. */
 static int owner_deliver(coord_t *c, const coord_flight *own, const struct work_out *w,
@@ -572,13 +685,11 @@ static int owner_deliver(coord_t *c, const coord_flight *own, const struct work_
 {
     int rc;
     if (w->wrc == COORD_WORK_OK) {
-        rc = coord_flight_complete(c, own->flight, own->fence, w->result, w->len,
-                                   keep_ms, NULL);
+        rc = once_complete(c, own, w, keep_ms);
         if (rc == COORD_ETOO_LARGE && keep_ms)
             /* the key cannot be stored as a record (or the result is too
              * big, which the next try tells): deliver it unkept */
-            rc = coord_flight_complete(c, own->flight, own->fence, w->result, w->len,
-                                       0, NULL);
+            rc = once_complete(c, own, w, 0);
         if (rc == COORD_ETOO_LARGE) {
             /* nobody must wait for a result that can never travel */
             char text[160];
@@ -720,7 +831,14 @@ COORD_API int coord_record_get(coord_t *c, const void *key, size_t key_len,
     } else if (role_is(st, sn, "completed")) {
         const void *p = NULL;
         size_t n = 0;
-        if (!coord_map_bin(m, "result", &p, &n)) {
+        uint64_t size;
+        if (coord_map_uint(m, "result_fd", &size)) {
+            out->result_fd = coord_reply_take_fd(reply);
+            out->by_ref = out->result_fd >= 0;
+            out->result_len = (size_t)size;
+            if (!out->by_ref || size > SIZE_MAX - 1)
+                rc = COORD_EPROTOCOL;
+        } else if (!coord_map_bin(m, "result", &p, &n)) {
             rc = COORD_EPROTOCOL;
         } else if (!(out->result = coord__dup_bytes(p, n))) {
             rc = COORD_ENOMEM;

@@ -37,6 +37,8 @@ struct coord_req {
     bool waits;        /* an op that waits by design (lock.acquire,
                           flight.join, leader.campaign): no default
                           deadline */
+    bool has_fd;       /* fd is passed with the frame (SCM_RIGHTS) */
+    int fd;            /* the caller's: never closed here */
 };
 
 /* A decoded reply or event.  Owns a copy of the frame bytes (msgpack-c's
@@ -48,6 +50,8 @@ struct coord_reply {
     bool is_event;
     int status;                 /* 0, or the broker's negative code */
     char *ev;                   /* event name, NUL-ended (malloc'd), or NULL */
+    int fd;                     /* the descriptor that came with it (result_fd,
+                                   owned; closed by coord_reply_free), -1 */
     size_t len;
     uint8_t bytes[];            /* the frame body */
 };
@@ -115,6 +119,11 @@ struct coord {
     char broker[64];
     char errmsg[COORD_ERRMSG_MAX];
     char errreason[32];             /* the last error reply's reason, or "" */
+    /* descriptors (results by reference) */
+    bool broker_fds;                /* hello's reply said fds: true */
+    uint64_t max_ref_bytes;         /* and its max_ref_bytes */
+    int fdq[8];                     /* received, not yet given to a frame */
+    int nfdq;
     bool errbroker;                 /* errmsg is an error reply's message */
 };
 
@@ -124,6 +133,13 @@ static inline bool coord__bytes_ok(const void *p, size_t n)
 {
     return p || n == 0;
 }
+
+/* Reads len bytes of fd from offset 0 into a new buffer with a NUL after
+ * them (*out): 0, COORD_ENOMEM or COORD_ESYS (errno; a short file). */
+int coord__read_fd(int fd, size_t len, void **out);
+/* True when the frame m declares a descriptor (result_fd at its top level
+ * or in its stale map). */
+bool coord__declares_fd(coord_map m);
 
 /* ---- client.c ---- */
 coord_t *coord__alloc(int fd);

@@ -1,6 +1,11 @@
 /* reply.c - decoded replies and events, the coord_map accessors, and the
- * JSON rendering of a map. */
+ * JSON rendering of a map; a reply's descriptor (results by reference) and
+ * the sealed memfd an owner completes with. */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +23,7 @@ struct coord_reply *coord__reply_new(const uint8_t *body, size_t len,
         return NULL;
     }
     memset(r, 0, sizeof *r);
+    r->fd = -1;
     memcpy(r->bytes, body, len);
     r->len = len;
     if (!msgpack_zone_init(&r->msg.zone, COORD_CLIENT_ZONE_CHUNK)) {
@@ -68,7 +74,80 @@ COORD_API void coord_reply_free(coord_reply_t *r)
         return;
     coord_msg_destroy(&r->msg);
     free(r->ev);
+    if (r->fd >= 0)
+        close(r->fd);
     free(r);
+}
+
+COORD_API int coord_reply_take_fd(coord_reply_t *r)
+{
+    if (!r)
+        return -1;
+    int fd = r->fd;
+    r->fd = -1;
+    return fd;
+}
+
+bool coord__declares_fd(coord_map m)
+{
+    uint64_t v;
+    coord_map st;
+    return coord_map_uint(m, "result_fd", &v) ||
+           (coord_map_map(m, "stale", &st) && coord_map_uint(st, "result_fd", &v));
+}
+
+int coord__read_fd(int fd, size_t len, void **out)
+{
+    uint8_t *p = malloc(len + 1);
+    *out = NULL;
+    if (!p)
+        return COORD_ENOMEM;
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = pread(fd, p + off, len - off, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (n == 0)
+                errno = EIO;              /* shorter than the broker said */
+            free(p);
+            return COORD_ESYS;
+        }
+        off += (size_t)n;
+    }
+    p[len] = 0;
+    *out = p;
+    return 0;
+}
+
+COORD_API int coord_memfd_sealed(const void *p, size_t len)
+{
+    if (!p && len)
+        return COORD_EINVAL;
+    int fd = memfd_create("coord-result", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return COORD_ESYS;
+    const uint8_t *b = p;
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = write(fd, b + off, len - off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int e = errno;
+            close(fd);
+            errno = e;
+            return COORD_ESYS;
+        }
+        off += (size_t)n;
+    }
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return COORD_ESYS;
+    }
+    return fd;
 }
 
 COORD_API const char *coord_reply_event(const coord_reply_t *r)

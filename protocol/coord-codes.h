@@ -43,7 +43,8 @@
     X(SYS,            -55, NULL,              "system call failed (see errno)") \
     X(AGAIN,          -56, NULL,              "no reply yet")                  \
     X(UNKNOWN,        -57, NULL,              "unknown error code from broker") \
-    X(OVERFLOW,       -58, NULL,              "too many events queued unread")
+    X(OVERFLOW,       -58, NULL,              "too many events queued unread") \
+    X(UNSUPPORTED,    -59, NULL,              "the broker does not take descriptors")
 
 enum coord_error {
     COORD_OK = 0,

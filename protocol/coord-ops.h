@@ -29,6 +29,7 @@
     X(FLIGHT_DISABLE,   "flight.disable")           \
     X(FLIGHT_ENABLE,    "flight.enable")            \
     X(FLIGHT_DISABLED,  "flight.disabled")          \
+    X(FLIGHT_UNREF,     "flight.unref")             \
     X(RECORD_GET,       "record.get")               \
     X(RECORD_LIST,      "record.list")              \
     X(RECORD_PURGE,     "record.purge")             \

@@ -100,4 +100,16 @@
 /* leader.pending answers at most this many per request. */
 #define LIMIT_PENDING_LIST 1000u
 
+/* Results by reference (a sealed memfd passed with SCM_RIGHTS):
+ * descriptors a connection may have sent and not yet claimed with a frame
+ * that declares one (result_fd); past it, BAD_FRAME.  A well-behaved client
+ * has at most one queued (its frame arrives with it).  The largest result
+ * by reference is the broker's option (hello's max_ref_bytes;
+ * LIMIT_MAX_REF_BYTES_DEFAULT in broker/coord-limits.h). */
+#define LIMIT_FDS_QUEUED 4u
+/* result_ref a connection without descriptors may hold at once (each is an
+ * open descriptor in the broker until flight.unref or close).  Past it a
+ * result by reference is refused to it with LIMIT. */
+#define LIMIT_CONN_REFS 1024u
+
 #endif

@@ -52,6 +52,7 @@ struct broker_options {
     char etcd_endpoints[1024];     /* --etcd-endpoints URL[,URL] */
     char etcd_prefix[128];         /* --etcd-prefix (default "/coord/") */
     bool log_names_plain;          /* --log-names plain (else keyed hashes) */
+    uint64_t max_ref_bytes;        /* --max-ref-bytes: largest result by reference */
 };
 
 /* Counters reported by `stats`.  Keep names in sync with stats.c. */
@@ -74,6 +75,9 @@ struct broker_stats {
     uint64_t requests;
     uint64_t cancels;
     uint64_t timeouts;
+    uint64_t fds_received;          /* descriptors clients passed (results by reference) */
+    uint64_t fds_sent;              /* descriptors the broker passed */
+    uint64_t refs_given;            /* result_ref to connections without descriptors */
 };
 
 struct broker {

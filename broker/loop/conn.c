@@ -26,10 +26,41 @@
  * that pipelines thousands of requests delays another client's reply by
  * one read's worth of work at most.  Partial frames are buffered as their
  * bytes arrive (never reserved from the announced length) and all of them
- * together stay under LIMIT_PARTIAL_TOTAL. */
+ * together stay under LIMIT_PARTIAL_TOTAL.
+ *
+ * Descriptors (results by reference, PROTOCOL.md).  Connections are libuv
+ * ipc pipes: libuv then reads with recvmsg (MSG_CMSG_CLOEXEC) and keeps
+ * the SCM_RIGHTS descriptors that come with a read, which on_read takes at
+ * once, before the read's frames are dispatched, through libuv's own API
+ * (uv_accept into a throwaway pipe handle, whose descriptor is duplicated
+ * and the handle closed): a descriptor arrives with the first read that
+ * reaches its frame's bytes, so by the time a frame that declares one
+ * (result_fd) is whole, it is in c->fdq.  More than LIMIT_FDS_QUEUED
+ * unclaimed, or a frame that declares one when none is queued, is a bad
+ * frame.  Reading the socket ourselves would have meant taking the
+ * connection away from libuv's stream (one io watcher per fd); this keeps
+ * libuv's read path, its read budget and its close, which closes whatever
+ * is still queued.
+ *
+ * Sending one: the frame is queued in c->out like any other, and a mark
+ * (c->marks) says where it starts and whose bytes go with it.  The flush
+ * writes up to the next mark as usual; at a mark it opens the receiver's
+ * own file description (resref_open: one per frame, offset 0, never
+ * shared) and writes the frame's first byte alone with uv_write2, the
+ * descriptor wrapped in a pipe handle: a one-byte write cannot be partial,
+ * so the descriptor goes exactly once, with that byte, in the stream's
+ * order; the rest of the frame follows as ordinary output once that write
+ * completes.  The descriptor is opened only then, so a connection that does
+ * not read holds no open file per queued frame, only a reference (the
+ * output cap and the stall cut bound those as they bound its bytes). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "broker.h"
+#include "resref.h"
 #include "deadline.h"
 #include "errors.h"
 #include "coord-limits.h"
@@ -46,6 +77,7 @@ void conn_unref(struct conn *c)
 {
     if (--c->refs > 0)
         return;
+    free(c->marks);
     coord_frame_reader_free(&c->reader);
     coord_buf_free(&c->out);
     coord_buf_free(&c->inflight);
@@ -71,6 +103,90 @@ static size_t out_queued(const struct conn *c)
     return c->out.len + c->inflight.len;
 }
 
+static void free_handle(uv_handle_t *h)
+{
+    free(h);
+}
+
+/* A result_ref a connection without descriptors holds. */
+struct heldref {
+    struct list link;            /* c->heldrefs */
+    uint64_t id;
+    struct resref *r;
+};
+
+/* n bytes of c->out were written or moved: the marks follow. */
+static void out_consume(struct conn *c, size_t n)
+{
+    coord_buf_consume(&c->out, n);
+    for (unsigned i = 0; i < c->nmarks; i++)
+        c->marks[i].off -= n;
+}
+
+/* Everything queued in c->out is dropped (cut, closed). */
+static void out_drop(struct conn *c)
+{
+    c->out.len = 0;
+    for (unsigned i = 0; i < c->nmarks; i++)
+        resref_drop(c->marks[i].r);
+    c->nmarks = 0;
+}
+
+/* Where c->out's next descriptor frame starts, else its length. */
+static size_t out_plain(const struct conn *c)
+{
+    return c->nmarks ? c->marks[0].off : c->out.len;
+}
+
+/* The frame at the start of c->out carries a descriptor: its first byte
+ * goes alone with it (uv_write2), the rest after that write completes. */
+static void send_with_fd(struct conn *c)
+{
+    struct resref *r = c->marks[0].r;
+    memmove(c->marks, c->marks + 1, (c->nmarks - 1) * sizeof *c->marks);
+    c->nmarks--;
+    int fd = resref_open(r);
+    resref_drop(r);
+    uv_pipe_t *h = fd >= 0 ? malloc(sizeof *h) : NULL;
+    if (!h) {
+        if (fd >= 0)
+            close(fd);
+        log_event(LOG_WARN, "conn.result_fd", "conn=%llu error=\"cannot open a result: %s\"",
+                  (unsigned long long)c->id, fd < 0 ? strerror(errno) : "out of memory");
+        out_drop(c);
+        conn_cut(c, "cannot open a result's descriptor");
+        return;
+    }
+    uv_pipe_init(c->pipe.loop, h, 0);
+    int rc = uv_pipe_open(h, fd);
+    if (rc < 0)
+        close(fd);
+    else   /* uv_pipe_open made it non-blocking: the receiver gets it as open() did */
+        (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    c->inflight.len = 0;
+    if (rc < 0 || coord_buf_append(&c->inflight, c->out.data, 1) < 0) {
+        uv_close((uv_handle_t *)h, free_handle);
+        out_drop(c);
+        conn_cut(c, "cannot send a result's descriptor");
+        return;
+    }
+    out_consume(c, 1);
+    c->sendh = h;
+    uv_buf_t buf = uv_buf_init((char *)c->inflight.data, 1);
+    c->wreq.data = c;
+    if (uv_write2(&c->wreq, (uv_stream_t *)&c->pipe, &buf, 1, (uv_stream_t *)h,
+                  on_write_done) == 0) {
+        c->flags |= CONN_WRITING;
+        c->b->stats.fds_sent++;
+    } else {
+        c->sendh = NULL;
+        c->inflight.len = 0;
+        uv_close((uv_handle_t *)h, free_handle);
+        out_drop(c);
+        conn_cut(c, "write failed");
+    }
+}
+
 /* Joins the list read again at the next prepare. */
 static void throttle(struct conn *c)
 {
@@ -92,31 +208,54 @@ static void out_progress(struct conn *c)
 }
 
 /* Write what is queued: try_write first (usually all of it goes at once),
- * the rest through a uv_write that owns c->inflight until it completes. */
+ * the rest through a uv_write that owns c->inflight until it completes.
+ * Bytes go up to the next frame with a descriptor (send_with_fd) only. */
 static void conn_flush(struct conn *c)
 {
     if (c->flags & (CONN_WRITING | CONN_HANDLE_CLOSED_REQUESTED) || c->out.len == 0)
         return;
-    uv_buf_t buf = uv_buf_init((char *)c->out.data, (unsigned)c->out.len);
-    int n = uv_try_write((uv_stream_t *)&c->pipe, &buf, 1);
-    if (n == UV_EAGAIN || n == UV_ENOSYS)
-        n = 0;
-    if (n < 0) {
-        c->out.len = 0;
-        conn_cut(c, "write failed");
-        return;
+    size_t lim;
+    int n;
+    for (;;) {
+        lim = out_plain(c);
+        if (lim == 0) {
+            send_with_fd(c);
+            return;
+        }
+        uv_buf_t buf = uv_buf_init((char *)c->out.data, (unsigned)lim);
+        n = uv_try_write((uv_stream_t *)&c->pipe, &buf, 1);
+        if (n == UV_EAGAIN || n == UV_ENOSYS)
+            n = 0;
+        if (n < 0) {
+            out_drop(c);
+            conn_cut(c, "write failed");
+            return;
+        }
+        c->b->stats.bytes_out += (uint64_t)n;
+        out_consume(c, (size_t)n);
+        if (n > 0)
+            out_progress(c);
+        if (c->out.len == 0 || conn_muted(c))
+            return;
+        if ((size_t)n < lim)
+            break;
     }
-    c->b->stats.bytes_out += (uint64_t)n;
-    coord_buf_consume(&c->out, (size_t)n);
-    if (n > 0)
-        out_progress(c);
-    if (c->out.len == 0 || conn_muted(c))
-        return;
-    coord_buf tmp = c->inflight;
-    c->inflight = c->out;
-    c->out = tmp;
-    c->out.len = 0;
-    buf = uv_buf_init((char *)c->inflight.data, (unsigned)c->inflight.len);
+    lim -= (size_t)n;
+    if (lim == c->out.len) {
+        coord_buf tmp = c->inflight;
+        c->inflight = c->out;
+        c->out = tmp;
+        c->out.len = 0;
+    } else {                      /* a descriptor frame follows: only up to it */
+        c->inflight.len = 0;
+        if (coord_buf_append(&c->inflight, c->out.data, lim) < 0) {
+            out_drop(c);
+            conn_cut(c, "out of memory for output");
+            return;
+        }
+        out_consume(c, lim);
+    }
+    uv_buf_t buf = uv_buf_init((char *)c->inflight.data, (unsigned)c->inflight.len);
     c->wreq.data = c;
     if (uv_write(&c->wreq, (uv_stream_t *)&c->pipe, &buf, 1, on_write_done) == 0)
         c->flags |= CONN_WRITING;
@@ -134,6 +273,10 @@ static void on_write_done(uv_write_t *req, int status)
 {
     struct conn *c = req->data;
     c->flags &= ~CONN_WRITING;
+    if (c->sendh) {               /* the receiver has its descriptor: ours goes */
+        uv_close((uv_handle_t *)c->sendh, free_handle);
+        c->sendh = NULL;
+    }
     if (status == 0)
         c->b->stats.bytes_out += c->inflight.len;
     c->inflight.len = 0;
@@ -169,7 +312,7 @@ static int queued(struct conn *c)
         log_event(LOG_WARN, "conn.outbuf_limit", "conn=%llu queued=%zu limit=%zu",
                   (unsigned long long)c->id, c->out.len + c->inflight.len,
                   c->b->opt.max_outbuf);
-        c->out.len = 0;
+        out_drop(c);
         conn_cut(c, "output buffer limit");
         return -1;
     }
@@ -187,18 +330,20 @@ void conn_enc_begin_event(struct conn *c, coord_enc *e, const char *ev)
     coord_enc_event_begin(e, &c->out, ev);
 }
 
-void conn_enc_finish(struct conn *c, coord_enc *e)
+/* Ends a frame on c->out; where it starts there, or SIZE_MAX when it was
+ * not queued. */
+static size_t enc_finish(struct conn *c, coord_enc *e)
 {
     if (conn_muted(c)) {
         coord_enc_abort(e);
-        return;
+        return SIZE_MAX;
     }
     size_t n = coord_enc_end(e);
     if (n == 0) {
         /* out of memory for this client's output: it loses its connection,
          * not the broker its life */
         conn_cut(c, "out of memory for output");
-        return;
+        return SIZE_MAX;
     }
     /* every frame sent fits the max_frame announced in hello: the tables
      * keep within it, this is the net under them */
@@ -209,9 +354,85 @@ void conn_enc_finish(struct conn *c, coord_enc *e)
                   (unsigned long long)c->id, n, (int)e->is_reply);
         if (e->is_reply)
             conn_reply_error(c, e->rid, COORD_ETOO_LARGE, "reply would exceed max_frame");
-        return;
+        return SIZE_MAX;
     }
-    queued(c);
+    size_t at = c->out.len - n;
+    return queued(c) == 0 ? at : SIZE_MAX;
+}
+
+void conn_enc_finish(struct conn *c, coord_enc *e)
+{
+    (void)enc_finish(c, e);
+}
+
+void conn_enc_finish_ref(struct conn *c, coord_enc *e, struct resref *r)
+{
+    size_t at = enc_finish(c, e);
+    if (at == SIZE_MAX || !r || !c->fds || conn_muted(c))
+        return;
+    if (c->nmarks == c->capmarks) {
+        unsigned cap = c->capmarks ? 2 * c->capmarks : 4;
+        struct outmark *m = realloc(c->marks, cap * sizeof *m);
+        if (!m) {
+            out_drop(c);
+            conn_cut(c, "out of memory for output");
+            return;
+        }
+        c->marks = m;
+        c->capmarks = cap;
+    }
+    c->marks[c->nmarks].off = at;
+    c->marks[c->nmarks].r = resref_hold(r);
+    c->nmarks++;
+}
+
+bool conn_enc_result(struct conn *c, coord_enc *e, struct resref *r)
+{
+    if (c->fds) {
+        coord_enc_kv_uint(e, "result_fd", r->size);
+        return true;
+    }
+    struct heldref *h = c->nrefs < LIMIT_CONN_REFS ? malloc(sizeof *h) : NULL;
+    if (!h)
+        return false;
+    h->id = ++c->last_ref;
+    h->r = resref_hold(r);
+    list_append(&c->heldrefs, &h->link);
+    c->nrefs++;
+    c->b->stats.refs_given++;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)getpid(), r->fd);
+    coord_enc_key(e, "result_ref");
+    coord_enc_map_begin(e);
+    coord_enc_kv_uint(e, "size", r->size);
+    coord_enc_kv_cstr(e, "path", path);
+    coord_enc_kv_uint(e, "ino", r->ino);
+    coord_enc_kv_uint(e, "ref", h->id);
+    coord_enc_map_end(e);
+    return true;
+}
+
+bool conn_unref_result(struct conn *c, uint64_t ref)
+{
+    struct list *pos, *tmp;
+    list_for_each_safe(pos, tmp, &c->heldrefs) {
+        struct heldref *h = list_entry(pos, struct heldref, link);
+        if (h->id == ref) {
+            list_del(&h->link);
+            c->nrefs--;
+            resref_drop(h->r);
+            free(h);
+            return true;
+        }
+    }
+    return false;
+}
+
+int conn_take_frame_fd(struct conn *c)
+{
+    int fd = c->frame_fd;
+    c->frame_fd = -1;
+    return fd;
 }
 
 int conn_send_bytes(struct conn *c, const void *p, size_t n)
@@ -318,20 +539,28 @@ void conn_close(struct conn *c, const char *why)
     size_t bufs = c->out.cap + c->inflight.cap + c->held.cap;
     pending_abort_all(c, 0);
     tables_conn_closed(c);
+    while (c->nfdq > 0)
+        close(c->fdq[--c->nfdq]);
+    while (!list_empty(&c->heldrefs)) {
+        struct heldref *h = list_entry(list_shift(&c->heldrefs), struct heldref, link);
+        resref_drop(h->r);
+        free(h);
+    }
+    c->nrefs = 0;
     if (held >= LIMIT_TRIM_ENTRIES || bufs >= LIMIT_TRIM_BYTES)
         broker_trim_soon(b);
     list_del(&c->link);
     b->nconns--;
     log_event(LOG_DEBUG, "conn.close", "conn=%llu pid=%d reason=\"%s\"",
               (unsigned long long)c->id, (int)c->peer_pid, why);
-    if (!(c->flags & CONN_WRITING) && c->out.len > 0 &&
+    if (!(c->flags & CONN_WRITING) && out_plain(c) > 0 &&
         !(c->flags & CONN_HANDLE_CLOSED_REQUESTED)) {
-        uv_buf_t buf = uv_buf_init((char *)c->out.data, (unsigned)c->out.len);
+        uv_buf_t buf = uv_buf_init((char *)c->out.data, (unsigned)out_plain(c));
         int n = uv_try_write((uv_stream_t *)&c->pipe, &buf, 1);
         if (n > 0)
             b->stats.bytes_out += (uint64_t)n;
     }
-    c->out.len = 0;
+    out_drop(c);
     if (list_linked(&c->dirty_link))
         list_del(&c->dirty_link);
     close_handle(c);
@@ -353,7 +582,7 @@ static void on_out_stall(struct deadline *d)
     log_event(LOG_WARN, "conn.outbuf_stalled", "conn=%llu queued=%zu stalled_ms=%llu",
               (unsigned long long)c->id, out_queued(c),
               (unsigned long long)(now - c->out_progress_ms));
-    c->out.len = 0;
+    out_drop(c);
     conn_cut(c, "output not drained");
 }
 
@@ -457,6 +686,59 @@ static void partial_account(struct conn *c)
 
 static bool fed_ok(struct conn *c, int st);
 
+/* One descriptor libuv received on c, as a descriptor c owns (-1: none or
+ * out of memory). */
+static int accept_passed_fd(struct conn *c)
+{
+    uv_pipe_t *tmp = malloc(sizeof *tmp);
+    if (!tmp)
+        return -1;
+    uv_pipe_init(c->pipe.loop, tmp, 0);
+    int fd = -1;
+    uv_os_fd_t raw;
+    if (uv_accept((uv_stream_t *)&c->pipe, (uv_stream_t *)tmp) == 0 &&
+        uv_fileno((uv_handle_t *)tmp, &raw) == 0)
+        fd = fcntl(raw, F_DUPFD_CLOEXEC, 3);
+    uv_close((uv_handle_t *)tmp, free_handle);   /* closes raw */
+    return fd;
+}
+
+/* Takes the descriptors that came with this read into c->fdq; false when
+ * c was cut for it (too many unclaimed). */
+static bool take_passed_fds(struct conn *c)
+{
+    while (uv_pipe_pending_count(&c->pipe) > 0) {
+        int fd = accept_passed_fd(c);
+        if (fd < 0) {
+            conn_cut(c, "cannot take a descriptor");
+            return false;
+        }
+        c->b->stats.fds_received++;
+        if (c->nfdq >= LIMIT_FDS_QUEUED) {
+            close(fd);
+            char msg[80];
+            snprintf(msg, sizeof msg, "more than %u descriptors queued unclaimed",
+                     LIMIT_FDS_QUEUED);
+            c->b->stats.bad_frames++;
+            conn_reply_error(c, 0, COORD_EBAD_FRAME, msg);
+            conn_cut(c, "bad frame");
+            return false;
+        }
+        c->fdq[c->nfdq++] = fd;
+    }
+    return true;
+}
+
+int conn_claim_fd(struct conn *c)
+{
+    if (c->nfdq == 0)
+        return -1;
+    int fd = c->fdq[0];
+    memmove(c->fdq, c->fdq + 1, (c->nfdq - 1) * sizeof c->fdq[0]);
+    c->nfdq--;
+    return fd;
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct conn *c = s->data;
@@ -467,6 +749,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     c->b->stats.bytes_in += (uint64_t)nread;
+    if (!take_passed_fds(c))
+        return;
     if (!fed_ok(c, conn_feed(c, (const uint8_t *)buf->base, (size_t)nread)))
         return;
     /* a full read: more is probably there; it waits for the next turn */
@@ -546,6 +830,8 @@ void conn_accepted(struct broker *b, struct conn *c)
     c->id = ++b->next_conn_id;
     c->accepted_ms = broker_now_ms(b);
     c->pipe.data = c;
+    c->frame_fd = -1;
+    list_init(&c->heldrefs);
     coord_frame_reader_init(&c->reader, b->opt.max_frame);
     coord_buf_init(&c->held);
     list_init(&c->pending);

@@ -15,8 +15,17 @@
 #include "frame.h"
 #include "hashmap.h"
 #include "list.h"
+#include "coord-wire-limits.h"
 
 struct broker;
+struct resref;
+
+/* A frame in c->out that goes with a descriptor of r (opened when its
+ * first byte is written): off is where it starts in c->out. */
+struct outmark {
+    size_t off;
+    struct resref *r;            /* one reference, held */
+};
 
 enum conn_flags {
     CONN_HELLO_DONE = 1 << 0,
@@ -65,6 +74,18 @@ struct conn {
     unsigned nflights_owned;
     unsigned nwatches;
     unsigned nsubs;
+
+    /* descriptors (results by reference, conn.c) */
+    bool fds;                    /* hello said fds: true */
+    int fdq[LIMIT_FDS_QUEUED];   /* received and not claimed, oldest first */
+    unsigned nfdq;
+    int frame_fd;                /* the frame being dispatched declared one: it */
+    struct outmark *marks;       /* frames in out with a descriptor, in order */
+    unsigned nmarks, capmarks;
+    uv_pipe_t *sendh;            /* the descriptor inflight's first byte carries */
+    struct list heldrefs;        /* result_ref held: struct heldref */
+    unsigned nrefs;
+    uint64_t last_ref;
 
     /* from hello */
     char *client;                /* NUL-terminated, printable */
@@ -121,6 +142,31 @@ void conn_reply_error(struct conn *c, uint64_t rid, int code, const char *msg);
 void conn_reply_error_reason(struct conn *c, uint64_t rid, int code, const char *msg,
                              const char *reason);
 void conn_flush_all(struct broker *b);
+/* Results by reference.  conn_enc_result writes, into the map being
+ * encoded, what stands for r's bytes on c: `result_fd: size` when c takes
+ * descriptors (the frame must then be ended with conn_enc_finish_ref, which
+ * queues the descriptor with it), else `result_ref: {size, path, ino, ref}`
+ * with a reference c holds until flight.unref or close.  false (nothing
+ * written) when c holds LIMIT_CONN_REFS already. */
+bool conn_enc_result(struct conn *c, coord_enc *e, struct resref *r);
+/* c may be given one more result by reference (it takes descriptors, or
+ * holds fewer than LIMIT_CONN_REFS result_ref). */
+static inline bool conn_ref_room(const struct conn *c)
+{
+    return c->fds || c->nrefs < LIMIT_CONN_REFS;
+}
+/* conn_enc_finish; when c takes descriptors and r is not NULL, the frame
+ * is written with a new read-only open file description of r's bytes
+ * (one per frame: offsets are never shared).  Takes its own reference. */
+void conn_enc_finish_ref(struct conn *c, coord_enc *e, struct resref *r);
+/* The descriptor the frame being dispatched declared (result_fd), taken
+ * from c: the caller owns it.  -1 when it declared none. */
+int conn_take_frame_fd(struct conn *c);
+/* The oldest descriptor c sent and no frame claimed yet, now the caller's
+ * (dispatch: a frame that declares result_fd); -1 when none is queued. */
+int conn_claim_fd(struct conn *c);
+/* flight.unref: drops c's result_ref ref; false when c holds none such. */
+bool conn_unref_result(struct conn *c, uint64_t ref);
 void conn_unref(struct conn *c);
 void conn_hello_done(struct conn *c);
 /* Not yet released from the tables (a cut connection still is, until the

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "broker.h"
 #include "ids.h"
 #include "coord-version.h"
@@ -14,6 +15,7 @@
 #include "redact.h"
 
 static void op_hello(struct conn *c, uint64_t rid, coord_fields *f);
+static void dispatch_request(struct conn *c, coord_fields *f);
 static void op_ping(struct conn *c, uint64_t rid, coord_fields *f);
 static void op_cancel(struct conn *c, uint64_t rid, coord_fields *f);
 static void op_stats(struct conn *c, uint64_t rid, coord_fields *f);
@@ -97,6 +99,32 @@ int dispatch_frame(struct conn *c, const uint8_t *body, size_t len)
 
     coord_fields f;
     coord_fields_init_index(&f, &b->req);
+    /* a frame that declares a descriptor takes the oldest one queued
+     * (conn.c); whatever the handler does not take is closed after it */
+    uint64_t fdsize;
+    if (coord_field_uint(&f, "result_fd", false, &fdsize)) {
+        c->frame_fd = conn_claim_fd(c);
+        if (c->frame_fd < 0) {
+            b->stats.bad_frames++;
+            log_event(LOG_INFO, "conn.bad_frame", "conn=%llu pid=%d why=\"result_fd without a descriptor\"",
+                      (unsigned long long)c->id, (int)c->peer_pid);
+            conn_reply_error(c, 0, COORD_EBAD_FRAME,
+                             "result_fd: no descriptor came with this frame");
+            conn_cut(c, "bad frame");
+            return -1;
+        }
+    }
+    dispatch_request(c, &f);
+    int fd = conn_take_frame_fd(c);
+    if (fd >= 0)
+        close(fd);
+    return 0;
+}
+
+static void dispatch_request(struct conn *c, coord_fields *fp)
+{
+    struct broker *b = c->b;
+    coord_fields f = *fp;
     uint64_t rid = 0;
     coord_bytes opname = { NULL, 0 };
     bool have_rid = coord_field_uint(&f, "rid", true, &rid);
@@ -109,12 +137,12 @@ int dispatch_frame(struct conn *c, const uint8_t *body, size_t len)
         conn_reply_error(c, have_rid ? rid : 0, COORD_EHELLO_REQUIRED,
                          "hello must be the first request");
         conn_cut(c, "no hello");
-        return -1;
+        return;
     }
     if (!fields_ok(c, have_rid ? rid : 0, &f)) {
         if (!(c->flags & CONN_HELLO_DONE))
             conn_cut(c, "bad hello");
-        return 0;
+        return;
     }
 
     int idx = dispatch_op_index((const char *)opname.ptr, opname.len);
@@ -123,22 +151,21 @@ int dispatch_frame(struct conn *c, const uint8_t *body, size_t len)
         printable_copy(name, sizeof name, opname.ptr, opname.len);
         snprintf(msg, sizeof msg, "unknown op '%s'", name);
         conn_reply_error(c, rid, COORD_EUNKNOWN_OP, msg);
-        return 0;
+        return;
     }
     /* replies are matched by rid: one still waiting may not be reused */
     if (c->npending && pending_find(c, rid)) {
         b->stats.bad_requests++;
         conn_reply_error(c, rid, COORD_EBAD_REQUEST, "rid: already used by a waiting request");
-        return 0;
+        return;
     }
     b->stats.requests++;
     b->requests_by_op[idx]++;
     if (b->shutting_down) {
         conn_reply_error(c, rid, COORD_ESHUTTING_DOWN, "broker is shutting down");
-        return 0;
+        return;
     }
     handlers[idx](c, rid, &f);
-    return 0;
 }
 
 /* Copies a string field into a fresh NUL-terminated, printable string. */
@@ -165,6 +192,8 @@ static void op_hello(struct conn *c, uint64_t rid, coord_fields *f)
     coord_field_uint(f, "pid", false, &pid);
     coord_field_str(f, "instance", false, &instance);
     coord_field_str(f, "scope", false, &scope);
+    bool fds = false;
+    coord_field_bool(f, "fds", false, &fds);
     if (!fields_ok(c, rid, f)) {
         conn_cut(c, "bad hello");
         return;
@@ -197,6 +226,7 @@ static void op_hello(struct conn *c, uint64_t rid, coord_fields *f)
     memcpy(c->scope, scope.ptr, scope.len);
     c->scope_len = scope.len;
     c->pid = pid;
+    c->fds = fds;
     conn_hello_done(c);
 
     coord_enc e;
@@ -206,6 +236,8 @@ static void op_hello(struct conn *c, uint64_t rid, coord_fields *f)
     coord_enc_kv_uint(&e, "conn", c->id);
     coord_enc_kv_uint(&e, "epoch", ids_epoch());
     coord_enc_kv_uint(&e, "max_frame", b->opt.max_frame);
+    coord_enc_kv_uint(&e, "max_ref_bytes", b->opt.max_ref_bytes);
+    coord_enc_kv_bool(&e, "fds", true);
     conn_enc_finish(c, &e);
     if (log_min_level <= LOG_DEBUG) {
         char cl[REDACT_BUF], sc[REDACT_BUF];

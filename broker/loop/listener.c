@@ -109,7 +109,9 @@ static void accepted(struct broker *b, int fd)
         refuse(fd, COORD_ELIMIT, "out of memory");
         return;
     }
-    uv_pipe_init(b->loop, &c->pipe, 0);
+    /* ipc: libuv reads with recvmsg and keeps the descriptors a client
+     * passes (results by reference, conn.c) */
+    uv_pipe_init(b->loop, &c->pipe, 1);
     c->pipe.data = c;
     if (uv_pipe_open(&c->pipe, fd) < 0) {
         close(fd);

@@ -28,6 +28,7 @@ typedef void (*op_fn)(struct conn *c, uint64_t rid, coord_fields *f);
     X(FLIGHT_DISABLE, op_flight_disable) \
     X(FLIGHT_ENABLE, op_flight_enable) \
     X(FLIGHT_DISABLED, op_flight_disabled) \
+    X(FLIGHT_UNREF, op_flight_unref) \
     X(RECORD_GET, op_record_get) \
     X(RECORD_LIST, op_record_list) \
     X(RECORD_PURGE, op_record_purge) \
@@ -57,6 +58,7 @@ void op_lock_release(struct conn *c, uint64_t rid, coord_fields *f);
 void op_lock_renew(struct conn *c, uint64_t rid, coord_fields *f);
 void op_lock_query(struct conn *c, uint64_t rid, coord_fields *f);
 void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f);
+void op_flight_unref(struct conn *c, uint64_t rid, coord_fields *f);
 void op_flight_complete(struct conn *c, uint64_t rid, coord_fields *f);
 void op_flight_fail(struct conn *c, uint64_t rid, coord_fields *f);
 void op_flight_list(struct conn *c, uint64_t rid, coord_fields *f);

@@ -85,6 +85,12 @@ void stats_reply(struct conn *c, uint64_t rid)
     if (list_entry_overflows(c, &e, &before))
         cut = true;
     before = coord_enc_mark_here(&e);
+    coord_enc_kv_uint(&e, "fds_received", s->fds_received);
+    coord_enc_kv_uint(&e, "fds_sent", s->fds_sent);
+    coord_enc_kv_uint(&e, "refs_given", s->refs_given);
+    if (list_entry_overflows(c, &e, &before))
+        cut = true;
+    before = coord_enc_mark_here(&e);
     struct store_times lt = { 0, 0, 0, 0 };
     if (b->store)
         store_times(b->store, &lt);

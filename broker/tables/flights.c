@@ -21,10 +21,20 @@
  * completing (its record queued to the writer) is marked the same way: the
  * ledger applies jobs in submission order, so the purge job queued after it
  * deletes that record, and the completion's answer (FENCED, purged: nothing
- * was delivered) comes before the purge's. */
+ * was delivered) comes before the purge's.
+ *
+ * A result by reference (flight.complete with result_fd and the owner's
+ * sealed memfd, PROTOCOL.md) is an outcome whose ref holds a resref: the
+ * completion holds a reference until its followers are answered, each
+ * frame queued with a descriptor one more until it is written (conn.c),
+ * each result_ref one more until flight.unref or close; the bytes are
+ * never read here.  A record's (keep_ms) is a file of results/
+ * (records.c), opened per answer. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include "breaks.h"
 #include "budget.h"
 #include "coord-ops.h"
@@ -40,6 +50,7 @@
 #include "ops.h"
 #include "records.h"
 #include "redact.h"
+#include "resref.h"
 #include "skey.h"
 
 struct flight;
@@ -453,6 +464,7 @@ struct outcome {
     bool failed;
     const uint8_t *result;
     size_t result_len;
+    struct resref *ref;            /* a result by reference (result unused) */
     coord_bytes code, message;
     bool retryable;
     uint64_t retry_after_ms;       /* failed: a backoff was asked for */
@@ -466,8 +478,10 @@ static void outcome_code(const void *p, const uint8_t **code, size_t *len, bool 
     *retryable = o->retryable;
 }
 
-static void encode_outcome(coord_enc *e, const struct outcome *o, uint64_t fence,
-                           uint64_t age_ms, const char *source)
+/* Ended with conn_enc_finish_ref(c, e, o->ref); c must have room for a
+ * result by reference (conn_ref_room). */
+static void encode_outcome(struct conn *c, coord_enc *e, const struct outcome *o,
+                           uint64_t fence, uint64_t age_ms, const char *source)
 {
     if (o->failed) {
         coord_enc_kv_cstr(e, "role", "failed");
@@ -481,11 +495,23 @@ static void encode_outcome(coord_enc *e, const struct outcome *o, uint64_t fence
             coord_enc_kv_uint(e, "retry_after_ms", o->retry_after_ms);
     } else {
         coord_enc_kv_cstr(e, "role", "result");
-        coord_enc_kv_bin(e, "result", o->result, o->result_len);
+        if (o->ref)
+            conn_enc_result(c, e, o->ref);
+        else
+            coord_enc_kv_bin(e, "result", o->result, o->result_len);
     }
     coord_enc_kv_uint(e, "fence", fence);
     coord_enc_kv_uint(e, "age_ms", age_ms);
     coord_enc_kv_cstr(e, "source", source);
+}
+
+/* LIMIT: c holds LIMIT_CONN_REFS result_ref already. */
+static void reply_ref_limit(struct conn *c, uint64_t rid)
+{
+    char msg[96];
+    snprintf(msg, sizeof msg, "%u result_ref held by this connection: flight.unref them",
+             LIMIT_CONN_REFS);
+    conn_reply_error(c, rid, COORD_ELIMIT, msg);
 }
 
 /* Answers every follower and frees the flight; returns how many. */
@@ -499,10 +525,14 @@ static uint64_t deliver(struct flight *f, const struct outcome *o, const struct 
         f->nfollowers--;
         deadline_cancel(&m->wait);
         pending_finish(&m->p);
-        coord_enc e;
-        conn_enc_begin_reply(m->conn, &e, m->p.rid);
-        encode_outcome(&e, o, f->fence, 0, "live");
-        conn_enc_finish(m->conn, &e);
+        if (!o->failed && o->ref && !conn_ref_room(m->conn)) {
+            reply_ref_limit(m->conn, m->p.rid);
+        } else {
+            coord_enc e;
+            conn_enc_begin_reply(m->conn, &e, m->p.rid);
+            encode_outcome(m->conn, &e, o, f->fence, 0, "live");
+            conn_enc_finish_ref(m->conn, &e, o->failed ? NULL : o->ref);
+        }
         free(m);
         n++;
     }
@@ -551,7 +581,9 @@ static void completion_done(struct store_job *job, int status)
         completion_reply(c, cp, status, n);
     }
     conn_job_end(&cp->owner);
+    record_write_settle(&cp->w, status);
     record_write_free(&cp->w);
+    resref_drop(cp->o.ref);
     free(cp->copy);
     free(cp->m);
     free(cp);
@@ -649,6 +681,7 @@ static void finish(struct conn *c, uint64_t rid, struct flight *f, struct outcom
         conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
         return;
     }
+    cp->w.copy_fd = -1;
     uint64_t now = wall_ms();
     struct record r = { .status = o->failed ? RECORD_FAILED : RECORD_COMPLETED,
                         .retryable = o->retryable, .fence = f->fence,
@@ -662,7 +695,12 @@ static void finish(struct conn *c, uint64_t rid, struct flight *f, struct outcom
                         .instance = (const uint8_t *)(c->instance ? c->instance : ""),
                         .instance_len = c->instance ? strlen(c->instance) : 0,
                         .version = f->owner->version, .version_len = f->owner->version_len };
-    if (record_write_prepare(&cp->w, f->skey, f->by_key.keylen, &r) < 0) {
+    /* by reference: the writer copies the memfd to a file before the commit */
+    int copy_fd = o->ref ? fcntl(o->ref->fd, F_DUPFD_CLOEXEC, 3) : -1;
+    if ((o->ref && (copy_fd < 0 ||
+                    record_write_by_ref(&cp->w, &r, copy_fd, o->ref->size, f->fence) < 0)) ||
+        record_write_prepare(&cp->w, f->skey, f->by_key.keylen, &r) < 0) {
+        record_write_free(&cp->w);
         free(cp);
         free(copy);
         conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
@@ -675,6 +713,8 @@ static void finish(struct conn *c, uint64_t rid, struct flight *f, struct outcom
         memcpy(copy + o->code.len, o->message.ptr, o->message.len);
         cp->o.code.ptr = copy;
         cp->o.message.ptr = copy + o->code.len;
+    } else if (o->ref) {
+        cp->o.ref = resref_hold(o->ref);
     } else {
         if (n)
             memcpy(copy, o->result, n);
@@ -700,25 +740,73 @@ static bool read_keep(struct conn *c, uint64_t rid, coord_fields *f, uint64_t *k
     return duration_ok(c, rid, "keep_ms", *keep_ms, LIMIT_KEEP_MS);
 }
 
+/* The checks of a result by reference (the descriptor fd, of size bytes):
+ * true, or false after replying. */
+static bool ref_ok(struct conn *c, uint64_t rid, int fd, uint64_t size)
+{
+    char why[128];
+    if (size > c->b->opt.max_ref_bytes) {
+        snprintf(why, sizeof why, "result_fd: %llu bytes, more than max_ref_bytes (%llu)",
+                 (unsigned long long)size, (unsigned long long)c->b->opt.max_ref_bytes);
+        conn_reply_error(c, rid, COORD_ETOO_LARGE, why);
+        return false;
+    }
+    if (resref_check_memfd(fd, size, why, sizeof why) < 0) {
+        conn_reply_error(c, rid, COORD_EINVALID_OPTIONS, why);
+        return false;
+    }
+    return true;
+}
+
 void op_flight_complete(struct conn *c, uint64_t rid, coord_fields *f)
 {
-    uint64_t id = 0, fence = 0, keep_ms;
+    uint64_t id = 0, fence = 0, keep_ms, ref_size = 0;
     coord_bytes result = { NULL, 0 };
+    /* by reference: the frame's descriptor is ours, closed on every path */
+    bool by_ref = coord_field_uint(f, "result_fd", false, &ref_size);
+    int fd = by_ref ? conn_take_frame_fd(c) : -1;
     coord_field_uint(f, "flight", true, &id);
     coord_field_uint(f, "fence", true, &fence);
-    coord_field_bin(f, "result", true, &result);
-    if (!fields_ok(c, rid, f) || !read_keep(c, rid, f, &keep_ms))
+    coord_field_bin(f, "result", !by_ref, &result);
+    if (by_ref && result.ptr)
+        coord_fields_fail(f, "result", "not with result_fd");
+    if (!fields_ok(c, rid, f) || !read_keep(c, rid, f, &keep_ms) ||
+        (by_ref && !ref_ok(c, rid, fd, ref_size))) {
+        if (fd >= 0)
+            close(fd);
         return;
-    /* followers get the result inside a frame of their own */
+    }
+    /* followers get an inline result inside a frame of their own */
     if (result.len > payload_limit(c)) {
         conn_reply_error(c, rid, COORD_ETOO_LARGE, "result does not fit a reply frame");
         return;
     }
     struct flight *fl = owned_flight(c, rid, id, fence);
-    if (!fl)
+    if (!fl) {
+        if (fd >= 0)
+            close(fd);
         return;
+    }
     struct outcome o = { .failed = false, .result = result.ptr, .result_len = result.len };
+    if (by_ref && !(o.ref = resref_new(fd, ref_size))) {
+        conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+        return;
+    }
     finish(c, rid, fl, &o, keep_ms);
+    resref_drop(o.ref);
+}
+
+void op_flight_unref(struct conn *c, uint64_t rid, coord_fields *f)
+{
+    uint64_t ref = 0;
+    coord_field_uint(f, "ref", true, &ref);
+    if (!fields_ok(c, rid, f))
+        return;
+    bool released = conn_unref_result(c, ref);
+    coord_enc e;
+    conn_enc_begin_reply(c, &e, rid);
+    coord_enc_kv_bool(&e, "released", released);
+    conn_enc_finish(c, &e);
 }
 
 void op_flight_fail(struct conn *c, uint64_t rid, coord_fields *f)
@@ -780,10 +868,11 @@ static enum record_use classify(const struct record *r, uint64_t age, uint64_t m
     return REC_NONE;
 }
 
-static struct outcome record_outcome(const struct record *r)
+/* rref: the result of a record by reference, opened (record_open_ref). */
+static struct outcome record_outcome(const struct record *r, struct resref *rref)
 {
     struct outcome o = { .failed = r->status == RECORD_FAILED, .result = r->result,
-                         .result_len = r->result_len,
+                         .result_len = r->result_len, .ref = rref,
                          .code = { r->code, (uint32_t)r->code_len },
                          .message = { r->message, (uint32_t)r->message_len },
                          .retryable = r->retryable };
@@ -791,16 +880,16 @@ static struct outcome record_outcome(const struct record *r)
 }
 
 /* {role:"result", source:"record", stale:true, revalidating, ...} */
-static void reply_stale(struct conn *c, uint64_t rid, const struct record *r, uint64_t age,
-                        bool revalidating)
+static void reply_stale(struct conn *c, uint64_t rid, const struct record *r,
+                        struct resref *rref, uint64_t age, bool revalidating)
 {
-    struct outcome o = record_outcome(r);
+    struct outcome o = record_outcome(r, rref);
     coord_enc e;
     conn_enc_begin_reply(c, &e, rid);
-    encode_outcome(&e, &o, r->fence, age, "record");
+    encode_outcome(c, &e, &o, r->fence, age, "record");
     coord_enc_kv_bool(&e, "stale", true);
     coord_enc_kv_bool(&e, "revalidating", revalidating);
-    conn_enc_finish(c, &e);
+    conn_enc_finish_ref(c, &e, rref);
     latency_add(LAT_FOLLOWER_WAIT, 0);
     F.from_record++;
 }
@@ -870,7 +959,7 @@ static struct member *member_new(struct conn *c, const struct join_args *a)
  * revalidation owner is given, or NULL. */
 static void start_flight(struct conn *c, uint64_t rid, uint8_t *skey, size_t sklen,
                          const struct join_args *a, bool bypass, const struct record *stale,
-                         uint64_t stale_age)
+                         struct resref *stale_ref, uint64_t stale_age)
 {
     if (c->nflights_owned >= LIMIT_CONN_FLIGHTS) {
         free(skey);
@@ -950,12 +1039,15 @@ static void start_flight(struct conn *c, uint64_t rid, uint8_t *skey, size_t skl
     if (stale) {
         coord_enc_key(&e, "stale");
         coord_enc_map_begin(&e);
-        coord_enc_kv_bin(&e, "result", stale->result, stale->result_len);
+        if (stale_ref)
+            conn_enc_result(c, &e, stale_ref);
+        else
+            coord_enc_kv_bin(&e, "result", stale->result, stale->result_len);
         coord_enc_kv_uint(&e, "age_ms", stale_age);
         coord_enc_kv_uint(&e, "fence", stale->fence);
         coord_enc_map_end(&e);
     }
-    conn_enc_finish(c, &e);
+    conn_enc_finish_ref(c, &e, stale_ref);
 }
 
 static void follow(struct conn *c, uint64_t rid, struct flight *fl, const struct join_args *a)
@@ -1117,7 +1209,7 @@ void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
         return;
     }
     if (gates_bypass(skey, sklen)) {
-        start_flight(c, rid, skey, sklen, &a, true, NULL, 0);
+        start_flight(c, rid, skey, sklen, &a, true, NULL, NULL, 0);
         return;
     }
     struct flight *fl = find_flight(skey, sklen, &a);
@@ -1132,6 +1224,13 @@ void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
         MDB_txn *txn;
         struct record r;
         int found = records_lookup(&txn, skey, sklen, &r);
+        struct resref *rref = NULL;
+        if (found == 1 && r.by_ref && (!conn_ref_room(c) || !(rref = record_open_ref(&r)))) {
+            /* its file cannot be opened (or c may hold no more): as a
+             * failed read, the join goes on without it */
+            store_read_end(c->b->store, txn);
+            found = -1;
+        }
         if (found < 0) {
             /* the join goes on as if there were none: note it */
             F.read_failures++;
@@ -1145,34 +1244,37 @@ void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
                           redact(k, klen, kh));
             }
         }
-        if (found == 1 && record_other_version(&r, &a))
+        if (found == 1 && record_other_version(&r, &a)) {
             store_read_end(c->b->store, txn);
+            resref_drop(rref);
+        }
         else if (found == 1) {
             uint64_t now = wall_ms(), age = now > r.created_ms ? now - r.created_ms : 0;
             enum record_use use = classify(&r, age, a.max_age, a.stale_ms);
             bool done = true;
             if (use == REC_FRESH && !fl) {
                 /* a record serves only when no flight runs: a running one is newer */
-                struct outcome o = record_outcome(&r);
+                struct outcome o = record_outcome(&r, rref);
                 coord_enc e;
                 conn_enc_begin_reply(c, &e, rid);
-                encode_outcome(&e, &o, r.fence, age, "record");
-                conn_enc_finish(c, &e);
+                encode_outcome(c, &e, &o, r.fence, age, "record");
+                conn_enc_finish_ref(c, &e, o.failed ? NULL : rref);
                 latency_add(LAT_FOLLOWER_WAIT, 0);
                 F.from_record++;
             } else if (use == REC_STALE && gates_backoff(skey, sklen, &bv)) {
-                reply_stale(c, rid, &r, age, false);
+                reply_stale(c, rid, &r, rref, age, false);
             } else if (use == REC_STALE && fl) {
-                reply_stale(c, rid, &r, age, true);
+                reply_stale(c, rid, &r, rref, age, true);
                 if (a.notify)
                     add_watcher(c, fl);
             } else if (use == REC_STALE) {
-                start_flight(c, rid, skey, sklen, &a, false, &r, age);
+                start_flight(c, rid, skey, sklen, &a, false, &r, rref, age);
                 skey = NULL;                     /* the flight's now */
             } else {
                 done = false;
             }
             store_read_end(c->b->store, txn);
+            resref_drop(rref);
             if (done) {
                 free(skey);
                 return;
@@ -1189,7 +1291,7 @@ void op_flight_join(struct conn *c, uint64_t rid, coord_fields *f)
         reply_backoff(c, rid, &bv);
         return;
     }
-    start_flight(c, rid, skey, sklen, &a, false, NULL, 0);
+    start_flight(c, rid, skey, sklen, &a, false, NULL, NULL, 0);
 }
 
 void op_flight_list(struct conn *c, uint64_t rid, coord_fields *f)

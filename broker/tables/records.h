@@ -38,7 +38,15 @@ struct record {
     size_t instance_len;
     const uint8_t *version;
     size_t version_len;
+    /* completed by reference: the result is the file ref_name (in
+     * DATA_DIR/results) of ref_size bytes; result is NULL */
+    bool by_ref;
+    uint64_t ref_size;
+    const uint8_t *ref_name;
+    size_t ref_name_len;
 };
+
+struct resref;
 
 /* A write of one record, run by the ledger writer.  The caller fills it,
  * sets job.done, and submits it with records_submit_write. */
@@ -49,6 +57,14 @@ struct record_write {
     uint8_t *value;               /* encoded record, owned */
     size_t vlen;
     uint64_t expires_ms;
+    /* a result by reference: the bytes to copy to DATA_DIR/results/file
+     * before the record commits (the writer thread does it) */
+    int copy_fd;                  /* owned (-1: none) */
+    uint64_t copy_size;
+    char file[64];                /* its name in results/ */
+    bool copied;                  /* the file is written and synced */
+    char *old_file;               /* the record replaced had this file: unlinked
+                                     once the write is stored; owned */
 };
 
 void records_init(struct broker *b);
@@ -57,6 +73,18 @@ void records_stop(void);
 int record_write_prepare(struct record_write *w, const uint8_t *skey, size_t sklen,
                          const struct record *r);
 void record_write_free(struct record_write *w);
+/* A record by reference: r->by_ref, its ref_size, and fd (the sealed memfd,
+ * taken: closed by record_write_free) copied into a new file of results/ by
+ * the writer thread before the record commits.  Call before
+ * record_write_prepare (it names the file in r).  0 or -1 (fd closed). */
+int record_write_by_ref(struct record_write *w, struct record *r, int fd, uint64_t size,
+                        uint64_t fence);
+/* The write's done callback ran with status: the files it made useless go
+ * (the new one when it was not stored, the replaced one when it was). */
+void record_write_settle(struct record_write *w, int status);
+/* The result of a record by reference, opened read-only: a new object
+ * with one reference for the caller; NULL (errno) when its file is gone. */
+struct resref *record_open_ref(const struct record *r);
 void records_submit_write(struct record_write *w);
 /* Looks up a live record by scoped key: 1 found, 0 not, <0 storage error.
  * r points into txn, which the caller ends with store_read_end. */

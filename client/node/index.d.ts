@@ -169,13 +169,57 @@ export interface OnceResult<T> {
   superseded?: number;
 }
 
-export type JoinResult =
-  | { role: 'owner'; key: string; flight: number; fence: number; signal: AbortSignal; bypass: boolean; stale?: { result: Uint8Array; ageMs: number; fence: number }; superseded?: number; version?: string }
-  | { role: 'result'; key: string; result: Uint8Array; fence: number; ageMs: number; source: 'live' | 'record'; stale: boolean; revalidating: boolean }
+/** The file handle of a ResultRef (Node's fs.promises.FileHandle, read-only). */
+export interface ResultFileHandle {
+  readonly fd: number;
+  read(buffer: Uint8Array, offset: number, length: number, position: number): Promise<{ bytesRead: number }>;
+  close(): Promise<void>;
+}
+
+/** The stream of a ResultRef (Node's fs.ReadStream). */
+export interface ResultStream extends AsyncIterable<Uint8Array> {
+  destroy(error?: Error): this;
+  on(event: string, listener: (...args: any[]) => void): this;
+  pipe<W>(destination: W, options?: { end?: boolean }): W;
+}
+
+/**
+ * A result by reference (an owner completed with a sealed memfd): a
+ * read-only file of `size` bytes that the caller owns.  Close it
+ * (close(), or Symbol.asyncDispose: `await using`); stream() hands the file to the stream,
+ * which closes it when it ends or is destroyed.
+ */
+export declare class ResultRef {
+  private constructor();
+  readonly size: number;
+  /** The open file (still the ResultRef's); throws once closed. */
+  readonly handle: ResultFileHandle;
+  readonly closed: boolean;
+  /** The whole result as one Buffer, from offset 0. */
+  buffer(options?: { signal?: AbortSignal }): Promise<Uint8Array>;
+  /** The bytes as a stream from offset 0 (start/end within the result, highWaterMark). */
+  stream(options?: { start?: number; end?: number; highWaterMark?: number }): ResultStream;
+  close(): Promise<void>;
+}
+
+/** A result's bytes: inline, or a result by reference read into a Buffer. */
+export type ResultBytes = { result: Uint8Array; resultRef?: undefined };
+/** With the option ref: true, a result by reference comes as a ResultRef. */
+export type ResultOrRef = ResultBytes | { result?: undefined; resultRef: ResultRef };
+
+export type JoinResult<B = ResultBytes> =
+  | { role: 'owner'; key: string; flight: number; fence: number; signal: AbortSignal; bypass: boolean; stale?: B & { ageMs: number; fence: number }; superseded?: number; version?: string }
+  | ({ role: 'result'; key: string; fence: number; ageMs: number; source: 'live' | 'record'; stale: boolean; revalidating: boolean } & B)
   | { role: 'failed'; key: string; error: { code: string; message: string }; retryable: boolean; retryAfter?: number; fence?: number; ageMs?: number; source?: 'live' | 'record' | 'backoff' };
 
+export interface JoinOptions extends Omit<OnceOptions, 'keep' | 'raw' | 'retryable' | 'fallback'> {
+  /** A result by reference comes as `resultRef` (a ResultRef the caller closes) instead of being read into `result`. */
+  ref?: boolean;
+}
+
 export interface Flight {
-  join(key: string, options?: Omit<OnceOptions, 'keep' | 'raw' | 'retryable' | 'fallback'>): Promise<JoinResult>;
+  join(key: string, options: JoinOptions & { ref: true }): Promise<JoinResult<ResultOrRef>>;
+  join(key: string, options?: JoinOptions): Promise<JoinResult>;
   complete(flight: number, fence: number, result: Uint8Array, options?: { keep?: number }): Promise<{ delivered: number }>;
   fail(flight: number, fence: number, error: { code?: string; message?: string }, options?: { retryable?: boolean; retryAfter?: number; keep?: number }): Promise<{ delivered: number }>;
   list(): Promise<Array<{ key: string; flight: number; fence: number; ownerConn: number; ownerPid?: number; followers: number; ageMs: number; completing?: boolean; version?: string }>>;
@@ -215,6 +259,8 @@ export interface RecordEntry {
   expiresMs: number;
   value?: unknown;
   result?: Uint8Array;
+  /** Kept by reference and asked for with ref: true: the file (the caller closes it); no value. */
+  resultRef?: ResultRef;
   error?: { code: string; message: string };
   retryable?: boolean;
   /** The owner that wrote it (its hello) and its version (absent from an older broker's records). */
@@ -225,8 +271,9 @@ export interface RecordEntry {
 }
 
 export interface Records {
-  get(key: string, options?: { raw?: boolean }): Promise<RecordEntry | null>;
-  list(prefix?: string, options?: { limit?: number }): Promise<Array<{ key: string; status: string; fence: number; size: number; createdMs: number; expiresMs: number; client?: string; pid?: number; instance?: string; version?: string }> & { truncated?: true }>;
+  /** ref: a record kept by reference comes as resultRef (else it is read into result and value); signal stops that read. */
+  get(key: string, options?: { raw?: boolean; ref?: boolean; signal?: AbortSignal }): Promise<RecordEntry | null>;
+  list(prefix?: string, options?: { limit?: number }): Promise<Array<{ key: string; status: string; fence: number; size: number; createdMs: number; expiresMs: number; client?: string; pid?: number; instance?: string; version?: string; byRef?: true }> & { truncated?: true }>;
   purge(prefix?: string, options?: { counts?: false }): Promise<number>;
   purge(prefix: string, options: { counts: true }): Promise<{ deleted: number; fenced: number }>;
 }
@@ -465,7 +512,8 @@ export declare class Client extends EventTarget {
   readonly flight: Flight;
   readonly records: Records;
   readonly leaders: Leaders;
-  readonly info: { broker: string; conn: number; epoch: number; maxFrame: number; proto: number } | null;
+  /** maxRefBytes: the largest result by reference the broker takes (absent from an older broker). */
+  readonly info: { broker: string; conn: number; epoch: number; maxFrame: number; proto: number; maxRefBytes?: number } | null;
   readonly clientId: string;
   readonly closed: boolean;
   once<T>(key: string, fn: (ctx: OnceContext) => T | PromiseLike<T>, options?: OnceOptions): Promise<OnceResult<Awaited<T>>>;

@@ -130,6 +130,8 @@ check("client/python/src/coord/messages.py", [num("MAX_VERSION")], "LIMIT_FLIGHT
 core_py = "client/python/src/coord/core.py"
 check(core_py, [num("DEFAULT_MAX_FRAME")], "COORD_MAX_FRAME_DEFAULT")
 check(core_py, [num("MAX_FRAME_CAP")], "COORD_MAX_FRAME_CAP")
+check(core_py, [num("MAX_QUEUED_FDS")], "LIMIT_FDS_QUEUED")
+check("client/node/test/result-ref-broker.test.js", [num("LIMIT_CONN_REFS")], "LIMIT_CONN_REFS")
 check("client/python/src/coord/paths.py",
       [num("MAX_CLIENT_NAME"), r"basename\(argv0\)\[:([0-9_]+)\]"], "LIMIT_CLIENT_NAME")
 

@@ -333,6 +333,7 @@ struct rcl *connect_or_exit(const struct broker_proc *bp, const char *scope)
 /* One received frame, queued. */
 struct frame_node {
     struct frame_node *next;
+    int fd;                     /* the descriptor that came with it, -1: none */
     uint32_t len;
     uint8_t body[];
 };
@@ -345,6 +346,8 @@ struct rcl {
     coord_buf in;               /* bytes read, not yet a whole frame */
     struct frame_node *head, *tail;
     struct frame_node *taken;   /* the frame last handed out (m points in) */
+    int fdq[64];                /* descriptors received, not yet given to a frame */
+    int nfdq;
 };
 
 struct rcl *rcl_connect(const char *sock)
@@ -405,6 +408,8 @@ static void drop_queue(struct rcl *c)
 {
     while (c->head) {
         struct frame_node *n = c->head->next;
+        if (c->head->fd >= 0)
+            close(c->head->fd);
         free(c->head);
         c->head = n;
     }
@@ -417,7 +422,11 @@ void rcl_close(struct rcl *c)
         return;
     close(c->fd);
     drop_queue(c);
+    if (c->taken && c->taken->fd >= 0)
+        close(c->taken->fd);
     free(c->taken);
+    while (c->nfdq > 0)
+        close(c->fdq[--c->nfdq]);
     coord_buf_free(&c->out);
     coord_buf_free(&c->in);
     free(c);
@@ -447,6 +456,77 @@ int rcl_request(struct rcl *c, const char *op, uint64_t rid)
 {
     rcl_begin(c, op, rid);
     return rcl_send(c);
+}
+
+int rcl_send_fd(struct rcl *c, int fd)
+{
+    if (coord_enc_end(&c->enc) == 0)
+        return -1;
+    return rcl_write_fd(c, c->out.data, c->out.len, fd);
+}
+
+int rcl_write_fd(struct rcl *c, const void *p, size_t n, int fd)
+{
+    if (n == 0)
+        return -1;
+    struct iovec iov = { (void *)p, 1 };
+    union { char buf[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } cm;
+    memset(&cm, 0, sizeof cm);
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
+                         .msg_controllen = sizeof cm.buf };
+    struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
+    h->cmsg_level = SOL_SOCKET;
+    h->cmsg_type = SCM_RIGHTS;
+    h->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(h), &fd, sizeof fd);
+    ssize_t w;
+    do
+        w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+    while (w < 0 && errno == EINTR);
+    if (w != 1)
+        return -1;
+    return rcl_write(c, (const uint8_t *)p + 1, n - 1);
+}
+
+int rcl_take_fd(struct rcl *c)
+{
+    if (!c->taken)
+        return -1;
+    int fd = c->taken->fd;
+    c->taken->fd = -1;
+    return fd;
+}
+
+size_t rcl_fds_queued(const struct rcl *c)
+{
+    size_t n = (size_t)c->nfdq;
+    for (const struct frame_node *f = c->head; f; f = f->next)
+        n += f->fd >= 0;
+    return n;
+}
+
+int rcl_hello_fds(struct rcl *c, const char *scope, bool fds)
+{
+    const uint64_t rid = 1;
+    if (!c)
+        return -1;
+    coord_enc *e = rcl_begin(c, "hello", rid);
+    coord_enc_kv_uint(e, "proto", 1);
+    coord_enc_kv_cstr(e, "client", "harness");
+    coord_enc_kv_uint(e, "pid", (uint64_t)getpid());
+    if (scope)
+        coord_enc_kv_cstr(e, "scope", scope);
+    if (fds)
+        coord_enc_kv_bool(e, "fds", true);
+    if (rcl_send(c) != 0)
+        return -1;
+    coord_msg m;
+    coord_msg_init(&m);
+    int rc = rcl_reply(c, rid, 5000, &m);
+    if (rc == 0 && !msg_ok(&m))
+        rc = -1;
+    coord_msg_destroy(&m);
+    return rc;
 }
 
 int rcl_write(struct rcl *c, const void *p, size_t n)
@@ -479,6 +559,14 @@ static void split_frames(struct rcl *c)
         f->next = NULL;
         f->len = n;
         memcpy(f->body, c->in.data + off + 4, n);
+        /* a frame that declares a descriptor (its key result_fd, a fixstr
+         * of 9 bytes) takes the oldest received */
+        f->fd = -1;
+        if (memmem(f->body, n, "\xa9result_fd", 10) && c->nfdq > 0) {
+            f->fd = c->fdq[0];
+            memmove(c->fdq, c->fdq + 1, (size_t)(c->nfdq - 1) * sizeof c->fdq[0]);
+            c->nfdq--;
+        }
         if (c->tail)
             c->tail->next = f;
         else
@@ -510,9 +598,26 @@ int rcl_pump(struct rcl *c, int timeout_ms)
             break;
         if (coord_buf_reserve(&c->in, 65536) != 0)
             exit(2);
-        ssize_t r = read(c->fd, c->in.data + c->in.len, 65536);
+        struct iovec iov = { c->in.data + c->in.len, 65536 };
+        union { char buf[CMSG_SPACE(8 * sizeof(int))]; struct cmsghdr align; } cm;
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
+                             .msg_controllen = sizeof cm.buf };
+        ssize_t r = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
         if (r < 0 && errno == EINTR)
             continue;
+        for (struct cmsghdr *h = r > 0 ? CMSG_FIRSTHDR(&mh) : NULL; h; h = CMSG_NXTHDR(&mh, h)) {
+            if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
+                continue;
+            size_t k = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < k; i++) {
+                int fd;
+                memcpy(&fd, CMSG_DATA(h) + i * sizeof fd, sizeof fd);
+                if (c->nfdq < 64)
+                    c->fdq[c->nfdq++] = fd;
+                else
+                    close(fd);
+            }
+        }
         if (r <= 0) {
             c->closed = true;
             break;
@@ -542,6 +647,10 @@ static int take(struct rcl *c, frame_pred pred, const void *arg, int timeout_ms,
                 *pp = f->next;
                 if (c->tail == f)
                     c->tail = prev;
+                if (c->taken && c->taken->fd >= 0)
+                    close(c->taken->fd);
+                if (c->taken && c->taken->fd >= 0)
+                    close(c->taken->fd);   /* not taken by the test: closed */
                 free(c->taken);
                 c->taken = f;           /* m points into f->body */
                 return parsed ? 0 : -3;

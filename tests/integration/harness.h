@@ -133,6 +133,19 @@ int rcl_sync(struct rcl *c);
 #define rcl_stat(c, key) rcl_stat_at(__FILE__, __LINE__, (c), (key))
 uint64_t rcl_stat_at(const char *file, int line, struct rcl *c, const char *key);
 
+/* Descriptors (results by reference).  rcl_hello_fds: hello saying fds
+ * (or not).  rcl_send_fd: rcl_send with fd passed (SCM_RIGHTS) with the
+ * frame's first byte; rcl_write_fd the same for raw bytes.  A received
+ * frame that declares result_fd gets the oldest descriptor received;
+ * rcl_take_fd gives the caller (who closes it) the descriptor of the frame
+ * last handed out, -1 when none (an untaken one is closed with the next
+ * frame handed out).  rcl_fds_queued: descriptors received and not taken. */
+int rcl_hello_fds(struct rcl *c, const char *scope, bool fds);
+int rcl_send_fd(struct rcl *c, int fd);
+int rcl_write_fd(struct rcl *c, const void *p, size_t n, int fd);
+int rcl_take_fd(struct rcl *c);
+size_t rcl_fds_queued(const struct rcl *c);
+
 /* A C string as pointer and length, for the (ptr, len) arguments. */
 #define S(s) s, strlen(s)
 

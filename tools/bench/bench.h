@@ -93,6 +93,9 @@ int wc_dial(struct wconn *w, const char *path);
 int wc_flush(struct wconn *w);
 /* One read(): >0 bytes, 0 EOF, -errno. */
 ssize_t wc_fill(struct wconn *w);
+/* The same with recvmsg: descriptors that came with the bytes are added to
+ * fdq[*nfdq..max) (past max they are closed). */
+ssize_t wc_fill_fds(struct wconn *w, int *fdq, int *nfdq, int max);
 /* Takes the next complete frame from the input and parses it into msg:
  * 1 a frame, 0 none complete yet, -1 malformed. */
 int wc_next(struct wconn *w);
@@ -171,6 +174,8 @@ int broker_restart(struct bench *b);
 bool broker_alive(struct bench *b);        /* reaps it when it ended */
 /* VmRSS of pid in KiB, or -1. */
 long rss_kib(pid_t pid);
+/* VmHWM (the peak of VmRSS) of pid in KiB, or -1. */
+long hwm_kib(pid_t pid);
 /* CPU time pid's main thread has run, in ns (/proc/PID/schedstat), or 0. */
 uint64_t cpu_ns(pid_t pid);
 /* The pid of the peer of a connected Unix socket, or 0. */
@@ -255,6 +260,7 @@ void sc_flight_storm(struct bench *b, struct result *r);
 void sc_durable_commits(struct bench *b, struct result *r);
 void sc_durable_records(struct bench *b, struct result *r);
 void sc_fanout(struct bench *b, struct result *r);
+void sc_result_by_ref(struct bench *b, struct result *r);
 
 void sc_redis(struct bench *b, struct result *r);
 

@@ -28,6 +28,7 @@ static const struct {
     { "durable-commits", sc_durable_commits, "leader.commit, 32 clients: commits/s / fsyncs/s (>= 10x)" },
     { "durable-records", sc_durable_records, "flight.join+complete keep_ms, 32 clients: records/s / fsyncs/s (info)" },
     { "fanout", sc_fanout, "20 subscribers: delivered messages/s" },
+    { "result-by-ref", sc_result_by_ref, "a 64 MiB sealed memfd to 100 followers: delivery, reads / local reads, broker VmHWM (<= 16 MiB growth)" },
     { "redis", sc_redis, "coord's lock cycle / Redis's (SET NX PX + EVALSHA) at 1, 16, 64 clients (>= 1x)" },
 };
 #define NSCEN (int)(sizeof scenarios / sizeof scenarios[0])

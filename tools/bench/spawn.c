@@ -77,22 +77,33 @@ int broker_restart(struct bench *b)
     return broker_start(b);
 }
 
-long rss_kib(pid_t pid)
+static long status_kib(pid_t pid, const char *field)
 {
     char path[64], line[256];
+    size_t flen = strlen(field);
     snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
     FILE *f = fopen(path, "r");
     if (!f)
         return -1;
     long v = -1;
     while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "VmRSS:", 6) == 0) {
-            v = strtol(line + 6, NULL, 10);
+        if (strncmp(line, field, flen) == 0) {
+            v = strtol(line + flen, NULL, 10);
             break;
         }
     }
     fclose(f);
     return v;
+}
+
+long rss_kib(pid_t pid)
+{
+    return status_kib(pid, "VmRSS:");
+}
+
+long hwm_kib(pid_t pid)
+{
+    return status_kib(pid, "VmHWM:");
 }
 
 pid_t peer_pid(int fd)

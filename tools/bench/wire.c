@@ -121,7 +121,8 @@ int wc_flush(struct wconn *w)
     return 0;
 }
 
-ssize_t wc_fill(struct wconn *w)
+/* Room for at least 1 KiB more input: 0 or -ENOMEM. */
+static int in_room(struct wconn *w)
 {
     if (w->ioff == w->ilen) {
         w->ioff = w->ilen = 0;
@@ -138,6 +139,45 @@ ssize_t wc_fill(struct wconn *w)
         w->in = p;
         w->icap = cap;
     }
+    return 0;
+}
+
+ssize_t wc_fill_fds(struct wconn *w, int *fdq, int *nfdq, int max)
+{
+    if (in_room(w) < 0)
+        return -ENOMEM;
+    union { char b[CMSG_SPACE(4 * sizeof(int))]; struct cmsghdr align; } cm;
+    for (;;) {
+        struct iovec iov = { w->in + w->ilen, w->icap - w->ilen };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
+                             .msg_controllen = sizeof cm.b };
+        ssize_t n = recvmsg(w->fd, &mh, MSG_CMSG_CLOEXEC);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        for (struct cmsghdr *h = CMSG_FIRSTHDR(&mh); h; h = CMSG_NXTHDR(&mh, h)) {
+            if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
+                continue;
+            size_t k = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < k; i++) {
+                int fd;
+                memcpy(&fd, CMSG_DATA(h) + i * sizeof fd, sizeof fd);
+                if (*nfdq < max)
+                    fdq[(*nfdq)++] = fd;
+                else
+                    close(fd);
+            }
+        }
+        w->ilen += (size_t)n;
+        return n;
+    }
+}
+
+ssize_t wc_fill(struct wconn *w)
+{
+    if (in_room(w) < 0)
+        return -ENOMEM;
     for (;;) {
         ssize_t n = read(w->fd, w->in + w->ilen, w->icap - w->ilen);
         if (n < 0 && errno == EINTR)

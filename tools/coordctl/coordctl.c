@@ -102,6 +102,9 @@ static const struct ctl_command commands[] = {
                 "the canonical string (it names the user).  Needs no broker",
                 cmd_key },
     { "records", "[--prefix P] [--limit N]", "stored completion records", cmd_records },
+    { "record", "get KEY", "a record's result as it is on stdout (one kept by\n"
+                "reference read from its descriptor); a failed one's error, exit 1",
+                cmd_record },
     { "purge",  "[--prefix P]", "delete the scope's records (logout)", cmd_purge },
     { "leader", "[info] WORKSTREAM | SUBCOMMAND ...",
                 "generation, state (leading, draining, idle, disabled), mode,\n"

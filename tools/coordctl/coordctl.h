@@ -298,6 +298,7 @@ int cmd_locks(struct ctl *ctl, int argc, char **argv);
 int cmd_once(struct ctl *ctl, int argc, char **argv);
 int cmd_flights(struct ctl *ctl, int argc, char **argv);
 int cmd_records(struct ctl *ctl, int argc, char **argv);
+int cmd_record(struct ctl *ctl, int argc, char **argv);
 int cmd_purge(struct ctl *ctl, int argc, char **argv);
 
 /* ---- commands (ctl-leader.c) ---- */

@@ -2,6 +2,8 @@
  *   once     single-flight a shell command
  *   flights  the running flights of the scope
  *   records  the stored completion records of the scope
+ *   record   record get: one record's result (read from its descriptor when
+ *            by reference)
  *   purge    delete the scope's records
  *
  * The result of `once` (what followers receive and what --keep stores) is,
@@ -97,6 +99,7 @@ struct once {
     /* CMD's stdout, after the two header bytes */
     char *buf;
     size_t len, cap, limit;
+    size_t frame_limit;         /* what fits a frame: more goes by reference */
     bool overflow;              /* more than limit bytes: cannot be shared */
     bool stdout_ok;             /* our own stdout still takes bytes */
 };
@@ -140,9 +143,33 @@ static void keep_output(struct once *o, const char *p, size_t n)
     o->len += n;
 }
 
-/* Prints a result of format 1 and returns its exit status. */
-static int print_result(struct once *o, const coord_flight *f)
+/* flight.complete with the result in o->buf: inline when it fits a frame,
+ * else by reference (a sealed memfd of it). */
+static int once_complete(struct once *o, coord_t *c, uint64_t keep)
 {
+    size_t n = ONCE_HEADER + o->len;
+    if (o->len <= o->frame_limit)
+        return coord_flight_complete(c, o->flight, o->fence, o->buf, n, keep, NULL);
+    int fd = coord_memfd_sealed(o->buf, n);
+    if (fd < 0) {
+        fprintf(stderr, "coordctl: once: %s: a memfd for the result: %s\n", o->shown,
+                strerror(errno));
+        return fd;
+    }
+    int rc = coord_flight_complete_fd(c, o->flight, o->fence, fd, keep, NULL);
+    close(fd);
+    return rc;
+}
+
+/* Prints a result of format 1 and returns its exit status.  One by
+ * reference (a descriptor) is read first. */
+static int print_result(struct once *o, coord_flight *f)
+{
+    if (f->by_ref && coord_flight_result_load(f) < 0) {
+        fprintf(stderr, "coordctl: once: %s: reading the result (%zu bytes by reference): "
+                        "%s\n", o->shown, f->result_len, strerror(errno));
+        return CTL_EXIT_FAIL;
+    }
     const unsigned char *r = f->result;
     if (f->result_len < ONCE_HEADER || r[0] != ONCE_FORMAT) {
         fprintf(stderr, "coordctl: once: %s: the stored result was not made by "
@@ -242,9 +269,13 @@ static int run_owner(struct once *o, char **cmd)
     };
     if (!ctl_child_env("once", env))
         return CTL_EXIT_FAIL;      /* closing the connection hands the flight on */
-    /* the result travels in one frame, with the request around it */
+    /* the result travels in one frame, with the request around it, or,
+     * larger, by reference (a sealed memfd) up to max_ref_bytes */
     uint32_t mf = coord_max_frame(c);
-    o->limit = mf > 1024 + 256 ? mf - 1024 - 256 : 0;
+    o->limit = o->frame_limit = mf > 1024 + 256 ? mf - 1024 - 256 : 0;
+    uint64_t ref = coord_max_ref_bytes(c);
+    if (ref > ONCE_HEADER && ref - ONCE_HEADER > o->limit)
+        o->limit = ref - ONCE_HEADER > SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)(ref - ONCE_HEADER);
     o->buf = malloc(ONCE_HEADER + 4096);
     o->cap = 4096;
     if (!o->buf) {
@@ -390,13 +421,11 @@ static int run_owner(struct once *o, char **cmd)
     /* --keep stores only a success: a failed run is shared with those
      * waiting now, and the next caller runs CMD again */
     uint64_t keep = code == 0 ? o->keep_ms : 0;
-    int rc = coord_flight_complete(c, o->flight, o->fence, o->buf, ONCE_HEADER + o->len,
-                                   keep, NULL);
+    int rc = once_complete(o, c, keep);
     if (rc == COORD_ETOO_LARGE && keep) {
         fprintf(stderr, "coordctl: once: %s: %s: the result is not kept\n", o->shown,
                 coord_error_message(c));
-        rc = coord_flight_complete(c, o->flight, o->fence, o->buf, ONCE_HEADER + o->len,
-                                   0, NULL);
+        rc = once_complete(o, c, 0);
     }
     if (rc == COORD_EFENCED) {
         fprintf(stderr, "coordctl: once: %s: %s before the command ended: its result "
@@ -879,6 +908,66 @@ int cmd_records(struct ctl *ctl, int argc, char **argv)
     if (rc < 0)
         return ctl_fail_call(ctl, "record.list", rc);
     return show(ctl, reply, "records", records_table);
+}
+
+/* ---- coordctl record ---- */
+
+/* coordctl record get KEY: a completed record's result on stdout as it is
+ * (read from its descriptor when it is kept by reference), a failed one's
+ * code and message on stderr (exit 1); --json: one object. */
+int cmd_record(struct ctl *ctl, int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "get") != 0)
+        return ctl_usage(ctl, "needs get KEY");
+    argc--;
+    argv++;
+    if (argc != 2 || argv[1][0] == '-')
+        return ctl_usage(ctl, "get needs one KEY");
+    int rc = ctl_connect(ctl);
+    if (rc)
+        return rc;
+    coord_record r;
+    rc = coord_record_get(ctl->c, argv[1], strlen(argv[1]), &r);
+    if (rc < 0)
+        return ctl_fail_call(ctl, "record.get", rc);
+    bool by_ref = r.by_ref;
+    if (by_ref && coord_record_result_load(&r) < 0) {
+        ctl_error(ctl, "SYS", "record: reading the result (%zu bytes by reference): %s",
+                  r.result_len, strerror(errno));
+        coord_record_clear(&r);
+        return CTL_EXIT_FAIL;
+    }
+    rc = 0;
+    if (ctl->json) {
+        char *res = r.failed ? NULL : coord_json_text(r.result, r.result_len);
+        char *code = r.failed ? coord_json_text(r.error_code, strlen(r.error_code)) : NULL;
+        char *msg = r.failed ? coord_json_text(r.error_message, strlen(r.error_message)) : NULL;
+        printf("{\"status\":\"%s\",\"fence\":%llu,\"size\":%zu,\"by_ref\":%s,"
+               "\"created_ms\":%llu,\"expires_ms\":%llu,",
+               r.failed ? "failed" : "completed", (unsigned long long)r.fence,
+               r.result_len, by_ref ? "true" : "false", (unsigned long long)r.created_ms,
+               (unsigned long long)r.expires_ms);
+        if (r.failed)
+            printf("\"error\":{\"code\":%s,\"message\":%s},\"retryable\":%s}\n",
+                   code ? code : "\"\"", msg ? msg : "\"\"", r.retryable ? "true" : "false");
+        else
+            printf("\"result\":%s}\n", res ? res : "null");
+        free(res);
+        free(code);
+        free(msg);
+        rc = r.failed ? CTL_EXIT_FAIL : 0;
+    } else if (r.failed) {
+        fprintf(stderr, "coordctl: record: %s: %s\n", r.error_code, r.error_message);
+        rc = CTL_EXIT_FAIL;
+    } else {
+        fflush(stdout);
+        if (!write_all(STDOUT_FILENO, r.result, r.result_len)) {
+            fprintf(stderr, "coordctl: record: writing the output: %s\n", strerror(errno));
+            rc = CTL_EXIT_FAIL;
+        }
+    }
+    coord_record_clear(&r);
+    return rc;
 }
 
 /* ---- coordctl purge ---- */

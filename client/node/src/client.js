@@ -80,7 +80,8 @@ export class Client extends EventTarget {
   /** The broker's hello reply of the current connection. */
   get info() {
     const i = this.#conn?.info;
-    return i ? { broker: i.broker, conn: i.conn, epoch: i.epoch, maxFrame: i.max_frame, proto: i.proto } : null;
+    return i ? { broker: i.broker, conn: i.conn, epoch: i.epoch, maxFrame: i.max_frame, proto: i.proto,
+      maxRefBytes: i.max_ref_bytes } : null;
   }
 
   /** This client's clientId, as query() shows it. */
@@ -232,6 +233,18 @@ export class Client extends EventTarget {
     const conn = await this.#current(attempt);
     const { rid, promise } = conn.request(op, fields, onReply);
     return { conn, rid, promise };
+  }
+
+  /** One call: resolves {r: the ok reply, conn: the connection it came
+   * on} (what a result by reference is released on), rejects CoordError. */
+  async _callConn(op, fields = {}) {
+    const release = this._hold();
+    try {
+      const conn = await this.#current();
+      return { r: await conn.call(op, fields), conn };
+    } finally {
+      release();
+    }
   }
 
   /** One call: resolves the ok reply, rejects CoordError. */

@@ -14,7 +14,7 @@ export const WIRE_CODES = Object.freeze([
   'FENCED', 'NOT_FOUND', 'UNKNOWN_LOCK', 'DISABLED', 'STORAGE', 'SHUTTING_DOWN',
   'PROTOCOL_PINNED', 'POLICY', 'READ_ONLY', 'DRAINING', 'UNAVAILABLE',
 ]);
-export const CLIENT_CODES = Object.freeze(['CONNECT', 'CLOSED', 'PROTOCOL']);
+export const CLIENT_CODES = Object.freeze(['CONNECT', 'CLOSED', 'PROTOCOL', 'GONE']);
 
 // Longest text from the wire put into an error message (the broker's own
 // messages are at most 4096 bytes; a hostile one is cut here).

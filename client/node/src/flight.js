@@ -74,6 +74,7 @@
 // default: follow a running flight of another version; 'own': run one of
 // our own beside it and never take another version's record).
 import { BackoffError, FencedError, FlightFailedError } from './errors.js';
+import { takeResult } from './result-ref.js';
 import { packValue, unpackValue, wireName } from './wire.js';
 import { anySignal, ms, str, withSignal } from './util.js';
 
@@ -145,6 +146,9 @@ export class Flight {
    * ageMs, source}.  An owner must call complete() or fail() (or close the
    * client).  options: ttl, wait, maxAge, stale, notify, onUpdated,
    * abortWhenOrphaned, signal; attempt (internal: see Client#current).
+   * A result by reference (result-ref.js) is read into `result` (a Buffer;
+   * `signal` stops the read), or with options.ref comes as `resultRef` (a
+   * ResultRef the caller owns and closes) instead; the same for `stale`.
    */
   async join(key, options = {}) {
     key = str(key, 'flight.join');
@@ -166,6 +170,10 @@ export class Flight {
       const req = await client._request('flight.join', joinFields(key, options),
         { onReply, attempt: !!options.attempt });
       const r = await withSignal(req, signal, (late) => {
+        // nobody reads a late result by reference: release the broker's hold
+        const lateRef = late.result_ref ?? late.stale?.result_ref;
+        if (lateRef && lateRef.ref !== undefined)
+          req.conn.call('flight.unref', { ref: lateRef.ref }).catch(() => {});
         // we left, but the join made us owner: hand the flight on
         if (late.role === 'owner') {
           if (owned) this.#done(late.flight);
@@ -187,13 +195,14 @@ export class Flight {
         if (r.superseded !== undefined) o.superseded = client._id(r.superseded, 'superseded');
         if (r.version !== undefined) o.version = r.version;
         if (r.stale && typeof r.stale === 'object')
-          o.stale = { result: r.stale.result, ageMs: r.stale.age_ms, fence: r.stale.fence };
+          o.stale = { ...await takeResult(req.conn, r.stale, options), ageMs: r.stale.age_ms, fence: r.stale.fence };
         return o;
       }
       const base = { key, fence: r.fence === undefined ? undefined : client._id(r.fence, 'fence'),
         ageMs: r.age_ms, source: r.source };
       if (r.role === 'result')
-        return { role: 'result', result: r.result, ...base, stale: r.stale === true, revalidating: r.revalidating === true };
+        return { role: 'result', ...await takeResult(req.conn, r, options), ...base, stale: r.stale === true,
+          revalidating: r.revalidating === true };
       const o = { role: 'failed', error: r.error || { code: 'UNKNOWN', message: '' }, retryable: !!r.retryable, ...base };
       if (r.retry_after_ms !== undefined) o.retryAfter = r.retry_after_ms;
       return o;
@@ -374,7 +383,7 @@ export async function once(client, key, fn, options = {}) {
   ms(options.keep, 'keep');                  // refused before anything runs
   let retries = 0;
   let retried = false;
-  let joinOptions = { ...options, attempt: true };
+  let joinOptions = { ...options, attempt: true, ref: false };
   for (;;) {
     let j;
     try {

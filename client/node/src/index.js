@@ -14,4 +14,5 @@ export {
   WIRE_CODES, CLIENT_CODES,
 } from './errors.js';
 export { requestKey } from './request-key.js';
+export { ResultRef } from './result-ref.js';
 export { wtf8Encode, wtf8Decode } from './wire.js';

@@ -2,6 +2,7 @@
 // (record.get / record.list / record.purge).  Records are written by
 // flight.complete / flight.fail with keep > 0 and survive broker restarts.
 import { FlightFailedError, NotFoundError } from './errors.js';
+import { takeResult } from './result-ref.js';
 import { unpackValue, wireName } from './wire.js';
 import { ms, str } from './util.js';
 
@@ -24,12 +25,14 @@ export class Records {
    * The record of key, or null when there is none (or it expired):
    * {key, status: 'completed'|'failed', fence, value | error, retryable,
    * createdMs, expiresMs, client, pid, instance, version}.  value is decoded from MessagePack unless raw.
+   * A record kept by reference is read into result (and value), or with
+   * ref: true comes as resultRef (a ResultRef the caller closes; no value).
    */
-  async get(key, { raw = false } = {}) {
+  async get(key, { raw = false, ref = false, signal } = {}) {
     key = str(key, 'records.get');
-    let r;
+    let r, conn;
     try {
-      r = await this.#client._call('record.get', { key: wireName(key) });
+      ({ r, conn } = await this.#client._callConn('record.get', { key: wireName(key) }));
     } catch (e) {
       if (e instanceof NotFoundError) return null;
       throw e;
@@ -37,9 +40,10 @@ export class Records {
     const o = { key, status: r.status, fence: r.fence, createdMs: r.created_ms, expiresMs: r.expires_ms,
       ...owner(r) };
     if (r.status === 'completed') {
-      o.result = r.result;
+      Object.assign(o, await takeResult(conn, r, { ref, signal }));
+      if (o.resultRef) return o;
       try {
-        o.value = unpackValue(r.result, raw);
+        o.value = unpackValue(o.result, raw);
       } catch {
         o.value = undefined;        // not MessagePack (another client's bytes): see .result
       }
@@ -50,14 +54,15 @@ export class Records {
     return o;
   }
 
-  /** Records whose key starts with prefix: [{key, status, fence, size, createdMs, expiresMs}]. */
+  /** Records whose key starts with prefix: [{key, status, fence, size, createdMs, expiresMs,
+   * byRef}] (byRef: kept by reference, a file of size bytes). */
   async list(prefix = '', { limit } = {}) {
     const f = { prefix: wireName(str(prefix, 'records.list')) };
     const l = ms(limit, 'limit');
     if (l !== undefined) f.limit = l;
     const r = await this.#client._call('record.list', f);
     const out = (r.records || []).map((e) => ({ key: e.key, status: e.status, fence: e.fence, size: e.size,
-      createdMs: e.created_ms, expiresMs: e.expires_ms, ...owner(e) }));
+      createdMs: e.created_ms, expiresMs: e.expires_ms, ...owner(e), ...(e.by_ref === true ? { byRef: true } : {}) }));
     if (r.truncated) out.truncated = true;
     return out;
   }

@@ -10,10 +10,14 @@ runs ``handler(peer)`` in a thread of its own for each connection;
 ``Peer.request()`` reads one request (a dict), ``Peer.send(*msgs)``
 writes the frames of all msgs with one ``sendall`` (one read for the
 client as long as they fit its read size), ``Peer.hello()`` answers the
-hello.  ``close()`` stops it and closes every connection.
+hello.  ``close()`` stops it and closes every connection.  Peers read
+with ``recvmsg``: descriptors the client sends with a frame are kept in
+``Peer.fds`` (the test closes them); ``Peer.send_fd`` writes a frame with
+one (results by reference).
 """
 from __future__ import annotations
 
+import array
 import os
 import socket
 import struct
@@ -34,11 +38,21 @@ class Peer:
         self.sock = sock
         self._buf = b""
         self.conn_id = 0
+        self.fds: List[int] = []
+
+    def _recv(self) -> bytes:
+        data, anc, _, _ = self.sock.recvmsg(65536, socket.CMSG_SPACE(16 * 4))
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                a = array.array("i")
+                a.frombytes(payload[:len(payload) - len(payload) % 4])
+                self.fds.extend(a)
+        return data
 
     def _need(self, n: int) -> Optional[bytes]:
         while len(self._buf) < n:
             try:
-                chunk = self.sock.recv(65536)
+                chunk = self._recv()
             except OSError:
                 return None
             if not chunk:
@@ -60,6 +74,15 @@ class Peer:
     def send(self, *msgs: Any) -> None:
         """Every message (dict, or raw bytes) in one write."""
         self.sock.sendall(b"".join(m if isinstance(m, bytes) else frame(m) for m in msgs))
+
+    def send_fd(self, msg: Any, *fds: int) -> None:
+        """One frame (dict or raw bytes) with fds attached to its first
+        byte, in one sendmsg."""
+        data = msg if isinstance(msg, bytes) else frame(msg)
+        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+        n = self.sock.sendmsg([data], anc if fds else [])
+        if n < len(data):
+            self.sock.sendall(data[n:])
 
     def reply(self, req: Dict[str, Any], **fields: Any) -> Dict[str, Any]:
         return dict(rid=req["rid"], ok=True, **fields)

@@ -42,6 +42,18 @@ def blocking(c: coord.Client) -> None:
     if f.role == "owner":
         delivered: int = c.flight.complete(f, b"x", keep=10.0)
         upd = f.updated
+    # results by reference
+    f = c.flight.join("big")
+    if f.role == "owner":
+        fd: int = coord.sealed_memfd(b"x" * 10)
+        delivered = f.complete_fd(fd, keep=10.0) + f.complete(b"y", by_ref=True)
+    elif f.result_ref is not None:
+        with f.result_ref as ref:
+            size: int = ref.size
+            view: bytes = ref.mmap()[:size]
+            first: bytes = ref.read(4)
+            whole: bytes = ref.value()
+    got_bytes: Optional[bytes] = f.result
     f = c.flight.join("k", supersede=True, priority=1, version=b"v2", other_version="follow")
     superseded: int = f.superseded
     version: Union[str, bytes] = f.version
@@ -119,8 +131,12 @@ async def asyncio_client() -> None:
         version: Union[str, bytes] = f.version
         upd: Optional[asyncio.Future[coord.Updated]] = f.updated
         if f.role == "owner":
-            delivered: int = await f.complete(b"x")
+            delivered: int = await f.complete(b"x", by_ref=None)
+            delivered += await f.complete_fd(coord.sealed_memfd(b"z"))
         rec: Optional[coord.Record] = await c.records.get("oauth")
+        if rec is not None and rec.result_ref is not None:
+            fdr: int = rec.result_ref.detach()
+        stored: Optional[bytes] = rec.result if rec is not None else None
         desc: coord.Descriptor = await c.leader.define("reindex", lock_name=None,
                                                        capabilities=["outbox"],
                                                        if_available="allowed")

@@ -6,7 +6,7 @@ import {
   CoordError, FencedError, TimeoutError, DisabledError, NotFoundError, ClosedError,
   ConnectError, AbortedError, ProtocolPinnedError, PolicyError, ReadOnlyError, DrainingError,
   UnavailableError, FlightFailedError, BackoffError, RetryAfterError, RequestKeyError,
-  WIRE_CODES, CLIENT_CODES, requestKey, wtf8Encode, wtf8Decode,
+  WIRE_CODES, CLIENT_CODES, requestKey, wtf8Encode, wtf8Decode, ResultRef,
   FallbackLeader, parseDescriptor, readLeaderFallback, runLeaderFallback, defaultConfigDir,
 } from 'coord-client';
 import type {
@@ -40,6 +40,26 @@ export async function uses(): Promise<void> {
   const input: RequestKeyInput = { method: 'GET', url: 'https://api.example.com/items', user: 'ada', authGen: 1 };
   const key: string = requestKey(input).key + client.requestKey(input).canonical;
   const rec: RecordEntry | null = await client.records.get('feed');
+  // results by reference: read into result by default, a ResultRef with ref: true
+  const big = await client.flight.join('big', { ref: true });
+  if (big.role === 'result') {
+    if (big.resultRef) {
+      const ref: ResultRef = big.resultRef;
+      const size: number = ref.size;
+      for await (const chunk of ref.stream({ highWaterMark: 1 << 20 })) void (chunk satisfies Uint8Array);
+      const again = await client.records.get('big', { ref: true });
+      const whole: Uint8Array | undefined = await again?.resultRef?.buffer();
+      await again?.resultRef?.close();
+      void [size, whole];
+    } else {
+      const bytes: Uint8Array = big.result;
+      void bytes;
+    }
+  }
+  if (joined.role === 'result') {
+    const bytes: Uint8Array = joined.result;
+    void bytes;
+  }
 
   // leader(): the callback's leader is never null unless ifAvailable
   const gen: number = await client.leader('outbox', (leader) => leader.generation);

@@ -17,6 +17,7 @@ from .messages import (DEFAULT_LEASE, OMIT, Abandon, Check, Claim, Commit, Descr
                        LeaderInfo, Lifecycle, LockEntry, LockState, Message, Page, PendingOp,
                        Record, RecordEntry, Stale, Stats, Term, Updated)
 from .paths import default_socket_path
+from .resultref import ResultRef, sealed_memfd
 from .requestkey import request_key
 
 __version__ = "0.1.0"
@@ -38,7 +39,7 @@ __all__ = [
     "FlightFailed", "LockEntry", "LockState", "FlightEntry", "Record", "RecordEntry",
     "LeaderInfo", "Message", "Lifecycle", "default_socket_path",
     "request_key", "RequestKeyError", "Result", "RetryAfter", "Backoff", "Stale", "Updated",
-    "Latency", "Stats",
+    "Latency", "Stats", "ResultRef", "sealed_memfd",
     "ProtocolPinned", "Policy", "ReadOnly", "Draining", "Unavailable",
     "DEFAULT_LEASE", "OMIT", "Descriptor", "Term", "Claim", "Commit", "Abandon", "PendingOp", "Check", "Page",
 ]

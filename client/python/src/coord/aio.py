@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import time
 from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, List, Literal, Optional,
                     Sequence, Tuple, TypeVar, Union)
@@ -29,6 +30,7 @@ from .calls import ClientBase
 from .core import (DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES, DEFAULT_REQUEST_TIMEOUT, Core,
                    Reply)
 from .errors import ConnectionLost, CoordError, NotFound, ProtocolError
+from .fdpass import FdTransport, recv_fds
 from .handles import (FALLBACK_ERRORS, UNREACHABLE, Closed, FlightHandle, Grantee, Join,
                       LeaderTerm, LockHandle, Once, Result, SubscriptionBase, no_reply,
                       owner_failure)
@@ -78,12 +80,14 @@ class _AConn(asyncio.Protocol):
         self.client = client
         self.loop = asyncio.get_running_loop()
         self.core: Core[_ACall] = Core()
-        self.transport: Optional[asyncio.Transport] = None
+        self.transport: Optional[FdTransport] = None
         self.alive = True
         self.error: Optional[BaseException] = None
         self.conn_id = 0
         self.epoch = 0
         self.broker = ""
+        self.fds = False                    # hello: the broker takes descriptors
+        self.max_ref_bytes = 0
         self.done: "asyncio.Future[None]" = self.loop.create_future()
         self._paused = False
         self._drained: List["asyncio.Future[None]"] = []
@@ -106,6 +110,16 @@ class _AConn(asyncio.Protocol):
                 self.client._router.dispatch(item)  # type: ignore[arg-type]
             else:
                 call._complete(item)  # type: ignore[arg-type]
+
+    def fds_received(self, fds: List[int]) -> None:
+        """Descriptors a read brought, before its bytes (FdTransport)."""
+        try:
+            self.core.add_fds(fds)
+        except ProtocolError as e:
+            self._finish(e)
+
+    def bad_stream(self, e: BaseException) -> None:
+        self._finish(e)
 
     def eof_received(self) -> Optional[bool]:
         return False            # close
@@ -144,11 +158,13 @@ class _AConn(asyncio.Protocol):
         try:
             s.setblocking(False)
             while self.alive:
-                data = s.recv(262144)
+                data, fds = recv_fds(s, 262144)
+                if fds:
+                    self.fds_received(fds)
                 if not data:
                     break
                 self.data_received(data)
-        except OSError:
+        except (OSError, ProtocolError):
             pass
         finally:
             s.close()
@@ -170,13 +186,18 @@ class _AConn(asyncio.Protocol):
         self.client._conn_lost(self, exc)
 
     def send(self, op: str, fields: Dict[str, Any],
-             hook: Optional[Callable[[Reply], None]] = None) -> _ACall:
+             hook: Optional[Callable[[Reply], None]] = None, fd: Optional[int] = None) -> _ACall:
+        """``fd``: a descriptor sent with the frame (it stays the
+        caller's)."""
         if not self.alive:
             raise self.error or ConnectionLost("not connected")
         call = _ACall(self.loop, hook)
         call.rid, frame = self.core.request(op, fields, call)
         assert self.transport is not None
-        self.transport.write(frame)
+        if fd is None:
+            self.transport.write(frame)
+        else:
+            self.transport.write_fd(frame, fd)
         return call
 
     def fire(self, op: str, fields: Dict[str, Any]) -> Optional[_ACall]:
@@ -193,10 +214,10 @@ class _AConn(asyncio.Protocol):
             self._drained.append(w)
             await w
 
-    async def call(self, op: str, fields: Dict[str, Any]) -> Reply:
+    async def call(self, op: str, fields: Dict[str, Any], fd: Optional[int] = None) -> Reply:
         """A request that does not wait by design: its reply within the
         client's ``request_timeout``, else ``Timeout``."""
-        c = self.send(op, fields)
+        c = self.send(op, fields, fd=fd)
         t = self.client.request_timeout
         if t is None:
             await self.drain()
@@ -409,11 +430,25 @@ class Flight(FlightHandle):
     def __init__(self, client: "Client", conn: Optional[_AConn], j: m.Joined) -> None:
         super().__init__(client, conn, j, asyncio.Event)
 
-    async def complete(self, result: m.Payload, keep: Optional[float] = None) -> int:
+    async def complete(self, result: m.Payload, keep: Optional[float] = None, *,
+                       by_ref: Optional[bool] = None) -> int:
         """Delivers result to the followers (and stores it ``keep``
-        seconds); returns how many got it.  ``Fenced`` when too late."""
-        fields = self._end(m.flight_complete(result, keep))
-        return self._ended(await self._conn.call("flight.complete", fields))
+        seconds); returns how many got it.  ``Fenced`` when too late.
+        ``by_ref`` as ``coord.Flight.complete``: None sends a result over
+        ``max_frame - 256`` as a sealed memfd, True always, False never."""
+        fields, fd = self._completion(result, keep, by_ref)
+        if fd is None:
+            return self._ended(await self._conn.call("flight.complete", fields))
+        try:
+            return self._ended(await self._conn.call("flight.complete", fields, fd=fd))
+        finally:
+            os.close(fd)
+
+    async def complete_fd(self, fd: Any, keep: Optional[float] = None) -> int:
+        """Completes by reference with fd (see ``coord.Flight.complete_fd``;
+        fd stays the caller's)."""
+        fields, n = self._completion_fd(fd, keep)
+        return self._ended(await self._conn.call("flight.complete", fields, fd=n))
 
     async def fail(self, code: str, message: str = "", retryable: bool = False,
                    keep: Optional[float] = None, retry_after: Optional[float] = None) -> int:
@@ -448,9 +483,14 @@ class _FlightAPI:
                  priority=priority, version=version, other_version=other_version)
         return j._joined(await _granting(c, j, "flight.join", j.fields, j.limit))
 
-    async def complete(self, f: Flight, result: m.Payload, keep: Optional[float] = None) -> int:
-        """``f.complete(result, keep)``."""
-        return await f.complete(result, keep)
+    async def complete(self, f: Flight, result: m.Payload, keep: Optional[float] = None, *,
+                       by_ref: Optional[bool] = None) -> int:
+        """``f.complete(result, keep, by_ref=by_ref)``."""
+        return await f.complete(result, keep, by_ref=by_ref)
+
+    async def complete_fd(self, f: Flight, fd: Any, keep: Optional[float] = None) -> int:
+        """``f.complete_fd(fd, keep)``."""
+        return await f.complete_fd(fd, keep)
 
     async def fail(self, f: Flight, code: str, message: str = "", retryable: bool = False,
                    keep: Optional[float] = None, retry_after: Optional[float] = None) -> int:
@@ -792,10 +832,16 @@ async def _open_socket(conn: _AConn, path: str, *, autostart_ok: bool, broker: O
     d = Dial(path, autostart_ok=autostart_ok, timeout=timeout)
     loop = asyncio.get_running_loop()
     while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
-            await loop.create_unix_connection(lambda: conn, path)
+            sock.setblocking(False)
+            await loop.sock_connect(sock, path)
+            FdTransport(loop, sock, conn)    # reads descriptors too (fdpass.py)
             break
-        except OSError as e:
+        except BaseException as e:
+            sock.close()
+            if not isinstance(e, OSError):
+                raise
             if d.failed(e) and d.started(await loop.run_in_executor(
                     None, autostart, path, broker, idle_exit, d.deadline)):
                 continue

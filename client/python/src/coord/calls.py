@@ -213,6 +213,10 @@ class ClientBase:
         conn.conn_id = m.uint(r.body, "conn")
         conn.epoch = m.uint(r.body, "epoch")
         conn.broker = str(r.get("broker", ""))
+        # results by reference: this broker takes and gives descriptors
+        # (an older one says nothing: nothing is sent by reference)
+        conn.fds = r.get("fds") is True
+        conn.max_ref_bytes = m.uint(r.body, "max_ref_bytes")
         return m.uint(r.body, "max_frame")
 
     @property

@@ -38,6 +38,7 @@ from .calls import ClientBase
 from .core import (DEFAULT_MAX_FRAME, DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES,
                    DEFAULT_REQUEST_TIMEOUT, Core, Event, Reply)
 from .errors import ConnectionLost, CoordError, NotFound, ProtocolError
+from .fdpass import recv_fds, send_frame_fd
 from .handles import (FALLBACK_ERRORS, UNREACHABLE, Closed, FlightHandle, Grantee, Join,
                       LeaderTerm, LockHandle, Once, Result, SubscriptionBase, no_reply,
                       owner_failure)
@@ -125,11 +126,15 @@ class _Conn:
         self.conn_id = 0
         self.epoch = 0
         self.broker = ""
+        self.fds = False                    # hello: the broker takes descriptors
+        self.max_ref_bytes = 0
         self.lost_seen = False              # _conn_lost ran (guarded by client._mu)
         self.reader = threading.Thread(target=self._read, name="coord-reader", daemon=True)
 
     def send(self, op: str, fields: Dict[str, Any], hook: Optional[Callable[[Reply], None]] = None,
-             callback: Optional[Callback] = None) -> _Call:
+             callback: Optional[Callback] = None, fd: Optional[int] = None) -> _Call:
+        """``fd``: a descriptor sent with the frame (it stays the
+        caller's)."""
         call = _Call(hook, callback)
         with self.send_mu:
             with self.core_mu:
@@ -137,7 +142,10 @@ class _Conn:
                     raise self.error or ConnectionLost("not connected")
                 call.rid, frame = self.core.request(op, fields, call)
             try:
-                self.sock.sendall(frame)
+                if fd is None:
+                    self.sock.sendall(frame)
+                else:
+                    send_frame_fd(self.sock, frame, fd)
             except OSError:
                 pass      # the reader sees the close and fails the call
         return call
@@ -151,19 +159,24 @@ class _Conn:
             return None
 
     def call(self, op: str, fields: Dict[str, Any],
-             hook: Optional[Callable[[Reply], None]] = None) -> Reply:
+             hook: Optional[Callable[[Reply], None]] = None, fd: Optional[int] = None) -> Reply:
         """A request that does not wait by design: its reply within the
         client's ``request_timeout``, else ``Timeout``."""
-        return self.send(op, fields, hook).wait(self.client.request_timeout, op)
+        return self.send(op, fields, hook, fd=fd).wait(self.client.request_timeout, op)
 
     def _read(self) -> None:
         err: Optional[BaseException] = None
         try:
             while True:
-                data = self.sock.recv(262144)
+                data, fds = recv_fds(self.sock, 262144)
                 if not data:
+                    if fds:
+                        with self.core_mu:
+                            self.core.add_fds(fds)
                     break
                 with self.core_mu:
+                    if fds:
+                        self.core.add_fds(fds)
                     items = self.core.receive(data)
                 # in wire order: the caller a reply wakes has seen every
                 # event before it; an event after a reply finds what the
@@ -372,11 +385,30 @@ class Flight(FlightHandle):
     def __init__(self, client: "Client", conn: Optional[_Conn], j: m.Joined) -> None:
         super().__init__(client, conn, j, threading.Event)
 
-    def complete(self, result: m.Payload, keep: Optional[float] = None) -> int:
+    def complete(self, result: m.Payload, keep: Optional[float] = None, *,
+                 by_ref: Optional[bool] = None) -> int:
         """Delivers result to the followers (and stores it ``keep``
-        seconds); returns how many got it.  ``Fenced`` when too late."""
-        fields = self._end(m.flight_complete(result, keep))
-        return self._ended(self._conn.call("flight.complete", fields))
+        seconds); returns how many got it.  ``Fenced`` when too late.
+        ``by_ref``: None (the default) sends a result larger than
+        ``max_frame - 256`` by reference (a sealed memfd) when the broker
+        takes descriptors, True always, False never."""
+        fields, fd = self._completion(result, keep, by_ref)
+        if fd is None:
+            return self._ended(self._conn.call("flight.complete", fields))
+        try:
+            return self._ended(self._conn.call("flight.complete", fields, fd=fd))
+        finally:
+            os.close(fd)
+
+    def complete_fd(self, fd: Any, keep: Optional[float] = None) -> int:
+        """Completes by reference with fd (an int or a file with
+        ``fileno()``): a memfd sealed against write, shrink and grow (see
+        ``coord.sealed_memfd``), whose whole size is the result.  fd stays
+        the caller's (the broker gets its own copy): close it when this
+        returns.  ``InvalidOptions`` when the broker does not take
+        descriptors or refuses this one (not a sealed memfd)."""
+        fields, n = self._completion_fd(fd, keep)
+        return self._ended(self._conn.call("flight.complete", fields, fd=n))
 
     def fail(self, code: str, message: str = "", retryable: bool = False,
              keep: Optional[float] = None, retry_after: Optional[float] = None) -> int:
@@ -433,9 +465,14 @@ class _FlightAPI:
                  priority=priority, version=version, other_version=other_version)
         return j._joined(_granting(c, j, "flight.join", j.fields, j.limit))
 
-    def complete(self, f: Flight, result: m.Payload, keep: Optional[float] = None) -> int:
-        """``f.complete(result, keep)``."""
-        return f.complete(result, keep)
+    def complete(self, f: Flight, result: m.Payload, keep: Optional[float] = None, *,
+                 by_ref: Optional[bool] = None) -> int:
+        """``f.complete(result, keep, by_ref=by_ref)``."""
+        return f.complete(result, keep, by_ref=by_ref)
+
+    def complete_fd(self, f: Flight, fd: Any, keep: Optional[float] = None) -> int:
+        """``f.complete_fd(fd, keep)``."""
+        return f.complete_fd(fd, keep)
 
     def fail(self, f: Flight, code: str, message: str = "", retryable: bool = False,
              keep: Optional[float] = None, retry_after: Optional[float] = None) -> int:

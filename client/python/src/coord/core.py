@@ -22,12 +22,21 @@ that does not read at most ``DEFAULT_MAX_QUEUED`` items and
 ``DEFAULT_MAX_QUEUED_BYTES`` (``EventQueue``: the oldest are dropped and
 counted).
 
+Descriptors (results by reference): the client hands the core the
+descriptors a read brought (``add_fds``) before its bytes; a frame that
+declares one (``result_fd: SIZE``, at its top or in its ``stale`` map)
+takes the oldest queued, and the core puts a ``ResultRef`` (which owns
+it) in that field's place.  A frame declaring one when none is queued, or
+more than ``MAX_QUEUED_FDS`` waiting unclaimed, breaks the stream
+(ProtocolError); those still queued at close are closed.
+
 Frames: 4-byte big-endian length, then one MessagePack map with string keys
 (protocol v1).  msgpack 1.0 defaults (``use_bin_type=True``,
 ``raw=False``): bytes travel as bin, str as str.
 """
 from __future__ import annotations
 
+import os
 import struct
 from collections import deque
 from dataclasses import dataclass, field
@@ -36,6 +45,7 @@ from typing import Any, Deque, Dict, Generic, List, Optional, Tuple, TypeVar, Un
 import msgpack
 
 from .errors import CoordError, ProtocolError, from_reply
+from .resultref import ResultRef
 
 PROTO_VERSION = 1
 # What we accept from the broker before hello tells us its max_frame, and
@@ -63,6 +73,10 @@ DEFAULT_MAX_QUEUED_BYTES = 16 << 20
 # the broker's own slowest answer (a remote ledger's UNAVAILABLE comes
 # within its timeouts, a few seconds).
 DEFAULT_REQUEST_TIMEOUT = 30.0
+
+# Descriptors received and not yet claimed by a frame (PROTOCOL.md,
+# "Results by reference": more is a protocol violation).
+MAX_QUEUED_FDS = 4
 
 _LEN = struct.Struct(">I")
 
@@ -219,6 +233,7 @@ class Core(Generic[H]):
         self.bye: Optional[Reply] = None     # a rid-0 error: why it closes
         self.closed = False
         self.max_frame = max_frame
+        self._fds: Deque[int] = deque()
 
     # ---- sending ----
 
@@ -243,10 +258,12 @@ class Core(Generic[H]):
         return rid, frame
 
     def hello(self, handle: H, client: str, pid: int, instance: str,
-              scope: Any = "") -> Tuple[int, bytes]:
+              scope: Any = "", fds: bool = True) -> Tuple[int, bytes]:
+        """``fds``: this connection reads descriptors (results by
+        reference come as ``ResultRef``)."""
         return self.request("hello", {"proto": PROTO_VERSION, "client": client,
                                       "pid": pid, "instance": instance,
-                                      "scope": scope}, handle)
+                                      "scope": scope, "fds": fds or None}, handle)
 
     def set_max_frame(self, n: int) -> None:
         """The max_frame hello announced; ProtocolError above the
@@ -265,6 +282,36 @@ class Core(Generic[H]):
 
     # ---- receiving ----
 
+    def add_fds(self, fds: List[int]) -> None:
+        """Queues the descriptors a read brought (before its bytes go to
+        ``receive``); the core owns them from here.  ProtocolError when
+        more than MAX_QUEUED_FDS wait unclaimed (or the core is closed:
+        they are closed)."""
+        self._fds.extend(fds)
+        if self.closed or len(self._fds) > MAX_QUEUED_FDS:
+            n = len(self._fds)
+            self._close_fds()
+            if not self.closed:
+                raise ProtocolError(f"the broker sent {n} descriptors no frame claimed "
+                                    f"(at most {MAX_QUEUED_FDS})")
+
+    def _claim(self, m: Dict[str, Any]) -> None:
+        """m declares a descriptor (``result_fd: SIZE``): the oldest queued
+        becomes a ResultRef in that field's place."""
+        size = m["result_fd"]
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ProtocolError(f"result_fd is not a size: {size!r}")
+        if not self._fds:
+            raise ProtocolError("a frame declared a descriptor (result_fd) and none came")
+        m["result_fd"] = ResultRef(self._fds.popleft(), size)
+
+    def _close_fds(self) -> None:
+        while self._fds:
+            try:
+                os.close(self._fds.popleft())
+            except OSError:
+                pass
+
     def receive(self, data: bytes) -> List[Item[H]]:
         """Feeds bytes; returns the frames that completed, in wire order:
         ``(handle, Reply)`` for a reply, ``(None, Event)`` for an event.
@@ -274,6 +321,11 @@ class Core(Generic[H]):
         out: List[Item[H]] = []
         for body in self._framer.feed(data):
             msg = decode_body(body)
+            if "result_fd" in msg:
+                self._claim(msg)
+            elif "stale" in msg and isinstance(msg["stale"], dict) \
+                    and "result_fd" in msg["stale"]:
+                self._claim(msg["stale"])
             if "rid" not in msg:
                 ev = msg.get("ev")
                 if not isinstance(ev, str):
@@ -295,6 +347,7 @@ class Core(Generic[H]):
     def close(self) -> List[H]:
         """Ends the connection's state; returns every handle still waiting."""
         self.closed = True
+        self._close_fds()
         handles = list(self._pending.values())
         self._pending.clear()
         return handles

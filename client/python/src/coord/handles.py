@@ -21,6 +21,7 @@ wait, ignore errors; returns the call or None).  What waits for a grant
 from __future__ import annotations
 
 import enum
+import os
 import time
 from typing import (Any, Callable, Dict, Generic, List, Optional, Protocol, Sequence, Tuple,
                     TypeVar)
@@ -28,7 +29,9 @@ from typing import (Any, Callable, Dict, Generic, List, Optional, Protocol, Sequ
 from . import descfile, messages as m
 from .core import EventQueue, Reply
 from .errors import (Aborted, Backoff, ConnectError, ConnectionLost, CoordError, Fenced,
-                     FlightFailed, LeadershipLost, LockLost, RetryAfter, ShuttingDown, Timeout)
+                     FlightFailed, InvalidOptions, LeadershipLost, LockLost, RetryAfter,
+                     ShuttingDown, Timeout, TooLarge)
+from .resultref import ResultRef, fd_of, sealed_memfd
 
 T = TypeVar("T")
 LT = TypeVar("LT", bound="LeaderTerm")
@@ -667,7 +670,9 @@ class FlightHandle:
     the running owner this join took the flight from (``supersede`` or a
     higher ``priority``; 0: none), ``version``: the version the flight is
     filed under (the join's, or that of the flight it took over; "" when
-    none).  As a result: ``result``, ``source``, ``age``, and ``stale`` /
+    none).  As a result: ``result``, ``source``, ``age``, ``result_ref``
+    (a ``ResultRef`` the caller owns and closes, when the result came by
+    reference: ``result`` then reads it on first use), and ``stale`` /
     ``revalidating`` / ``updated`` (a future of the ``Updated``, with
     ``notify``) when it was served stale.  Failed: ``error``,
     ``retryable``, ``retry_after`` (seconds, in a backoff).  ``role ==
@@ -681,7 +686,8 @@ class FlightHandle:
         self.key = j.key
         self.flight = j.flight
         self.fence = j.fence
-        self.result = j.result
+        self._result = j.result
+        self.result_ref: Optional[ResultRef] = j.result_ref
         self.error = j.error
         self.retryable = j.retryable
         self.age = j.age
@@ -696,6 +702,14 @@ class FlightHandle:
         self.aborted = event()
         self.abort_reason: Optional[str] = None
         self.done = False
+
+    @property
+    def result(self) -> Optional[bytes]:
+        """A result's bytes (None for an owner); one that came by
+        reference is read from ``result_ref`` on first use and kept."""
+        if self._result is None and self.result_ref is not None:
+            self._result = self.result_ref.value()
+        return self._result
 
     def _updated(self, u: m.Updated) -> None:
         if self.updated is not None and not self.updated.done():
@@ -723,6 +737,42 @@ class FlightHandle:
         self.done = True
         self._client._router.flights.pop(self.flight, None)
         return dict(flight=self.flight, fence=self.fence, **fields)
+
+    def _completion(self, result: m.Payload, keep: Optional[float],
+                    by_ref: Optional[bool]) -> Tuple[Dict[str, Any], Optional[int]]:
+        """``flight.complete``'s fields and the descriptor to send with
+        them (a sealed memfd of result, the caller closes it; None:
+        inline).  ``by_ref`` None: by reference when the result does not
+        fit a frame (over ``max_frame - 256``) and the broker takes
+        descriptors, True: by reference (else ``InvalidOptions``), False:
+        inline."""
+        data = m.payload(result, "result")
+        conn = self._conn
+        if by_ref is None:
+            by_ref = bool(conn is not None and conn.fds and len(data) > conn.core.max_frame - 256)
+        if not by_ref:
+            return self._end(m.flight_complete(data, keep)), None
+        self._check_fds(len(data))
+        fd = sealed_memfd(data)         # before _end: an OSError leaves the flight ours
+        return self._end(m.flight_complete_fd(len(data), keep)), fd
+
+    def _completion_fd(self, f: Any, keep: Optional[float]) -> Tuple[Dict[str, Any], int]:
+        """``complete_fd``'s fields and descriptor (the caller's)."""
+        fd = fd_of(f)
+        size = os.fstat(fd).st_size
+        self._check_fds(size)
+        return self._end(m.flight_complete_fd(size, keep)), fd
+
+    def _check_fds(self, size: int) -> None:
+        conn = self._conn
+        if self.role != "owner" or conn is None:
+            raise RuntimeError("only the owner completes or fails a flight")
+        if not conn.fds:
+            raise InvalidOptions("this broker does not take results by reference "
+                                 "(its hello said no fds)")
+        if conn.max_ref_bytes and size > conn.max_ref_bytes:
+            raise TooLarge(f"result of {size} bytes is over the broker's max_ref_bytes "
+                           f"({conn.max_ref_bytes})")
 
     @staticmethod
     def _ended(r: Reply) -> int:
@@ -869,7 +919,10 @@ class Once:
         if f.role == "result":
             if f.updated is not None and callable(self.notify):
                 f.updated.add_done_callback(call_notify(self.notify))
-            return Result(f.result or b"", "stale" if f.stale else f.source,
+            value = f.result or b""
+            if f.result_ref is not None:
+                f.result_ref.close()        # read into value: once returns bytes
+            return Result(value, "stale" if f.stale else f.source,
                           fence=f.fence, age=f.age, revalidating=f.revalidating,
                           updated=f.updated, retried=self.retried)
         assert f.error is not None

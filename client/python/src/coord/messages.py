@@ -8,6 +8,11 @@ the wire: str is sent as msgpack str (its UTF-8), bytes as bin.  The broker
 returns names as str when they are valid UTF-8, else bin; results keep what
 came (str or bytes) and ``name_key`` compares both forms.  Payloads
 (results, data, values) are bytes; str is accepted and encoded UTF-8.
+
+A result by reference (PROTOCOL.md, "Results by reference") comes as a
+``ResultRef`` in the reply's ``result_fd`` (the core put it there):
+``Joined``, ``Stale`` and ``Record`` keep it as ``result_ref`` (the
+caller's to close) and read their ``result`` bytes from it on first use.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from .core import NIL, Event
 from .errors import printable
+from .resultref import ResultRef
 
 Name = Union[str, bytes, bytearray, memoryview]
 Payload = Union[bytes, bytearray, memoryview, str]
@@ -187,6 +193,41 @@ def flight_fail(code: str, message: str, retryable: bool, keep: Optional[float],
 def flight_complete(result: Payload, keep: Optional[float]) -> Dict[str, Any]:
     """``flight.complete``'s fields but the flight and its fence."""
     return {"result": payload(result, "result"), "keep_ms": ms(keep, "keep")}
+
+
+def flight_complete_fd(size: int, keep: Optional[float]) -> Dict[str, Any]:
+    """``flight.complete`` by reference: the descriptor (size bytes) goes
+    with the frame."""
+    return {"result_fd": size, "keep_ms": ms(keep, "keep")}
+
+
+def result_ref(body: Dict[str, Any]) -> Optional[ResultRef]:
+    """The ResultRef of a result by reference in body, else None."""
+    r = body.get("result_fd")
+    return r if isinstance(r, ResultRef) else None
+
+
+class ByRef:
+    """``result``: the result's bytes; for a result by reference
+    (``result_ref`` set) read from its descriptor on first use and kept
+    (for a large one, read ``result_ref`` instead: ``mmap()``, ``read()``;
+    either way, close it)."""
+
+    _inline: Optional[bytes]
+    result_ref: Optional[ResultRef]
+
+    @property
+    def result(self) -> Optional[bytes]:
+        """The result's bytes (read from ``result_ref`` on first use when
+        it came by reference); None when there is none."""
+        if self._inline is None and self.result_ref is not None:
+            self._inline = self.result_ref.value()
+        return self._inline
+
+    @property
+    def by_ref(self) -> bool:
+        """The result came by reference (``result_ref``)."""
+        return self.result_ref is not None
 
 
 def _text(x: Any, what: str) -> Optional[str]:
@@ -385,12 +426,15 @@ def _error(x: Any) -> FlightError:
 
 
 @dataclass
-class Stale:
+class Stale(ByRef):
     """A stored result older than ``max_age`` but within ``stale``: what
-    a revalidation's owner is given, or what a caller was served."""
-    result: bytes
+    a revalidation's owner is given, or what a caller was served
+    (``result``; ``result_ref`` when it came by reference, see
+    ``ByRef``)."""
+    _inline: Optional[bytes]
     age: float                      # seconds since it was made
     fence: int                      # the fence of the flight that made it
+    result_ref: Optional[ResultRef] = None
 
 
 @dataclass
@@ -411,7 +455,8 @@ class Joined:
     key: Union[str, bytes]
     fence: int
     flight: int = 0                 # owner only
-    result: Optional[bytes] = None  # result only
+    result: Optional[bytes] = None  # result only (None when by reference)
+    result_ref: Optional[ResultRef] = None   # result by reference (the caller's)
     error: Optional[FlightError] = None
     retryable: bool = False
     age: float = 0.0
@@ -434,12 +479,14 @@ def joined(key: Union[str, bytes], body: Dict[str, Any]) -> Joined:
         j.version = body.get("version") or ""
         st = body.get("stale")
         if isinstance(st, dict):
-            j.stale = Stale(as_bytes(st.get("result")), uint(st, "age_ms") / 1000.0,
-                            uint(st, "fence"))
+            ref = result_ref(st)
+            j.stale = Stale(None if ref else as_bytes(st.get("result")),
+                            uint(st, "age_ms") / 1000.0, uint(st, "fence"), ref)
     elif role == "result":
-        j.result = as_bytes(body.get("result"))
+        j.result_ref = result_ref(body)
+        j.result = None if j.result_ref else as_bytes(body.get("result"))
         if body.get("stale") is True:
-            j.stale = Stale(j.result, j.age, j.fence)
+            j.stale = Stale(j.result, j.age, j.fence, j.result_ref)
             j.revalidating = body.get("revalidating") is True
     elif role == "failed":
         j.error = _error(body.get("error"))
@@ -514,14 +561,17 @@ def flight_list(body: Dict[str, Any]) -> List[FlightEntry]:
 
 
 @dataclass
-class Record:
-    """A completion record.  Times are Unix seconds (wall clock)."""
+class Record(ByRef):
+    """A completion record.  Times are Unix seconds (wall clock).
+    ``result``: a completed record's bytes; ``result_ref`` when it is
+    kept by reference (see ``ByRef``: the caller closes it)."""
     key: Union[str, bytes]
     status: str                     # "completed" | "failed"
     fence: int
     created: float
     expires: float
-    result: Optional[bytes] = None
+    _inline: Optional[bytes] = None
+    result_ref: Optional[ResultRef] = None
     error: Optional[FlightError] = None
     retryable: bool = False
     # the owner that wrote it (its hello) and the version its join carried
@@ -542,7 +592,9 @@ def record(key: Union[str, bytes], body: Dict[str, Any]) -> Record:
                uint(body, "created_ms") / 1000.0, uint(body, "expires_ms") / 1000.0,
                **_owner(body))
     if r.status == "completed":
-        r.result = as_bytes(body.get("result"))
+        r.result_ref = result_ref(body)
+        if r.result_ref is None:
+            r._inline = as_bytes(body.get("result"))
     else:
         r.error = _error(body.get("error"))
         r.retryable = bool(body.get("retryable"))
@@ -561,12 +613,14 @@ class RecordEntry:
     pid: int = 0
     instance: Union[str, bytes] = ""
     version: Union[str, bytes] = ""
+    by_ref: bool = False            # kept by reference (a file; ``size`` bytes)
 
 
 def record_list(body: Dict[str, Any]) -> List[RecordEntry]:
     return [RecordEntry(e.get("key", b""), str(e.get("status", "")), uint(e, "fence"),
                         uint(e, "size"), uint(e, "created_ms") / 1000.0,
-                        uint(e, "expires_ms") / 1000.0, **_owner(e))
+                        uint(e, "expires_ms") / 1000.0, **_owner(e),
+                        by_ref=e.get("by_ref") is True)
             for e in body.get("records") or [] if isinstance(e, dict)]
 
 
