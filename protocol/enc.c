@@ -226,13 +226,19 @@ void coord_enc_begin(coord_enc *e, coord_buf *buf)
     e->rid = 0;
     e->is_reply = false;
     e->frame_start = buf->len;
-    /* most frames are small: one reservation covers them */
-    if (coord_buf_reserve(buf, 256) < 0)
+    /* most frames are small: one reservation covers them; then the length
+     * placeholder and the top map16, written in place */
+    if (buf->cap - buf->len < 256 && coord_buf_reserve(buf, 256) < 0) {
         e->failed = true;
-    uint8_t *p = room(e, COORD_FRAME_HEADER);
-    if (p)
-        memset(p, 0, COORD_FRAME_HEADER);
-    open_container(e, true);
+        return;
+    }
+    uint8_t *p = buf->data + buf->len;
+    memcpy(p, "\0\0\0\0\xde\0\0", COORD_FRAME_HEADER + MAP_HEADER);
+    e->open_at[0] = buf->len + COORD_FRAME_HEADER;
+    e->count[0] = 0;
+    e->is_map[0] = true;
+    e->depth = 1;
+    buf->len += COORD_FRAME_HEADER + MAP_HEADER;
 }
 
 coord_enc_mark coord_enc_mark_here(const coord_enc *e)
@@ -403,9 +409,9 @@ void coord_enc_map_end(coord_enc *e)     { close_container(e); }
 void coord_enc_array_begin(coord_enc *e) { open_container(e, false); }
 void coord_enc_array_end(coord_enc *e)   { close_container(e); }
 
-void coord_enc_kv_uint(coord_enc *e, const char *key, uint64_t v)
+void coord_enc_kv_uint_n(coord_enc *e, const char *key, size_t klen, uint64_t v)
 {
-    uint8_t *p = kv_fast(e, key, strlen(key), 9);
+    uint8_t *p = kv_fast(e, key, klen, 9);
     if (p) {
         set_end(e, put_uint(p, v));
         return;
@@ -414,9 +420,9 @@ void coord_enc_kv_uint(coord_enc *e, const char *key, uint64_t v)
     coord_enc_uint(e, v);
 }
 
-void coord_enc_kv_bool(coord_enc *e, const char *key, bool v)
+void coord_enc_kv_bool_n(coord_enc *e, const char *key, size_t klen, bool v)
 {
-    uint8_t *p = kv_fast(e, key, strlen(key), 1);
+    uint8_t *p = kv_fast(e, key, klen, 1);
     if (p) {
         *p = v ? 0xc3 : 0xc2;
         set_end(e, p + 1);
@@ -426,20 +432,16 @@ void coord_enc_kv_bool(coord_enc *e, const char *key, bool v)
     coord_enc_bool(e, v);
 }
 
-void coord_enc_kv_str(coord_enc *e, const char *key, const void *s, size_t n)
+void coord_enc_kv_str_n(coord_enc *e, const char *key, size_t klen, const void *s,
+                        size_t n)
 {
-    uint8_t *p = kv_fast(e, key, strlen(key), 5 + n);
+    uint8_t *p = kv_fast(e, key, klen, 5 + n);
     if (p) {
         set_end(e, put_str(p, s, n));
         return;
     }
     coord_enc_key(e, key);
     coord_enc_str(e, s, n);
-}
-
-void coord_enc_kv_cstr(coord_enc *e, const char *key, const char *s)
-{
-    coord_enc_kv_str(e, key, s, strlen(s));
 }
 
 void coord_enc_kv_bin(coord_enc *e, const char *key, const void *p, size_t n)

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <msgpack.h>
 #include "frame.h"
 
@@ -85,12 +86,30 @@ void coord_enc_map_end(coord_enc *e);
 void coord_enc_array_begin(coord_enc *e);
 void coord_enc_array_end(coord_enc *e);
 
-/* Shorthands for key + value pairs. */
-void coord_enc_kv_uint(coord_enc *e, const char *key, uint64_t v);
-void coord_enc_kv_bool(coord_enc *e, const char *key, bool v);
+/* Shorthands for key + value pairs.  The _n forms take the key's length;
+ * the others are inline so that a literal key's length folds at compile
+ * time (nearly every key is one). */
+void coord_enc_kv_uint_n(coord_enc *e, const char *key, size_t klen, uint64_t v);
+void coord_enc_kv_bool_n(coord_enc *e, const char *key, size_t klen, bool v);
+void coord_enc_kv_str_n(coord_enc *e, const char *key, size_t klen, const void *s,
+                        size_t n);
+static inline void coord_enc_kv_uint(coord_enc *e, const char *key, uint64_t v)
+{
+    coord_enc_kv_uint_n(e, key, strlen(key), v);
+}
+static inline void coord_enc_kv_bool(coord_enc *e, const char *key, bool v)
+{
+    coord_enc_kv_bool_n(e, key, strlen(key), v);
+}
+static inline void coord_enc_kv_str(coord_enc *e, const char *key, const void *s, size_t n)
+{
+    coord_enc_kv_str_n(e, key, strlen(key), s, n);
+}
+static inline void coord_enc_kv_cstr(coord_enc *e, const char *key, const char *s)
+{
+    coord_enc_kv_str_n(e, key, strlen(key), s, strlen(s));
+}
 void coord_enc_kv_double(coord_enc *e, const char *key, double v);
-void coord_enc_kv_str(coord_enc *e, const char *key, const void *s, size_t n);
-void coord_enc_kv_cstr(coord_enc *e, const char *key, const char *s);
 void coord_enc_kv_bin(coord_enc *e, const char *key, const void *p, size_t n);
 /* A name (lock, key, channel, workstream, op id): a str when its bytes are
  * valid UTF-8, else a bin, so strict decoders never see invalid str. */

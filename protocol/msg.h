@@ -91,7 +91,12 @@ bool coord_field_nil_n(coord_fields *f, const char *key, size_t klen);
 /* Marks a field as refused for a reason other than its type. */
 void coord_fields_fail(coord_fields *f, const char *key, const char *why);
 
-/* Compare bytes with a C string. */
-bool coord_bytes_eq(coord_bytes b, const char *s);
+/* Compare bytes with a C string (inline: a literal's length and the
+ * comparison fold at compile time). */
+static inline bool coord_bytes_eq(coord_bytes b, const char *s)
+{
+    size_t n = strlen(s);
+    return b.len == n && (n == 0 || memcmp(b.ptr, s, n) == 0);
+}
 
 #endif
