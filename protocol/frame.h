@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define COORD_FRAME_HEADER 4u
 #define COORD_MAX_FRAME_DEFAULT (1u << 20)
@@ -110,10 +111,27 @@ size_t coord_frame_reader_pending(const coord_frame_reader *r);
 int coord_frame_feed(coord_frame_reader *r, const uint8_t *data, size_t n,
                      coord_frame_cb cb, void *ud);
 
-/* n big-endian bytes at p (n <= 8). */
+/* n big-endian bytes at p (n <= 8); the sizes MessagePack uses (1, 2, 4,
+ * 8) are one load each. */
 static inline uint64_t coord_read_be(const uint8_t *p, unsigned n)
 {
     uint64_t v = 0;
+    switch (n) {
+    case 1:
+        return p[0];
+    case 2:
+        return ((uint64_t)p[0] << 8) | p[1];
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    case 4: {
+        uint32_t w;
+        memcpy(&w, p, 4);
+        return __builtin_bswap32(w);
+    }
+    case 8:
+        memcpy(&v, p, 8);
+        return __builtin_bswap64(v);
+#endif
+    }
     for (unsigned i = 0; i < n; i++)
         v = (v << 8) | p[i];
     return v;
