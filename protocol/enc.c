@@ -98,34 +98,7 @@ static void write_typed(coord_enc *e, uint8_t type, uint64_t v, unsigned n)
     }
 }
 
-/* v in its smallest form at p (at most 9 bytes); returns the end. */
-static inline uint8_t *put_uint(uint8_t *p, uint64_t v)
-{
-    if (v < 128) {
-        p[0] = (uint8_t)v;
-        return p + 1;
-    }
-    if (v <= 0xff) {
-        p[0] = 0xcc;
-        p[1] = (uint8_t)v;
-        return p + 2;
-    }
-    if (v <= 0xffff) {
-        p[0] = 0xcd;
-        p[1] = (uint8_t)(v >> 8);
-        p[2] = (uint8_t)v;
-        return p + 3;
-    }
-    if (v <= 0xffffffffu) {
-        p[0] = 0xce;
-        coord_put_be32(p + 1, (uint32_t)v);
-        return p + 5;
-    }
-    p[0] = 0xcf;
-    coord_put_be32(p + 1, (uint32_t)(v >> 32));
-    coord_put_be32(p + 5, (uint32_t)v);
-    return p + 9;
-}
+#define put_uint coord_put_uint
 
 /* A str of n bytes at p (room for 5 + n reserved); returns the end. */
 static inline uint8_t *put_str(uint8_t *p, const void *s, size_t n)
@@ -480,6 +453,35 @@ void coord_enc_reply_begin(coord_enc *e, coord_buf *buf, uint64_t rid)
     memcpy(p, "\xa2" "ok" "\xc3", 4);
     e->count[e->depth - 1]++;
     set_end(e, p + 4);
+}
+
+size_t coord_enc_reply_ok(coord_buf *buf, uint64_t rid)
+{
+    /* the bytes coord_enc_reply_begin + coord_enc_end make, in one go */
+    if (coord_buf_reserve(buf, COORD_FRAME_HEADER + MAP_HEADER + 4 + 9 + 4) < 0)
+        return 0;
+    uint8_t *start = buf->data + buf->len, *p = start + COORD_FRAME_HEADER;
+    memcpy(p, "\xde\0\x02" "\xa3" "rid", MAP_HEADER + 4);
+    p = put_uint(p + MAP_HEADER + 4, rid);
+    memcpy(p, "\xa2" "ok" "\xc3", 4);
+    p += 4;
+    size_t total = (size_t)(p - start);
+    coord_put_be32(start, (uint32_t)(total - COORD_FRAME_HEADER));
+    buf->len += total;
+    return total;
+}
+
+uint8_t *coord_enc_pairs_begin(coord_enc *e, size_t max)
+{
+    if (e->depth == 0 || !e->is_map[e->depth - 1])
+        return NULL;
+    return room_upto(e, max);
+}
+
+void coord_enc_pairs_end(coord_enc *e, uint8_t *end, unsigned npairs)
+{
+    e->count[e->depth - 1] += npairs;
+    set_end(e, end);
 }
 
 size_t coord_enc_request(coord_buf *out, const coord_enc *fields, uint64_t rid)

@@ -172,23 +172,10 @@ static inline bool key_eq(const uint8_t *a, const char *b, size_t n)
     return true;
 }
 
-/* The raw value of key in an index: the indexed keys, and for a map with
- * more keys than the index holds, a walk over the rest of its pairs. */
-static const uint8_t *index_find(const coord_index *idx, const char *key, size_t klen)
+/* The pairs of a map with more keys than its index holds, past the
+ * indexed ones: the value of key there, or NULL. */
+static const uint8_t *index_find_rest(const coord_index *idx, const char *key, size_t klen)
 {
-    unsigned slot = coord_index_slot(klen, (const uint8_t *)key);
-    uint32_t i = 0;
-    if (idx->seen & ((uint64_t)1 << slot))
-        i = idx->first[slot];         /* no indexed key before it has its slot */
-    else if (idx->complete)
-        return NULL;
-    else
-        i = idx->n;                   /* none indexed: the walk below */
-    for (; i < idx->n; i++)
-        if (idx->f[i].klen == klen && key_eq(idx->f[i].key, key, klen))
-            return idx->f[i].val;
-    if (idx->complete || idx->n == 0)
-        return NULL;
     const uint8_t *end = idx->map + idx->map_len;
     const uint8_t *p = idx->f[idx->n - 1].val;
     p += coord_elem_size(p, (size_t)(end - p));
@@ -203,6 +190,28 @@ static const uint8_t *index_find(const coord_index *idx, const char *key, size_t
         p = val + coord_elem_size(val, (size_t)(end - val));
     }
     return NULL;
+}
+
+/* The raw value of key in an index: the indexed keys, and for a map with
+ * more keys than the index holds, a walk over the rest of its pairs.
+ * Inline in the getters: most lookups end at the slot test. */
+static inline __attribute__((always_inline)) const uint8_t *
+index_find(const coord_index *idx, const char *key, size_t klen)
+{
+    unsigned slot = coord_index_slot(klen, (const uint8_t *)key);
+    uint32_t i = 0;
+    if (idx->seen & ((uint64_t)1 << slot))
+        i = idx->first[slot];         /* no indexed key before it has its slot */
+    else if (idx->complete)
+        return NULL;
+    else
+        i = idx->n;                   /* none indexed: the walk below */
+    for (; i < idx->n; i++)
+        if (idx->f[i].klen == klen && key_eq(idx->f[i].key, key, klen))
+            return idx->f[i].val;
+    if (idx->complete || idx->n == 0)
+        return NULL;
+    return index_find_rest(idx, key, klen);
 }
 
 /* Looks key up; nil is absent.  Returns false when absent (recording a
@@ -252,8 +261,8 @@ bool coord_field_nil_n(coord_fields *f, const char *key, size_t klen)
 
 /* The indexed backend's value of key, or NULL when absent (nil included):
  * a missing required field is recorded. */
-static const uint8_t *index_lookup(coord_fields *f, const char *key, size_t klen,
-                                   bool required)
+static inline __attribute__((always_inline)) const uint8_t *
+index_lookup(coord_fields *f, const char *key, size_t klen, bool required)
 {
     const uint8_t *raw = index_find(f->idx, key, klen);
     if (raw && raw[0] != 0xc0)

@@ -227,9 +227,14 @@ int conn_send_bytes(struct conn *c, const void *p, size_t n)
 
 void conn_reply_ok(struct conn *c, uint64_t rid)
 {
-    coord_enc e;
-    conn_enc_begin_reply(c, &e, rid);
-    conn_enc_finish(c, &e);
+    /* a frame of at most 24 bytes: always within max_frame */
+    if (conn_muted(c))
+        return;
+    if (coord_enc_reply_ok(&c->out, rid) == 0) {
+        conn_cut(c, "out of memory for output");
+        return;
+    }
+    queued(c);
 }
 
 void conn_reply_error(struct conn *c, uint64_t rid, int code, const char *msg)

@@ -73,9 +73,19 @@ static void reply_granted(struct client_lock *cl, uint64_t rid)
     list_append(&c->locks, &cl->conn_link);
     coord_enc e;
     conn_enc_begin_reply(c, &e, rid);
-    coord_enc_kv_bool(&e, "granted", true);
-    coord_enc_kv_uint(&e, "lock", cl->r.id);
-    coord_enc_kv_uint(&e, "token", cl->r.token);
+    /* granted: true, lock, token: the keys' bytes written as they are */
+    uint8_t *p = coord_enc_pairs_begin(&e, 14 + 9 + 6 + 9);
+    if (p) {
+        memcpy(p, "\xa7" "granted" "\xc3" "\xa4" "lock", 14);
+        p = coord_put_uint(p + 14, cl->r.id);
+        memcpy(p, "\xa5" "token", 6);
+        p = coord_put_uint(p + 6, cl->r.token);
+        coord_enc_pairs_end(&e, p, 3);
+    } else {
+        coord_enc_kv_bool(&e, "granted", true);
+        coord_enc_kv_uint(&e, "lock", cl->r.id);
+        coord_enc_kv_uint(&e, "token", cl->r.token);
+    }
     conn_enc_finish(c, &e);
 }
 
