@@ -11,15 +11,20 @@ uint64_t hash_bytes(const void *p, size_t n)
      * every byte.  Clients are the same user: no flooding defence needed. */
     const uint8_t *b = p;
     uint64_t h = 0xcbf29ce484222325ull ^ ((uint64_t)n * 0x9e3779b97f4a7c15ull), w;
-    for (; n >= 8; b += 8, n -= 8) {
+    size_t left = n;
+    for (; left >= 8; b += 8, left -= 8) {
         memcpy(&w, b, 8);
         h = (h ^ w) * 0x9e3779b97f4a7c15ull;
         h ^= h >> 29;
     }
-    if (n) {
-        w = 0;
-        for (size_t i = 0; i < n; i++)
-            w |= (uint64_t)b[i] << (8 * i);
+    if (left) {
+        if (n >= 8) {
+            memcpy(&w, b + left - 8, 8);   /* the last 8 bytes, overlapping */
+        } else {
+            w = 0;
+            for (size_t i = 0; i < left; i++)
+                w |= (uint64_t)b[i] << (8 * i);
+        }
         h = (h ^ w) * 0x9e3779b97f4a7c15ull;
         h ^= h >> 29;
     }

@@ -455,20 +455,33 @@ void coord_enc_reply_begin(coord_enc *e, coord_buf *buf, uint64_t rid)
     set_end(e, p + 4);
 }
 
-size_t coord_enc_reply_ok(coord_buf *buf, uint64_t rid)
+size_t coord_enc_reply_with(coord_buf *buf, uint64_t rid, const uint8_t *pairs, size_t len,
+                            unsigned npairs)
 {
-    /* the bytes coord_enc_reply_begin + coord_enc_end make, in one go */
-    if (coord_buf_reserve(buf, COORD_FRAME_HEADER + MAP_HEADER + 4 + 9 + 4) < 0)
+    /* the bytes coord_enc_reply_begin, the pairs and coord_enc_end make */
+    if (npairs > 0xffff - 2 ||
+        coord_buf_reserve(buf, COORD_FRAME_HEADER + MAP_HEADER + 4 + 9 + 4 + len) < 0)
         return 0;
     uint8_t *start = buf->data + buf->len, *p = start + COORD_FRAME_HEADER;
-    memcpy(p, "\xde\0\x02" "\xa3" "rid", MAP_HEADER + 4);
+    p[0] = 0xde;
+    p[1] = (uint8_t)((npairs + 2) >> 8);
+    p[2] = (uint8_t)(npairs + 2);
+    memcpy(p + MAP_HEADER, "\xa3" "rid", 4);
     p = put_uint(p + MAP_HEADER + 4, rid);
     memcpy(p, "\xa2" "ok" "\xc3", 4);
     p += 4;
+    if (len)
+        memcpy(p, pairs, len);
+    p += len;
     size_t total = (size_t)(p - start);
     coord_put_be32(start, (uint32_t)(total - COORD_FRAME_HEADER));
     buf->len += total;
     return total;
+}
+
+size_t coord_enc_reply_ok(coord_buf *buf, uint64_t rid)
+{
+    return coord_enc_reply_with(buf, rid, NULL, 0, 0);
 }
 
 uint8_t *coord_enc_pairs_begin(coord_enc *e, size_t max)

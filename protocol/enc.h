@@ -121,6 +121,10 @@ void coord_enc_reply_begin(coord_enc *e, coord_buf *buf, uint64_t rid);
 /* A whole {rid, ok:true} reply, the same bytes as coord_enc_reply_begin +
  * coord_enc_end.  Returns its size or 0 (out of memory). */
 size_t coord_enc_reply_ok(coord_buf *buf, uint64_t rid);
+/* The same with npairs more pairs after ok, len bytes of MessagePack the
+ * caller wrote (keys as bytes, values with coord_put_uint). */
+size_t coord_enc_reply_with(coord_buf *buf, uint64_t rid, const uint8_t *pairs, size_t len,
+                            unsigned npairs);
 
 /* Pairs the caller writes itself as MessagePack (keys known at compile
  * time, as bytes, values with coord_put_uint): room for at most max bytes

@@ -66,7 +66,10 @@ typedef struct coord_index {
  * bit is set is most often the field first[slot] (else a later one). */
 static inline unsigned coord_index_slot(size_t klen, const uint8_t *key)
 {
-    return (unsigned)((klen * 7 + (klen ? key[0] : 0)) & 63);
+    /* 23: the keys of the protocol's requests fall into 39 distinct slots
+     * of their 50, and op, rid and lock.acquire's keys into slots of
+     * their own (so coord_fields_lack can tell them apart) */
+    return (unsigned)((klen * 23 + (klen ? key[0] : 0)) & 63);
 }
 
 /* Records field n's key in seen and first (n < COORD_INDEX_MAX). */
