@@ -337,8 +337,9 @@ bool coord_field_bool_n(coord_fields *f, const char *key, size_t klen, bool requ
     return true;
 }
 
-static bool field_bytes(coord_fields *f, const char *key, size_t klen, bool required,
-                        coord_bytes *out, const char *expected)
+static inline __attribute__((always_inline)) bool
+field_bytes(coord_fields *f, const char *key, size_t klen, bool required, coord_bytes *out,
+            const char *expected)
 {
     struct value v;
     if (f->idx) {

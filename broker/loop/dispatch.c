@@ -62,13 +62,28 @@ static void op_slots_build(void)
     op_slots_built = true;
 }
 
+/* Op names are 4 to 24 bytes: from 8 to 16, two overlapping loads of
+ * eight bytes a side, not a call to memcmp. */
+static inline bool name_eq(const char *a, const char *b, size_t n)
+{
+    if (n >= 8 && n <= 16) {
+        uint64_t w, x, y, z;
+        memcpy(&w, a, 8);
+        memcpy(&x, b, 8);
+        memcpy(&y, a + n - 8, 8);
+        memcpy(&z, b + n - 8, 8);
+        return w == x && y == z;
+    }
+    return memcmp(a, b, n) == 0;
+}
+
 int dispatch_op_index(const char *name, size_t len)
 {
     if (!op_slots_built)
         op_slots_build();
     for (unsigned s = op_slot(name, len); op_slots[s] >= 0; s = (s + 1) % OP_SLOTS) {
         int i = op_slots[s];
-        if (op_len[i] == len && memcmp(coord_op_name((enum coord_op)i), name, len) == 0)
+        if (op_len[i] == len && name_eq(coord_op_name((enum coord_op)i), name, len))
             return i;
     }
     return -1;
