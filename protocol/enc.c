@@ -199,18 +199,19 @@ void coord_enc_begin(coord_enc *e, coord_buf *buf)
     e->rid = 0;
     e->is_reply = false;
     e->frame_start = buf->len;
+    /* the top map is open even when out of memory (the frame has failed:
+     * nothing more is written, coord_enc_end removes it) */
+    e->open_at[0] = buf->len + COORD_FRAME_HEADER;
+    e->count[0] = 0;
+    e->is_map[0] = true;
+    e->depth = 1;
     /* most frames are small: one reservation covers them; then the length
      * placeholder and the top map16, written in place */
     if (buf->cap - buf->len < 256 && coord_buf_reserve(buf, 256) < 0) {
         e->failed = true;
         return;
     }
-    uint8_t *p = buf->data + buf->len;
-    memcpy(p, "\0\0\0\0\xde\0\0", COORD_FRAME_HEADER + MAP_HEADER);
-    e->open_at[0] = buf->len + COORD_FRAME_HEADER;
-    e->count[0] = 0;
-    e->is_map[0] = true;
-    e->depth = 1;
+    memcpy(buf->data + buf->len, "\0\0\0\0\xde\0\0", COORD_FRAME_HEADER + MAP_HEADER);
     buf->len += COORD_FRAME_HEADER + MAP_HEADER;
 }
 
@@ -493,6 +494,8 @@ uint8_t *coord_enc_pairs_begin(coord_enc *e, size_t max)
 
 void coord_enc_pairs_end(coord_enc *e, uint8_t *end, unsigned npairs)
 {
+    if (e->failed || e->depth == 0)
+        return;                   /* pairs_begin gave no room */
     e->count[e->depth - 1] += npairs;
     set_end(e, end);
 }

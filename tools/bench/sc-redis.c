@@ -132,7 +132,7 @@ static int placed(struct bench *b, struct result *r, struct wconn *co, struct wc
     for (int other = 0; other < 2 && rc == 0; other++) {
         if (other && (pin(bpid, 1, NULL) < 0 || pin(rpid, 1, NULL) < 0))
             break;
-        double c50, r50;
+        double c50 = 0, r50 = 0;
         rc = alternate(co, rd, rounds, per, bpid, rpid, &c50, &r50, NULL, err);
         if (rc == 0)
             res_ratio(r, what[other][0], what[other][1], ns_to_us(c50), what[other][2],
@@ -154,7 +154,7 @@ static void one_client(struct bench *b, struct result *r)
     pid_t bpid = b->broker_pid, rpid = redis_server_pid();
     if (open_pair(b, &co, &rd, 1, ++b->seq * 1000u, &err) < 0)
         goto fail;
-    double c50, r50;
+    double c50 = 0, r50 = 0;
     unsigned shared[2] = { 0, 0 };
     if (alternate(&co, &rd, rounds, per, bpid, rpid, &c50, &r50, shared, &err) < 0)
         goto fail;
