@@ -329,20 +329,45 @@ enum batch_result {
  * written, not flushed: see the top).  Every job gets its status.  A job
  * that fills the map makes the batch grow it and run again; once the map
  * is at its cap, that job alone fails (its nested transaction is dropped)
- * and the others commit. */
+ * and the others commit.  Jobs must therefore compute the same results
+ * when run again from the same state (an apply sets its outputs, never
+ * adds to them). */
 static enum batch_result run_batch(struct store *l, struct store_job *batch)
 {
+    /* First every job straight in the batch's transaction: a nested one per
+     * job costs page copies and allocations, and nearly every batch
+     * succeeds whole.  A job that fails (its writes must go) makes the
+     * batch run again from the start, each job in a nested transaction,
+     * as a map that fills does: the jobs then see the same state, so they
+     * compute the same results. */
+    bool nested = false;
     for (int attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
         MDB_txn *txn;
         int rc;
         bool at_cap = l->map_size >= l->max_size;
         enum batch_result res = BATCH_OTHER;
         unsigned refused = 0;
+        bool renest = false;
         pthread_rwlock_rdlock(&l->resize);
         rc = mdb_txn_begin(l->env, NULL, 0, &txn);
         if (rc == 0 && attempt == 0)
             prealloc(l);
-        for (struct store_job *j = batch; rc == 0 && j; j = j->next) {
+        for (struct store_job *j = batch; rc == 0 && !nested && j; j = j->next) {
+            j->why = NULL;
+            int st = j->apply(l, txn, j);
+            j->status = st;
+            if (st != 0) {
+                renest = true;
+                break;
+            }
+        }
+        if (renest) {
+            mdb_txn_abort(txn);
+            pthread_rwlock_unlock(&l->resize);
+            nested = true;
+            continue;
+        }
+        for (struct store_job *j = batch; rc == 0 && nested && j; j = j->next) {
             MDB_txn *child;
             j->why = NULL;
             rc = mdb_txn_begin(l->env, txn, 0, &child);

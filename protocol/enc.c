@@ -98,34 +98,7 @@ static void write_typed(coord_enc *e, uint8_t type, uint64_t v, unsigned n)
     }
 }
 
-/* v in its smallest form at p (at most 9 bytes); returns the end. */
-static inline uint8_t *put_uint(uint8_t *p, uint64_t v)
-{
-    if (v < 128) {
-        p[0] = (uint8_t)v;
-        return p + 1;
-    }
-    if (v <= 0xff) {
-        p[0] = 0xcc;
-        p[1] = (uint8_t)v;
-        return p + 2;
-    }
-    if (v <= 0xffff) {
-        p[0] = 0xcd;
-        p[1] = (uint8_t)(v >> 8);
-        p[2] = (uint8_t)v;
-        return p + 3;
-    }
-    if (v <= 0xffffffffu) {
-        p[0] = 0xce;
-        coord_put_be32(p + 1, (uint32_t)v);
-        return p + 5;
-    }
-    p[0] = 0xcf;
-    coord_put_be32(p + 1, (uint32_t)(v >> 32));
-    coord_put_be32(p + 5, (uint32_t)v);
-    return p + 9;
-}
+#define put_uint coord_put_uint
 
 /* A str of n bytes at p (room for 5 + n reserved); returns the end. */
 static inline uint8_t *put_str(uint8_t *p, const void *s, size_t n)
@@ -226,13 +199,20 @@ void coord_enc_begin(coord_enc *e, coord_buf *buf)
     e->rid = 0;
     e->is_reply = false;
     e->frame_start = buf->len;
-    /* most frames are small: one reservation covers them */
-    if (coord_buf_reserve(buf, 256) < 0)
+    /* the top map is open even when out of memory (the frame has failed:
+     * nothing more is written, coord_enc_end removes it) */
+    e->open_at[0] = buf->len + COORD_FRAME_HEADER;
+    e->count[0] = 0;
+    e->is_map[0] = true;
+    e->depth = 1;
+    /* most frames are small: one reservation covers them; then the length
+     * placeholder and the top map16, written in place */
+    if (buf->cap - buf->len < 256 && coord_buf_reserve(buf, 256) < 0) {
         e->failed = true;
-    uint8_t *p = room(e, COORD_FRAME_HEADER);
-    if (p)
-        memset(p, 0, COORD_FRAME_HEADER);
-    open_container(e, true);
+        return;
+    }
+    memcpy(buf->data + buf->len, "\0\0\0\0\xde\0\0", COORD_FRAME_HEADER + MAP_HEADER);
+    buf->len += COORD_FRAME_HEADER + MAP_HEADER;
 }
 
 coord_enc_mark coord_enc_mark_here(const coord_enc *e)
@@ -403,9 +383,9 @@ void coord_enc_map_end(coord_enc *e)     { close_container(e); }
 void coord_enc_array_begin(coord_enc *e) { open_container(e, false); }
 void coord_enc_array_end(coord_enc *e)   { close_container(e); }
 
-void coord_enc_kv_uint(coord_enc *e, const char *key, uint64_t v)
+void coord_enc_kv_uint_n(coord_enc *e, const char *key, size_t klen, uint64_t v)
 {
-    uint8_t *p = kv_fast(e, key, strlen(key), 9);
+    uint8_t *p = kv_fast(e, key, klen, 9);
     if (p) {
         set_end(e, put_uint(p, v));
         return;
@@ -414,9 +394,9 @@ void coord_enc_kv_uint(coord_enc *e, const char *key, uint64_t v)
     coord_enc_uint(e, v);
 }
 
-void coord_enc_kv_bool(coord_enc *e, const char *key, bool v)
+void coord_enc_kv_bool_n(coord_enc *e, const char *key, size_t klen, bool v)
 {
-    uint8_t *p = kv_fast(e, key, strlen(key), 1);
+    uint8_t *p = kv_fast(e, key, klen, 1);
     if (p) {
         *p = v ? 0xc3 : 0xc2;
         set_end(e, p + 1);
@@ -426,20 +406,16 @@ void coord_enc_kv_bool(coord_enc *e, const char *key, bool v)
     coord_enc_bool(e, v);
 }
 
-void coord_enc_kv_str(coord_enc *e, const char *key, const void *s, size_t n)
+void coord_enc_kv_str_n(coord_enc *e, const char *key, size_t klen, const void *s,
+                        size_t n)
 {
-    uint8_t *p = kv_fast(e, key, strlen(key), 5 + n);
+    uint8_t *p = kv_fast(e, key, klen, 5 + n);
     if (p) {
         set_end(e, put_str(p, s, n));
         return;
     }
     coord_enc_key(e, key);
     coord_enc_str(e, s, n);
-}
-
-void coord_enc_kv_cstr(coord_enc *e, const char *key, const char *s)
-{
-    coord_enc_kv_str(e, key, s, strlen(s));
 }
 
 void coord_enc_kv_bin(coord_enc *e, const char *key, const void *p, size_t n)
@@ -478,6 +454,50 @@ void coord_enc_reply_begin(coord_enc *e, coord_buf *buf, uint64_t rid)
     memcpy(p, "\xa2" "ok" "\xc3", 4);
     e->count[e->depth - 1]++;
     set_end(e, p + 4);
+}
+
+size_t coord_enc_reply_with(coord_buf *buf, uint64_t rid, const uint8_t *pairs, size_t len,
+                            unsigned npairs)
+{
+    /* the bytes coord_enc_reply_begin, the pairs and coord_enc_end make */
+    if (npairs > 0xffff - 2 ||
+        coord_buf_reserve(buf, COORD_FRAME_HEADER + MAP_HEADER + 4 + 9 + 4 + len) < 0)
+        return 0;
+    uint8_t *start = buf->data + buf->len, *p = start + COORD_FRAME_HEADER;
+    p[0] = 0xde;
+    p[1] = (uint8_t)((npairs + 2) >> 8);
+    p[2] = (uint8_t)(npairs + 2);
+    memcpy(p + MAP_HEADER, "\xa3" "rid", 4);
+    p = put_uint(p + MAP_HEADER + 4, rid);
+    memcpy(p, "\xa2" "ok" "\xc3", 4);
+    p += 4;
+    if (len)
+        memcpy(p, pairs, len);
+    p += len;
+    size_t total = (size_t)(p - start);
+    coord_put_be32(start, (uint32_t)(total - COORD_FRAME_HEADER));
+    buf->len += total;
+    return total;
+}
+
+size_t coord_enc_reply_ok(coord_buf *buf, uint64_t rid)
+{
+    return coord_enc_reply_with(buf, rid, NULL, 0, 0);
+}
+
+uint8_t *coord_enc_pairs_begin(coord_enc *e, size_t max)
+{
+    if (e->depth == 0 || !e->is_map[e->depth - 1])
+        return NULL;
+    return room_upto(e, max);
+}
+
+void coord_enc_pairs_end(coord_enc *e, uint8_t *end, unsigned npairs)
+{
+    if (e->failed || e->depth == 0)
+        return;                   /* pairs_begin gave no room */
+    e->count[e->depth - 1] += npairs;
+    set_end(e, end);
 }
 
 size_t coord_enc_request(coord_buf *out, const coord_enc *fields, uint64_t rid)

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <msgpack.h>
 #include "frame.h"
 
@@ -85,12 +86,30 @@ void coord_enc_map_end(coord_enc *e);
 void coord_enc_array_begin(coord_enc *e);
 void coord_enc_array_end(coord_enc *e);
 
-/* Shorthands for key + value pairs. */
-void coord_enc_kv_uint(coord_enc *e, const char *key, uint64_t v);
-void coord_enc_kv_bool(coord_enc *e, const char *key, bool v);
+/* Shorthands for key + value pairs.  The _n forms take the key's length;
+ * the others are inline so that a literal key's length folds at compile
+ * time (nearly every key is one). */
+void coord_enc_kv_uint_n(coord_enc *e, const char *key, size_t klen, uint64_t v);
+void coord_enc_kv_bool_n(coord_enc *e, const char *key, size_t klen, bool v);
+void coord_enc_kv_str_n(coord_enc *e, const char *key, size_t klen, const void *s,
+                        size_t n);
+static inline void coord_enc_kv_uint(coord_enc *e, const char *key, uint64_t v)
+{
+    coord_enc_kv_uint_n(e, key, strlen(key), v);
+}
+static inline void coord_enc_kv_bool(coord_enc *e, const char *key, bool v)
+{
+    coord_enc_kv_bool_n(e, key, strlen(key), v);
+}
+static inline void coord_enc_kv_str(coord_enc *e, const char *key, const void *s, size_t n)
+{
+    coord_enc_kv_str_n(e, key, strlen(key), s, n);
+}
+static inline void coord_enc_kv_cstr(coord_enc *e, const char *key, const char *s)
+{
+    coord_enc_kv_str_n(e, key, strlen(key), s, strlen(s));
+}
 void coord_enc_kv_double(coord_enc *e, const char *key, double v);
-void coord_enc_kv_str(coord_enc *e, const char *key, const void *s, size_t n);
-void coord_enc_kv_cstr(coord_enc *e, const char *key, const char *s);
 void coord_enc_kv_bin(coord_enc *e, const char *key, const void *p, size_t n);
 /* A name (lock, key, channel, workstream, op id): a str when its bytes are
  * valid UTF-8, else a bin, so strict decoders never see invalid str. */
@@ -99,6 +118,51 @@ void coord_enc_kv_name(coord_enc *e, const char *key, const void *p, size_t n);
 
 /* {rid, ok:true, ...}: the caller adds fields and calls coord_enc_end. */
 void coord_enc_reply_begin(coord_enc *e, coord_buf *buf, uint64_t rid);
+/* A whole {rid, ok:true} reply, the same bytes as coord_enc_reply_begin +
+ * coord_enc_end.  Returns its size or 0 (out of memory). */
+size_t coord_enc_reply_ok(coord_buf *buf, uint64_t rid);
+/* The same with npairs more pairs after ok, len bytes of MessagePack the
+ * caller wrote (keys as bytes, values with coord_put_uint). */
+size_t coord_enc_reply_with(coord_buf *buf, uint64_t rid, const uint8_t *pairs, size_t len,
+                            unsigned npairs);
+
+/* Pairs the caller writes itself as MessagePack (keys known at compile
+ * time, as bytes, values with coord_put_uint): room for at most max bytes
+ * in the open map, or NULL (not in a map: take the kv shorthands; or out
+ * of memory: the frame has failed, and they write nothing either).
+ * coord_enc_pairs_end counts npairs pairs ending at end. */
+uint8_t *coord_enc_pairs_begin(coord_enc *e, size_t max);
+void coord_enc_pairs_end(coord_enc *e, uint8_t *end, unsigned npairs);
+
+/* v in its smallest MessagePack form at p (at most 9 bytes); returns the
+ * end. */
+static inline uint8_t *coord_put_uint(uint8_t *p, uint64_t v)
+{
+    if (v < 128) {
+        p[0] = (uint8_t)v;
+        return p + 1;
+    }
+    if (v <= 0xff) {
+        p[0] = 0xcc;
+        p[1] = (uint8_t)v;
+        return p + 2;
+    }
+    if (v <= 0xffff) {
+        p[0] = 0xcd;
+        p[1] = (uint8_t)(v >> 8);
+        p[2] = (uint8_t)v;
+        return p + 3;
+    }
+    if (v <= 0xffffffffu) {
+        p[0] = 0xce;
+        coord_put_be32(p + 1, (uint32_t)v);
+        return p + 5;
+    }
+    p[0] = 0xcf;
+    coord_put_be32(p + 1, (uint32_t)(v >> 32));
+    coord_put_be32(p + 5, (uint32_t)v);
+    return p + 9;
+}
 /* A request is built before its rid is known (the rid is chosen when it is
  * sent, and one built request may be sent many times): coord_enc_begin, its
  * fields, and the top map left open.  This writes to the end of out one

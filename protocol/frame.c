@@ -202,31 +202,73 @@ int coord_frame_validate(const uint8_t *body, size_t len, int max_depth)
     return walk(body, len, max_depth, NULL);
 }
 
+/* The whole size of an element whose size its type byte alone tells, for
+ * the forms requests are made of: positive and negative fixints, nil,
+ * bools, fixstr, ints of 1 to 8 bytes.  0: any other byte (elem_header
+ * reads it). */
+static const uint8_t flat_size[256] = {
+    [0x00 ... 0x7f] = 1,                              /* positive fixint */
+    [0xa0] = 1, [0xa1] = 2, [0xa2] = 3, [0xa3] = 4, [0xa4] = 5, [0xa5] = 6,
+    [0xa6] = 7, [0xa7] = 8, [0xa8] = 9, [0xa9] = 10, [0xaa] = 11, [0xab] = 12,
+    [0xac] = 13, [0xad] = 14, [0xae] = 15, [0xaf] = 16, [0xb0] = 17, [0xb1] = 18,
+    [0xb2] = 19, [0xb3] = 20, [0xb4] = 21, [0xb5] = 22, [0xb6] = 23, [0xb7] = 24,
+    [0xb8] = 25, [0xb9] = 26, [0xba] = 27, [0xbb] = 28, [0xbc] = 29, [0xbd] = 30,
+    [0xbe] = 31, [0xbf] = 32,                          /* fixstr: 1 + length */
+    [0xc0] = 1, [0xc2] = 1, [0xc3] = 1,                /* nil, false, true */
+    [0xcc] = 2, [0xcd] = 3, [0xce] = 5, [0xcf] = 9,    /* uint 8..64 */
+    [0xd0] = 2, [0xd1] = 3, [0xd2] = 5, [0xd3] = 9,    /* int 8..64 */
+    [0xe0 ... 0xff] = 1,                              /* negative fixint */
+};
+
 /* The frame nearly every request is: a map whose keys are strings and
- * whose values are scalars, strings or binaries, read in one pass over
- * elem_header with no stack.  Anything else (a container value, a
- * malformed or cut-off byte) returns -1 and leaves it to the general walk,
- * which then gives exactly the status it always gave: this path only ever
- * says OK, and only for frames the walk accepts as well (the fuzz target
- * checks that both agree on every input). */
+ * whose values are scalars, strings or binaries, read in one pass with no
+ * stack (the usual forms by flat_size, the rest by elem_header).  Anything
+ * else (a container value, a malformed or cut-off byte) returns -1 and
+ * leaves it to the general walk, which then gives exactly the status it
+ * always gave: this path only ever says OK, and only for frames the walk
+ * accepts as well (the fuzz target checks that both agree on every
+ * input). */
 static int index_flat(const uint8_t *body, size_t len, coord_index *idx)
 {
     size_t hdr, pos;
     uint64_t payload, pairs, count;
-    if (elem_header(body, len, &hdr, &payload, &pairs) != ELEM_MAP)
+    if (body[0] >= 0x80 && body[0] <= 0x8f) {             /* fixmap */
+        pairs = body[0] & 0x0f;
+        pos = 1;
+    } else if (body[0] == 0xde && len >= 3) {             /* map16: our encoder's */
+        pairs = ((uint64_t)body[1] << 8) | body[2];
+        pos = 3;
+    } else if (elem_header(body, len, &hdr, &payload, &pairs) == ELEM_MAP) {
+        pos = hdr;
+    } else {
         return -1;
-    for (pos = hdr; pairs > 0; pairs--) {
+    }
+    for (; pairs > 0; pairs--) {
         /* the key, and at least the first byte of its value */
-        if (pos >= len || elem_header(body + pos, len - pos, &hdr, &payload, &count) != ELEM_STR ||
-            payload >= len - pos - hdr)
+        if (pos >= len)
+            return -1;
+        uint8_t b = body[pos];
+        if (b >= 0xa0 && b <= 0xbf) {                     /* fixstr */
+            hdr = 1;
+            payload = b & 0x1f;
+        } else if (elem_header(body + pos, len - pos, &hdr, &payload, &count) != ELEM_STR) {
+            return -1;
+        }
+        if (payload >= len - pos - hdr)
             return -1;
         index_key(idx, body + pos + hdr, (size_t)payload);
         pos += hdr + (size_t)payload;
-        int kind = elem_header(body + pos, len - pos, &hdr, &payload, &count);
-        if ((kind != ELEM_SCALAR && kind != ELEM_STR) || payload > len - pos - hdr)
+        size_t size = flat_size[body[pos]];
+        if (size == 0) {
+            int kind = elem_header(body + pos, len - pos, &hdr, &payload, &count);
+            if ((kind != ELEM_SCALAR && kind != ELEM_STR) || payload > len - pos - hdr)
+                return -1;
+            size = hdr + (size_t)payload;
+        } else if (size > len - pos) {
             return -1;
+        }
         index_value(idx, body + pos);
-        pos += hdr + (size_t)payload;
+        pos += size;
     }
     return pos == len ? COORD_FRAME_OK : -1;
 }

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define COORD_FRAME_HEADER 4u
 #define COORD_MAX_FRAME_DEFAULT (1u << 20)
@@ -65,7 +66,10 @@ typedef struct coord_index {
  * bit is set is most often the field first[slot] (else a later one). */
 static inline unsigned coord_index_slot(size_t klen, const uint8_t *key)
 {
-    return (unsigned)((klen * 7 + (klen ? key[0] : 0)) & 63);
+    /* 23: the keys of the protocol's requests fall into 39 distinct slots
+     * of their 50, and op, rid and lock.acquire's keys into slots of
+     * their own (so coord_fields_lack can tell them apart) */
+    return (unsigned)((klen * 23 + (klen ? key[0] : 0)) & 63);
 }
 
 /* Records field n's key in seen and first (n < COORD_INDEX_MAX). */
@@ -110,10 +114,27 @@ size_t coord_frame_reader_pending(const coord_frame_reader *r);
 int coord_frame_feed(coord_frame_reader *r, const uint8_t *data, size_t n,
                      coord_frame_cb cb, void *ud);
 
-/* n big-endian bytes at p (n <= 8). */
+/* n big-endian bytes at p (n <= 8); the sizes MessagePack uses (1, 2, 4,
+ * 8) are one load each. */
 static inline uint64_t coord_read_be(const uint8_t *p, unsigned n)
 {
     uint64_t v = 0;
+    switch (n) {
+    case 1:
+        return p[0];
+    case 2:
+        return ((uint64_t)p[0] << 8) | p[1];
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    case 4: {
+        uint32_t w;
+        memcpy(&w, p, 4);
+        return __builtin_bswap32(w);
+    }
+    case 8:
+        memcpy(&v, p, 8);
+        return __builtin_bswap64(v);
+#endif
+    }
     for (unsigned i = 0; i < n; i++)
         v = (v << 8) | p[i];
     return v;

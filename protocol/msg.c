@@ -53,12 +53,6 @@ const msgpack_object *coord_map_find(const msgpack_object_map *map,
     return map_find_n(map, key, strlen(key));
 }
 
-bool coord_bytes_eq(coord_bytes b, const char *s)
-{
-    size_t n = strlen(s);
-    return b.len == n && (n == 0 || memcmp(b.ptr, s, n) == 0);
-}
-
 void coord_fields_init(coord_fields *f, const msgpack_object_map *map)
 {
     f->map = map;
@@ -168,23 +162,31 @@ static void object_value(const msgpack_object *o, struct value *v)
         v->ptr = (const uint8_t *)"";
 }
 
-/* The raw value of key in an index: the indexed keys, and for a map with
- * more keys than the index holds, a walk over the rest of its pairs. */
-static const uint8_t *index_find(const coord_index *idx, const char *key, size_t klen)
+/* Key bytes equal: the keys the broker looks up are a few bytes long, so
+ * two (overlapping) loads of four bytes each side from 4 to 8 bytes, a
+ * loop below, memcmp above. */
+static inline bool key_eq(const uint8_t *a, const char *b, size_t n)
 {
-    unsigned slot = coord_index_slot(klen, (const uint8_t *)key);
-    uint32_t i = 0;
-    if (idx->seen & ((uint64_t)1 << slot))
-        i = idx->first[slot];         /* no indexed key before it has its slot */
-    else if (idx->complete)
-        return NULL;
-    else
-        i = idx->n;                   /* none indexed: the walk below */
-    for (; i < idx->n; i++)
-        if (idx->f[i].klen == klen && (klen == 0 || memcmp(idx->f[i].key, key, klen) == 0))
-            return idx->f[i].val;
-    if (idx->complete || idx->n == 0)
-        return NULL;
+    if (n >= 4 && n <= 8) {
+        uint32_t x, y, z, w;
+        memcpy(&x, a, 4);
+        memcpy(&y, b, 4);
+        memcpy(&z, a + n - 4, 4);
+        memcpy(&w, b + n - 4, 4);
+        return x == y && z == w;
+    }
+    if (n > 8)
+        return memcmp(a, b, n) == 0;
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != (uint8_t)b[i])
+            return false;
+    return true;
+}
+
+/* The pairs of a map with more keys than its index holds, past the
+ * indexed ones: the value of key there, or NULL. */
+static const uint8_t *index_find_rest(const coord_index *idx, const char *key, size_t klen)
+{
     const uint8_t *end = idx->map + idx->map_len;
     const uint8_t *p = idx->f[idx->n - 1].val;
     p += coord_elem_size(p, (size_t)(end - p));
@@ -199,6 +201,28 @@ static const uint8_t *index_find(const coord_index *idx, const char *key, size_t
         p = val + coord_elem_size(val, (size_t)(end - val));
     }
     return NULL;
+}
+
+/* The raw value of key in an index: the indexed keys, and for a map with
+ * more keys than the index holds, a walk over the rest of its pairs.
+ * Inline in the getters: most lookups end at the slot test. */
+static inline __attribute__((always_inline)) const uint8_t *
+index_find(const coord_index *idx, const char *key, size_t klen)
+{
+    unsigned slot = coord_index_slot(klen, (const uint8_t *)key);
+    uint32_t i = 0;
+    if (idx->seen & ((uint64_t)1 << slot))
+        i = idx->first[slot];         /* no indexed key before it has its slot */
+    else if (idx->complete)
+        return NULL;
+    else
+        i = idx->n;                   /* none indexed: the walk below */
+    for (; i < idx->n; i++)
+        if (idx->f[i].klen == klen && key_eq(idx->f[i].key, key, klen))
+            return idx->f[i].val;
+    if (idx->complete || idx->n == 0)
+        return NULL;
+    return index_find_rest(idx, key, klen);
 }
 
 /* Looks key up; nil is absent.  Returns false when absent (recording a
@@ -246,12 +270,41 @@ bool coord_field_nil_n(coord_fields *f, const char *key, size_t klen)
     return v.type == V_NIL;
 }
 
+/* The indexed backend's value of key, or NULL when absent (nil included):
+ * a missing required field is recorded. */
+static inline __attribute__((always_inline)) const uint8_t *
+index_lookup(coord_fields *f, const char *key, size_t klen, bool required)
+{
+    const uint8_t *raw = index_find(f->idx, key, klen);
+    if (raw && raw[0] != 0xc0)
+        return raw;
+    if (required)
+        coord_fields_fail(f, key, "missing");
+    return NULL;
+}
+
 bool coord_field_uint_n(coord_fields *f, const char *key, size_t klen, bool required,
                       uint64_t *out)
 {
     struct value v;
-    if (!lookup(f, key, klen, required, &v))
+    if (f->idx) {
+        /* the forms an unsigned integer comes in, read in place */
+        const uint8_t *p = index_lookup(f, key, klen, required);
+        if (!p)
+            return false;
+        uint8_t b = p[0];
+        if (b <= 0x7f) {
+            *out = b;
+            return true;
+        }
+        if (b >= 0xcc && b <= 0xcf) {
+            *out = coord_read_be(p + 1, 1u << (b - 0xcc));
+            return true;
+        }
+        raw_value(p, &v);
+    } else if (!lookup(f, key, klen, required, &v)) {
         return false;
+    }
     if (v.type != V_UINT) {
         coord_fields_fail(f, key, "expected unsigned integer");
         return false;
@@ -264,8 +317,18 @@ bool coord_field_bool_n(coord_fields *f, const char *key, size_t klen, bool requ
                       bool *out)
 {
     struct value v;
-    if (!lookup(f, key, klen, required, &v))
+    if (f->idx) {
+        const uint8_t *p = index_lookup(f, key, klen, required);
+        if (!p)
+            return false;
+        if (p[0] == 0xc2 || p[0] == 0xc3) {
+            *out = p[0] == 0xc3;
+            return true;
+        }
+        raw_value(p, &v);
+    } else if (!lookup(f, key, klen, required, &v)) {
         return false;
+    }
     if (v.type != V_BOOL) {
         coord_fields_fail(f, key, "expected boolean");
         return false;
@@ -274,12 +337,24 @@ bool coord_field_bool_n(coord_fields *f, const char *key, size_t klen, bool requ
     return true;
 }
 
-static bool field_bytes(coord_fields *f, const char *key, size_t klen, bool required,
-                        coord_bytes *out, const char *expected)
+static inline __attribute__((always_inline)) bool
+field_bytes(coord_fields *f, const char *key, size_t klen, bool required, coord_bytes *out,
+            const char *expected)
 {
     struct value v;
-    if (!lookup(f, key, klen, required, &v))
+    if (f->idx) {
+        const uint8_t *p = index_lookup(f, key, klen, required);
+        if (!p)
+            return false;
+        if (p[0] >= 0xa0 && p[0] <= 0xbf) {      /* fixstr, nearly every name */
+            out->ptr = p + 1;
+            out->len = p[0] & 0x1f;
+            return true;
+        }
+        raw_value(p, &v);
+    } else if (!lookup(f, key, klen, required, &v)) {
         return false;
+    }
     if (v.type != V_STR && v.type != V_BIN) {
         coord_fields_fail(f, key, expected);
         return false;

@@ -88,10 +88,27 @@ bool coord_field_nil_n(coord_fields *f, const char *key, size_t klen);
 #define coord_field_nested(f, key, required, store, child) \
     coord_field_nested_n((f), (key), strlen(key), (required), (store), (child))
 #define coord_field_nil(f, key) coord_field_nil_n((f), (key), strlen(key))
+/* The index slot bit of a key (a literal's folds at compile time), and
+ * whether no key of a mask of them can be in f: a frame indexed whole
+ * with none of their slots taken, so their getters would all find them
+ * absent.  Optional fields many requests leave out are skipped so. */
+static inline uint64_t coord_key_bit(const char *key)
+{
+    return (uint64_t)1 << coord_index_slot(strlen(key), (const uint8_t *)key);
+}
+static inline bool coord_fields_lack(const coord_fields *f, uint64_t mask)
+{
+    return f->idx && f->idx->complete && !(f->idx->seen & mask);
+}
 /* Marks a field as refused for a reason other than its type. */
 void coord_fields_fail(coord_fields *f, const char *key, const char *why);
 
-/* Compare bytes with a C string. */
-bool coord_bytes_eq(coord_bytes b, const char *s);
+/* Compare bytes with a C string (inline: a literal's length and the
+ * comparison fold at compile time). */
+static inline bool coord_bytes_eq(coord_bytes b, const char *s)
+{
+    size_t n = strlen(s);
+    return b.len == n && (n == 0 || memcmp(b.ptr, s, n) == 0);
+}
 
 #endif

@@ -74,9 +74,13 @@ static void on_flush_prepare(uv_prepare_t *h)
     struct broker *b = h->data;
     conn_reap(b);
     conn_flush_all(b);
-    conn_resume_throttled(b);
-    conn_reap(b);
-    conn_flush_all(b);
+    /* the second pass finds nothing to do when nothing is throttled, cut
+     * or written since (the usual turn): one test for all three */
+    if (!list_empty(&b->throttled) || !list_empty(&b->cut) || !list_empty(&b->dirty)) {
+        conn_resume_throttled(b);
+        conn_reap(b);
+        conn_flush_all(b);
+    }
     /* a connection unpaused by this flush is read next turn: the poll must
      * not sleep meanwhile */
     if (list_empty(&b->throttled))

@@ -446,11 +446,22 @@ int conn_send_bytes(struct conn *c, const void *p, size_t n)
     return queued(c);
 }
 
+void conn_reply_with(struct conn *c, uint64_t rid, const uint8_t *pairs, size_t len,
+                     unsigned npairs)
+{
+    /* at most LIMIT_REPLY_OVERHEAD bytes (conn.h): within max_frame */
+    if (conn_muted(c))
+        return;
+    if (coord_enc_reply_with(&c->out, rid, pairs, len, npairs) == 0) {
+        conn_cut(c, "out of memory for output");
+        return;
+    }
+    queued(c);
+}
+
 void conn_reply_ok(struct conn *c, uint64_t rid)
 {
-    coord_enc e;
-    conn_enc_begin_reply(c, &e, rid);
-    conn_enc_finish(c, &e);
+    conn_reply_with(c, rid, NULL, 0, 0);
 }
 
 void conn_reply_error(struct conn *c, uint64_t rid, int code, const char *msg)

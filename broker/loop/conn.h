@@ -136,6 +136,11 @@ void conn_enc_finish(struct conn *c, coord_enc *e);
  * just cut off at its output cap. */
 int conn_send_bytes(struct conn *c, const void *p, size_t n);
 void conn_reply_ok(struct conn *c, uint64_t rid);
+/* {rid, ok:true} and npairs more pairs: len bytes of MessagePack the
+ * caller wrote (a hot path's few fixed keys), at most LIMIT_REPLY_OVERHEAD,
+ * so always within max_frame. */
+void conn_reply_with(struct conn *c, uint64_t rid, const uint8_t *pairs, size_t len,
+                     unsigned npairs);
 void conn_reply_error(struct conn *c, uint64_t rid, int code, const char *msg);
 /* The same error with a `reason` field (a reasons.h name), for a refusal
  * whose cause the client tells apart (FENCED with reason "purged"). */

@@ -64,16 +64,61 @@ static void op_slots_build(void)
     op_slots_built = true;
 }
 
+/* Op names are 4 to 24 bytes: from 8 to 16, two overlapping loads of
+ * eight bytes a side, not a call to memcmp. */
+static inline bool name_eq(const char *a, const char *b, size_t n)
+{
+    if (n >= 8 && n <= 16) {
+        uint64_t w, x, y, z;
+        memcpy(&w, a, 8);
+        memcpy(&x, b, 8);
+        memcpy(&y, a + n - 8, 8);
+        memcpy(&z, b + n - 8, 8);
+        return w == x && y == z;
+    }
+    return memcmp(a, b, n) == 0;
+}
+
 int dispatch_op_index(const char *name, size_t len)
 {
     if (!op_slots_built)
         op_slots_build();
     for (unsigned s = op_slot(name, len); op_slots[s] >= 0; s = (s + 1) % OP_SLOTS) {
         int i = op_slots[s];
-        if (op_len[i] == len && memcmp(coord_op_name((enum coord_op)i), name, len) == 0)
+        if (op_len[i] == len && name_eq(coord_op_name((enum coord_op)i), name, len))
             return i;
     }
     return -1;
+}
+
+/* rid and op, the two fields of every request, in one pass over the
+ * index's keys and read in the forms clients send them in (an unsigned
+ * integer, a fixstr).  false for anything else (absent, nil, another form,
+ * rid 0, an index past its capacity): the general getters then read them
+ * and say what is wrong.  The first of duplicated keys wins, as there. */
+static bool rid_op_fast(const coord_index *idx, uint64_t *rid, coord_bytes *op)
+{
+    const uint8_t *r = NULL, *o = NULL;
+    if (!idx->complete)
+        return false;
+    for (uint32_t i = 0; i < idx->n && !(r && o); i++) {
+        const uint8_t *k = idx->f[i].key;
+        if (idx->f[i].klen == 3 && !r && k[0] == 'r' && k[1] == 'i' && k[2] == 'd')
+            r = idx->f[i].val;
+        else if (idx->f[i].klen == 2 && !o && k[0] == 'o' && k[1] == 'p')
+            o = idx->f[i].val;
+    }
+    if (!r || !o || o[0] < 0xa0 || o[0] > 0xbf)
+        return false;
+    if (r[0] >= 1 && r[0] <= 0x7f)
+        *rid = r[0];
+    else if (r[0] >= 0xcc && r[0] <= 0xcf)
+        *rid = coord_read_be(r + 1, 1u << (r[0] - 0xcc));
+    else
+        return false;
+    op->ptr = o + 1;
+    op->len = o[0] & 0x1f;
+    return *rid != 0;
 }
 
 const char *dispatch_op_name(int index)
@@ -127,10 +172,13 @@ static void dispatch_request(struct conn *c, coord_fields *fp)
     coord_fields f = *fp;
     uint64_t rid = 0;
     coord_bytes opname = { NULL, 0 };
-    bool have_rid = coord_field_uint(&f, "rid", true, &rid);
-    if (have_rid && rid == 0)
-        coord_fields_fail(&f, "rid", "must be greater than 0");
-    bool have_op = coord_field_str(&f, "op", true, &opname);
+    bool have_rid = true, have_op = true;
+    if (!rid_op_fast(&b->req, &rid, &opname)) {
+        have_rid = coord_field_uint(&f, "rid", true, &rid);
+        if (have_rid && rid == 0)
+            coord_fields_fail(&f, "rid", "must be greater than 0");
+        have_op = coord_field_str(&f, "op", true, &opname);
+    }
 
     if (!(c->flags & CONN_HELLO_DONE) &&
         !(have_op && dispatch_op_index((const char *)opname.ptr, opname.len) == COORD_OP_HELLO)) {

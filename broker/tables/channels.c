@@ -40,7 +40,6 @@ static struct {
     struct broker *b;
     struct hashmap channels;
     struct hashmap subs;
-    unsigned system_subs[3];       /* across scopes: zero means no work */
     coord_buf scratch;
     uint64_t published, delivered;
 } C;
@@ -60,10 +59,7 @@ void channels_stats(coord_enc *e)
     coord_enc_kv_uint(e, "messages_delivered", C.delivered);
 }
 
-bool channels_watched(enum system_channel which)
-{
-    return C.system_subs[which] > 0;
-}
+unsigned channels_system_subs[3];
 
 static int system_index(const uint8_t *name, size_t len)
 {
@@ -121,7 +117,7 @@ static void sub_remove(struct sub *s)
     budget_give();
     ch->nsubs--;
     if (ch->system >= 0)
-        C.system_subs[ch->system]--;
+        channels_system_subs[ch->system]--;
     free(s);
     if (ch->nsubs == 0)
         channel_free(ch);
@@ -215,7 +211,7 @@ void op_sub_subscribe(struct conn *c, uint64_t rid, coord_fields *f)
         list_append(&c->subs, &s->conn_link);
         ch->nsubs++;
         if (ch->system >= 0)
-            C.system_subs[ch->system]++;
+            channels_system_subs[ch->system]++;
     }
     conn_reply_ok(c, rid);
 }

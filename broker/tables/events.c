@@ -22,10 +22,8 @@ static void finish(enum system_channel which, coord_enc *e, const uint8_t *skey)
     channels_event_end(which, e, skey_scope(skey), skey_scope_len(skey));
 }
 
-void events_lock(const char *what, const struct lock_req *r, enum reason reason)
+void events_lock_publish(const char *what, const struct lock_req *r, enum reason reason)
 {
-    if (!channels_watched(CH_LOCKS))
-        return;
     size_t klen, nlen;
     const uint8_t *skey = lock_req_skey(r, &klen);
     const uint8_t *name = skey_name(skey, klen, &nlen);

@@ -11,8 +11,17 @@
 
 struct lock_req;
 
-/* what: granted, released, lost (reason: stolen, expired). */
-void events_lock(const char *what, const struct lock_req *r, enum reason reason);
+#include "channels.h"
+
+/* what: granted, released, lost (reason: stolen, expired).  Inline up to
+ * the check whether anyone listens, which nearly always says no. */
+void events_lock_publish(const char *what, const struct lock_req *r, enum reason reason);
+static inline void events_lock(const char *what, const struct lock_req *r,
+                               enum reason reason)
+{
+    if (channels_watched(CH_LOCKS))
+        events_lock_publish(what, r, reason);
+}
 
 struct conn;
 

@@ -162,7 +162,8 @@ static void grant(struct lock_req *r)
     r->conn->nlocks_held++;
     budget_take();
     r->token = ids_next();     /* increasing for every name, across restarts */
-    uint64_t us = now_us();
+    /* a request granted at once was stamped by locks_request just now */
+    uint64_t us = waited ? now_us() : r->since_us;
     latency_add(LAT_LOCK_WAIT, waited ? us - r->since_us : 0);
     r->since_us = us;
     r->since_ms = broker_now_ms(L.b);

@@ -444,6 +444,82 @@ static void test_data_size_limit(void)
     broker_cleanup(&bp);
 }
 
+/* One batch holding a job that fails and jobs that succeed: the writer
+ * first runs a batch's jobs in its own transaction and, when one fails,
+ * runs the batch again with a nested transaction per job.  Completions
+ * sent in one write land in one batch (or a few); a record larger than
+ * --max-data-size fails at the cap among them.  Each must get its own
+ * answer: the small ones stored and readable, the big one STORAGE and
+ * absent, in every round. */
+static void test_failed_job_among_others(void)
+{
+    enum { N = 6, BIG = 3, ROUNDS = 5 };
+    static uint8_t big[1000 << 10];
+    memset(big, 'b', sizeof big);
+    struct broker_proc bp;
+    broker_paths(&bp);
+    const char *const args[] = { "--max-data-size", "1048576", NULL };
+    struct outcome o = spawn(&bp, args, true, 0);
+    REQUIRE(o.ready);
+    struct rcl *c = connect_or_exit(&bp, NULL);
+    uint64_t rid = 1000;
+    for (int round = 0; round < ROUNDS; round++) {
+        uint64_t flight[N], fence[N], first = rid;
+        char key[N][32];
+        for (int i = 0; i < N; i++) {
+            snprintf(key[i], sizeof key[i], "r%d-%d", round, i);
+            coord_enc *e = rcl_begin(c, "flight.join", rid);
+            coord_enc_kv_cstr(e, "key", key[i]);
+            rcl_send(c);
+            REQUIRE(rcl_reply(c, rid++, T, &m) == 0 && msg_str_is(&m, "role", "owner", 5));
+            flight[i] = msg_uint(&m, "flight");
+            fence[i] = msg_uint(&m, "fence");
+        }
+        /* the completions, all in one write */
+        coord_buf out;
+        coord_buf_init(&out);
+        first = rid;
+        for (int i = 0; i < N; i++) {
+            coord_enc e;
+            coord_enc_begin(&e, &out);
+            coord_enc_kv_cstr(&e, "op", "flight.complete");
+            coord_enc_kv_uint(&e, "rid", rid++);
+            coord_enc_kv_uint(&e, "flight", flight[i]);
+            coord_enc_kv_uint(&e, "fence", fence[i]);
+            if (i == BIG)
+                coord_enc_kv_bin(&e, "result", big, sizeof big);
+            else
+                coord_enc_kv_bin(&e, "result", key[i], strlen(key[i]));
+            coord_enc_kv_uint(&e, "keep_ms", 3600000);
+            REQUIRE(coord_enc_end(&e) > 0);
+        }
+        REQUIRE(rcl_write(c, out.data, out.len) == 0);
+        coord_buf_free(&out);
+        for (int i = 0; i < N; i++) {
+            REQUIRE(rcl_reply(c, first + (uint64_t)i, T, &m) == 0);
+            if (i == BIG)
+                CHECK(!msg_ok(&m) && msg_code_is(&m, "STORAGE"));
+            else
+                CHECK(msg_ok(&m));
+        }
+        for (int i = 0; i < N; i++) {
+            coord_enc *e = rcl_begin(c, "record.get", rid);
+            coord_enc_kv_cstr(e, "key", key[i]);
+            rcl_send(c);
+            REQUIRE(rcl_reply(c, rid++, T, &m) == 0);
+            if (i == BIG) {
+                CHECK(!msg_ok(&m) && msg_code_is(&m, "NOT_FOUND"));
+            } else {
+                CHECK(msg_ok(&m));
+                CHECK(msg_str_is(&m, "result", key[i], strlen(key[i])));
+            }
+        }
+    }
+    rcl_close(c);
+    CHECK(broker_kill(&bp, SIGTERM) == 0);
+    broker_cleanup(&bp);
+}
+
 static void test_data_size_bounds(void)
 {
     struct broker_proc bp;
@@ -773,6 +849,7 @@ int main(int argc, char **argv)
         { "full_disk_running", test_full_disk_while_running },
         { "data_size_limit", test_data_size_limit },
         { "data_size_bounds", test_data_size_bounds },
+        { "failed_job_among_others", test_failed_job_among_others },
         { "log_file_daemon", test_log_file_daemon_capped },
         { "log_file_autostart", test_log_file_autostarted },
         { "fd_limit", test_fd_limit_refusals_counted },

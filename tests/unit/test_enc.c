@@ -650,6 +650,66 @@ static void test_request(void)
     coord_buf_free(&want);
 }
 
+/* The one-go replies and caller-written pairs make the very bytes of the
+ * general path (the broker's hot path uses them: no client may see a
+ * difference), for every size of rid and value. */
+static void test_reply_fast_paths(void)
+{
+    for (size_t i = 0; i < sizeof uints / sizeof uints[0]; i++) {
+        uint64_t rid = uints[i] ? uints[i] : 1, v = uints[sizeof uints / sizeof uints[0] - 1 - i];
+        coord_buf a, b;
+        coord_buf_init(&a);
+        coord_buf_init(&b);
+        coord_enc e;
+        coord_enc_reply_begin(&e, &a, rid);
+        size_t na = coord_enc_end(&e);
+        size_t nb = coord_enc_reply_ok(&b, rid);
+        CHECK(na > 0 && na == nb && a.len == b.len && memcmp(a.data, b.data, a.len) == 0);
+
+        /* {rid, ok, granted, lock, token} three ways */
+        a.len = b.len = 0;
+        coord_enc_reply_begin(&e, &a, rid);
+        coord_enc_kv_bool(&e, "granted", true);
+        coord_enc_kv_uint(&e, "lock", v);
+        coord_enc_kv_uint(&e, "token", rid);
+        na = coord_enc_end(&e);
+        uint8_t pairs[64], *p = pairs;
+        memcpy(p, "\xa7" "granted" "\xc3" "\xa4" "lock", 14);
+        p = coord_put_uint(p + 14, v);
+        memcpy(p, "\xa5" "token", 6);
+        p = coord_put_uint(p + 6, rid);
+        nb = coord_enc_reply_with(&b, rid, pairs, (size_t)(p - pairs), 3);
+        CHECK(na > 0 && na == nb && a.len == b.len && memcmp(a.data, b.data, a.len) == 0);
+        b.len = 0;
+        coord_enc_reply_begin(&e, &b, rid);
+        uint8_t *q = coord_enc_pairs_begin(&e, sizeof pairs);
+        CHECK(q != NULL);
+        if (q) {
+            memcpy(q, pairs, (size_t)(p - pairs));
+            coord_enc_pairs_end(&e, q + (p - pairs), 3);
+        }
+        nb = coord_enc_end(&e);
+        CHECK(na == nb && a.len == b.len && memcmp(a.data, b.data, a.len) == 0);
+        const msgpack_object_map *m = parse_frame(&b, 0, nb);
+        CHECK(is_uint(get(m, "rid"), rid) && is_bool(get(m, "ok"), true) &&
+              is_bool(get(m, "granted"), true) && is_uint(get(m, "lock"), v) &&
+              is_uint(get(m, "token"), rid));
+        coord_buf_free(&a);
+        coord_buf_free(&b);
+    }
+    /* pairs outside a map: refused, the caller takes the kv shorthands */
+    coord_buf a;
+    coord_buf_init(&a);
+    coord_enc e;
+    coord_enc_begin(&e, &a);
+    coord_enc_key(&e, "list");
+    coord_enc_array_begin(&e);
+    CHECK(coord_enc_pairs_begin(&e, 16) == NULL);
+    coord_enc_array_end(&e);
+    CHECK(coord_enc_end(&e) > 0);
+    coord_buf_free(&a);
+}
+
 int main(void)
 {
     if (coord_msg_init(&msg) != 0)
@@ -664,6 +724,7 @@ int main(void)
     test_utf8();
     test_rollback();
     test_request();
+    test_reply_fast_paths();
     coord_msg_destroy(&msg);
     return check_report("test_enc");
 }

@@ -10,6 +10,7 @@
 #ifndef COORD_BENCH_H
 #define COORD_BENCH_H
 
+#include <sched.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -31,6 +32,7 @@ struct bench {
     char tmpdir[64];             /* ours: sockets, data dir, fsync file */
     char echo_path[108];         /* the baseline echo server's socket */
     char redis_path[108];        /* our redis-server's socket, "" when none */
+    char redis_aof_path[108];    /* the appendfsync-always one's, "" when none */
 
     /* options */
     bool quick;
@@ -60,6 +62,11 @@ void vlog(const struct bench *b, const char *fmt, ...)
 long raise_nofile(void);
 /* Scaled count/duration: max(min, v * b->scale). */
 unsigned scaled(const struct bench *b, unsigned v, unsigned min);
+/* The CPU pid's main thread last ran on, or -1. */
+int last_cpu(pid_t pid);
+/* Pins pid's main thread (0: the calling thread) to one CPU; *old (may be
+ * NULL) receives its mask first.  0 or -1. */
+int pin(pid_t pid, int cpu, cpu_set_t *old);
 
 /* ---- wire.c: a minimal blocking client of the wire protocol ---- */
 
@@ -154,9 +161,13 @@ struct rs_reply {
 /* Starts redis-server on a socket in our temp dir and loads the release
  * script: 0, 1 when redis-server is not installed, -1 on failure. */
 int redis_start(struct bench *b);
-void redis_stop(struct bench *b);
+/* The same for the durable peer: appendonly yes, appendfsync always. */
+int redis_start_aof(struct bench *b);
+void redis_stop(struct bench *b);          /* both */
 bool redis_up(const struct bench *b);
+bool redis_aof_up(const struct bench *b);
 pid_t redis_server_pid(void);
+pid_t redis_aof_pid(void);
 /* RESP: encode a command into w->out; take one reply from w's input (1, 0
  * not complete yet, -1 a type not used here); send out and wait for one. */
 void rs_cmd(struct wconn *w, int argc, const char *const *argv);

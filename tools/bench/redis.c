@@ -7,7 +7,12 @@
  *   release: EVALSHA <compare-and-delete> 1 name token  -> :1
  *
  * The release script is the one Redis documents for a safe unlock (delete
- * only when the value is still our token), loaded once with SCRIPT LOAD. */
+ * only when the value is still our token), loaded once with SCRIPT LOAD.
+ *
+ * A second instance is the durable peer of durable-commits and
+ * durable-records: appendonly yes, appendfsync always, its dir in our temp
+ * dir (the same file system as the broker's data dir), so a SET is
+ * answered only after the fdatasync of the turn that wrote it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -23,8 +28,19 @@ static const char release_lua[] =
     "if redis.call('get', KEYS[1]) == ARGV[1] then "
     "return redis.call('del', KEYS[1]) else return 0 end";
 
-static pid_t redis_pid;
+static struct {
+    pid_t pid;
+} inst[2];                        /* 0: in memory, 1: appendfsync always */
 static char redis_sha[48];
+
+static void stop_instance(int k)
+{
+    if (inst[k].pid <= 0)
+        return;
+    kill(inst[k].pid, SIGTERM);
+    waitpid(inst[k].pid, NULL, 0);
+    inst[k].pid = 0;
+}
 
 static bool on_path(const char *prog, char *out, size_t size)
 {
@@ -114,17 +130,25 @@ void rs_release(struct wconn *w)
 
 bool redis_up(const struct bench *b)
 {
-    return redis_pid > 0 && b->redis_path[0];
+    return inst[0].pid > 0 && b->redis_path[0];
 }
 
-int redis_start(struct bench *b)
+bool redis_aof_up(const struct bench *b)
+{
+    return inst[1].pid > 0 && b->redis_aof_path[0];
+}
+
+/* Starts instance k (0 plain, 1 appendfsync always) listening on path,
+ * its dir under our temp dir; loads the release script.  0, 1 when
+ * redis-server is not installed, -1 on failure. */
+static int start_instance(struct bench *b, int k, char *path, size_t pathsz)
 {
     char prog[512];
     if (!on_path("redis-server", prog, sizeof prog))
         return 1;
-    snprintf(b->redis_path, sizeof b->redis_path, "%s/redis.sock", b->tmpdir);
+    snprintf(path, pathsz, "%s/%s.sock", b->tmpdir, k ? "redis-aof" : "redis");
     char dir[128];
-    snprintf(dir, sizeof dir, "%s/redis", b->tmpdir);
+    snprintf(dir, sizeof dir, "%s/%s", b->tmpdir, k ? "redis-aof" : "redis");
     mkdir(dir, 0700);
     pid_t pid = fork();
     if (pid < 0)
@@ -135,17 +159,19 @@ int redis_start(struct bench *b)
             dup2(fd, 1);
             dup2(fd, 2);
         }
-        execl(prog, prog, "--port", "0", "--unixsocket", b->redis_path,
-              "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
-              "--dir", dir, "--daemonize", "no", (char *)NULL);
+        /* the durable peer answers a write only after its fdatasync of the
+         * append-only file, one per event-loop turn (group commit) */
+        execl(prog, prog, "--port", "0", "--unixsocket", path, "--unixsocketperm", "700",
+              "--save", "", "--appendonly", k ? "yes" : "no", "--appendfsync",
+              k ? "always" : "everysec", "--dir", dir, "--daemonize", "no", (char *)NULL);
         _exit(127);
     }
-    redis_pid = pid;
+    inst[k].pid = pid;
     struct wconn w;
     wc_open(&w);
     int rc = -1;
     for (int i = 0; i < 500 && rc != 0; i++) {
-        if (wc_connect(&w, b->redis_path) == 0) {
+        if (wc_connect(&w, path) == 0) {
             rc = 0;
             break;
         }
@@ -161,23 +187,35 @@ int redis_start(struct bench *b)
     }
     wc_close(&w);
     if (rc != 0) {
-        redis_stop(b);
-        b->redis_path[0] = '\0';
+        stop_instance(k);
+        path[0] = '\0';
     }
     return rc;
+}
+
+int redis_start(struct bench *b)
+{
+    return start_instance(b, 0, b->redis_path, sizeof b->redis_path);
+}
+
+int redis_start_aof(struct bench *b)
+{
+    return start_instance(b, 1, b->redis_aof_path, sizeof b->redis_aof_path);
 }
 
 void redis_stop(struct bench *b)
 {
     (void)b;
-    if (redis_pid <= 0)
-        return;
-    kill(redis_pid, SIGTERM);
-    waitpid(redis_pid, NULL, 0);
-    redis_pid = 0;
+    stop_instance(0);
+    stop_instance(1);
 }
 
 pid_t redis_server_pid(void)
 {
-    return redis_pid;
+    return inst[0].pid;
+}
+
+pid_t redis_aof_pid(void)
+{
+    return inst[1].pid;
 }

@@ -1,8 +1,15 @@
-/* sc-more.c - durable-commits (leader.commit from 32 clients vs fsync/s of
- * a small file in the broker's data dir), durable-records (flight.join +
- * flight.complete with keep_ms from 32 clients: completion records/s vs the
- * same fsync/s) and fanout (20 subscribers of one channel, delivered
- * messages/s). */
+/* sc-more.c - durable-commits (leader.commit from 32 clients), durable-
+ * records (flight.join + flight.complete with keep_ms from 32 clients:
+ * completion records/s) and fanout (20 subscribers of one channel,
+ * delivered messages/s).
+ *
+ * The durable figures are ratios to Redis with appendonly yes and
+ * appendfsync always (what a user who needs an answered write to survive
+ * would run instead): 32 clients SET (for records, SET .. PX keep_ms), one
+ * in flight each, driven by the same epoll loop.  Redis answers a write
+ * only after the fdatasync of its event-loop turn, one per turn: the same
+ * group commit.  The ratio to write+fsync/s of a small file in the
+ * broker's data dir stays as information. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -75,6 +82,7 @@ struct driver {
     void (*send)(void *ctx, struct wconn *w);
     int (*reply)(void *ctx, struct wconn *w, int status);
     void *ctx;
+    bool resp;                 /* Redis: replies are RESP, status 0 for +OK */
     uint64_t done, failed;     /* replies so classified, over all windows */
     int last_err;
 };
@@ -122,12 +130,15 @@ static int drive(struct driver *d, struct wconn *c, int n, int depth, unsigned d
                 goto out;
             }
             int f;
-            while ((f = wc_next(w)) == 1) {
+            struct rs_reply rr;
+            while ((f = d->resp ? rs_next(w, &rr) : wc_next(w)) == 1) {
                 uint64_t rid;
-                if (wm_is_event(w) || !wm_uint(w, "rid", &rid))
+                if (!d->resp && (wm_is_event(w) || !wm_uint(w, "rid", &rid)))
                     continue;
                 inflight--;
-                int v = d->reply(d->ctx, w, wm_status(w));
+                int v = d->reply(d->ctx, w,
+                                 d->resp ? (rr.type == '+' ? 0 : COORD_EPROTOCOL)
+                                         : wm_status(w));
                 if (v == DRV_DONE) {
                     d->done++;
                 } else if (v < 0) {
@@ -167,6 +178,8 @@ out:
 struct windows {
     unsigned pairs;
     double fr[16], br[16], ratio[16];  /* fsync/s, broker units/s, br/fr */
+    bool redis;                        /* Redis windows too */
+    double rr[16], rratio[16];         /* Redis SET/s, br/rr */
     double secs;                       /* spent in broker windows */
     double batches, jobs;              /* LMDB batches and jobs meanwhile; -1 unknown */
     /* the writer's time meanwhile (us): commits, extra flushes (and how
@@ -189,12 +202,41 @@ static const char *fsync_dir_name(const struct bench *b)
     return b->data_dir[0] ? "the data dir" : "our temp dir";
 }
 
+/* Redis's side: SET keys of its own, PX px_ms when px_ms, a value of
+ * VALUE_SIZE bytes. */
+struct redis_writer {
+    char prefix[48];
+    uint64_t next;
+    unsigned px_ms;
+};
+
+static void send_redis_set(void *ctx, struct wconn *w)
+{
+    static const char value[VALUE_SIZE + 1] =
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    struct redis_writer *rw = ctx;
+    char key[96], px[16];
+    snprintf(key, sizeof key, "%s%llu", rw->prefix, (unsigned long long)++rw->next);
+    snprintf(px, sizeof px, "%u", rw->px_ms);
+    const char *argv[] = { "SET", key, value, "PX", px };
+    rs_cmd(w, rw->px_ms ? 5 : 3, argv);
+}
+
+static int redis_set_reply(void *ctx, struct wconn *w, int st)
+{
+    (void)ctx;
+    (void)w;
+    return st ? st : DRV_DONE;
+}
+
 /* Runs the pairs of windows: the broker side is drive(d, c, n, depth);
- * ctl (idle) reads the ledger counters.  fsize: the baseline's write size.
- * 0, or -1 with why set. */
+ * with rd, Redis's is drive(rd, rc, n, 1) (n connections, one SET in flight
+ * each); ctl (idle) reads the ledger counters.  fsize: the baseline's write
+ * size.  0, or -1 with why set. */
 static int run_windows(struct bench *b, const char *tag, struct driver *d, struct wconn *c,
-                       int n, int depth, struct wconn *ctl, size_t fsize,
-                       struct windows *wd, char *why, size_t whysz)
+                       int n, int depth, struct driver *rd, struct wconn *rc_, int rn,
+                       struct wconn *ctl, size_t fsize, struct windows *wd, char *why,
+                       size_t whysz)
 {
     unsigned dur = scaled(b, b->quick ? 300 : 500, 100);
     unsigned fdur = scaled(b, b->quick ? 150 : 250, 50);
@@ -208,10 +250,20 @@ static int run_windows(struct bench *b, const char *tag, struct driver *d, struc
                                              "ledger_flushes", "ledger_linger_us" };
     double c0[NKEYS], c1[NKEYS];
     stats_of(ctl, keys, NKEYS, c0);
+    wd->redis = rd != NULL;
     for (unsigned k = 0; k < wd->pairs; k++) {
         double rate = 0;
         if (k % 2 == 0)
             wd->fr[k] = fsync_rate(dir, fsize, fdur, why, whysz);
+        if (k % 2 == 0 && rd) {
+            int rc = drive(rd, rc_, rn, 1, dur, &wd->rr[k]);
+            if (rc == 0 && rd->failed)
+                rc = rd->last_err;
+            if (rc != 0) {
+                snprintf(why, whysz, "Redis: %s", code_name(rc));
+                return -1;
+            }
+        }
         uint64_t t0 = now_ns();
         int rc = drive(d, c, n, depth, dur, &rate);
         wd->secs += (double)(now_ns() - t0) / 1e9;
@@ -220,6 +272,15 @@ static int run_windows(struct bench *b, const char *tag, struct driver *d, struc
         if (rc != 0) {
             snprintf(why, whysz, "%s", code_name(rc));
             return -1;
+        }
+        if (k % 2 == 1 && rd) {
+            rc = drive(rd, rc_, rn, 1, dur, &wd->rr[k]);
+            if (rc == 0 && rd->failed)
+                rc = rd->last_err;
+            if (rc != 0) {
+                snprintf(why, whysz, "Redis: %s", code_name(rc));
+                return -1;
+            }
         }
         if (k % 2 == 1)
             wd->fr[k] = fsync_rate(dir, fsize, fdur, why, whysz);
@@ -231,7 +292,9 @@ static int run_windows(struct bench *b, const char *tag, struct driver *d, struc
         }
         wd->br[k] = rate;
         wd->ratio[k] = rate / wd->fr[k];
-        vlog(b, "%s: %.0f/s, %.0f fsyncs/s", tag, wd->br[k], wd->fr[k]);
+        wd->rratio[k] = rd ? rate / wd->rr[k] : 0;
+        vlog(b, "%s: %.0f/s, %.0f fsyncs/s, Redis %.0f/s", tag, wd->br[k], wd->fr[k],
+             rd ? wd->rr[k] : 0.0);
     }
     stats_of(ctl, keys, NKEYS, c1);
     double dv[NKEYS];
@@ -245,6 +308,51 @@ static int run_windows(struct bench *b, const char *tag, struct driver *d, struc
     wd->flushes = dv[FLUSHES];
     wd->linger_us = dv[LINGER_US];
     return 0;
+}
+
+/* The ratio to Redis (median of the per-pair ratios), target >= 1.2x. */
+static void redis_figure(struct result *r, const struct windows *wd, const char *key,
+                         const char *what, const char *bwhat)
+{
+    if (!wd->redis)
+        return;
+    double rr[16], br[16], ratio[16];
+    memcpy(rr, wd->rr, sizeof rr);
+    memcpy(br, wd->br, sizeof br);
+    memcpy(ratio, wd->rratio, sizeof ratio);
+    struct figure *fg = res_ratio(r, key, what, median3(br, wd->pairs), bwhat,
+                                  median3(rr, wd->pairs), "/s", false, CMP_GE, 1.2);
+    if (fg) {
+        fg->value = median3(ratio, wd->pairs);
+        fg->verdict = fg->value >= 1.2 ? V_PASS : V_MISS;
+    }
+}
+
+/* Redis's driver and connections (n of them) for a durable scenario:
+ * NULL when no appendfsync-always Redis runs (a note says so). */
+static struct driver *redis_side(struct bench *b, struct result *r, struct driver *d,
+                                 struct redis_writer *rw, struct wconn *c, int n,
+                                 unsigned px_ms, const char *tag)
+{
+    if (!redis_aof_up(b)) {
+        res_note(r, "no redis-server (appendfsync always) to compare with: "
+                 "apt-get install redis-server");
+        return NULL;
+    }
+    memset(rw, 0, sizeof *rw);
+    snprintf(rw->prefix, sizeof rw->prefix, "bench/%s-%u-%d/", tag, ++b->seq, (int)getpid());
+    rw->px_ms = px_ms;
+    memset(d, 0, sizeof *d);
+    d->send = send_redis_set;
+    d->reply = redis_set_reply;
+    d->ctx = rw;
+    d->resp = true;
+    for (int i = 0; i < n; i++)
+        if (wc_connect(&c[i], b->redis_aof_path) < 0) {
+            res_note(r, "cannot connect to redis-server (appendfsync always)");
+            return NULL;
+        }
+    return d;
 }
 
 /* The ratio figure (median of the per-pair ratios; broker and baseline:
@@ -362,13 +470,18 @@ void sc_durable_commits(struct bench *b, struct result *r)
         return;
     }
     enum { NC = 32 };
-    res_title(r, "leader.campaign once, then %d clients leader.commit back to back vs "
-              "write+fsync/s of a file in %s; ratio: median of %u pairs of windows",
-              NC, fsync_dir_name(b), window_pairs(b));
-    struct wconn lead, c[NC];
+    res_title(r, "leader.campaign once, then %d clients leader.commit back to back vs %d "
+              "clients SET on Redis (appendfsync always) and vs write+fsync/s of a file in "
+              "%s; ratios: medians of %u rounds of windows", NC, NC, fsync_dir_name(b),
+              window_pairs(b));
+    struct wconn lead, c[NC], rc_[NC];
     wc_open(&lead);
-    for (int i = 0; i < NC; i++)
+    for (int i = 0; i < NC; i++) {
         wc_open(&c[i]);
+        wc_open(&rc_[i]);
+    }
+    struct driver rdrv, *rd;
+    struct redis_writer rw;
     char ws[64], why[300] = "";
     struct committer cm;
     memset(&cm, 0, sizeof cm);
@@ -415,15 +528,18 @@ void sc_durable_commits(struct bench *b, struct result *r)
     lead.out.len = 0;
     cm.applied = cm.dups = 0;
 
+    rd = redis_side(b, r, &rdrv, &rw, rc_, NC, 0, "dc");
     struct windows wd;
-    if ((via_leader ? run_windows(b, "durable-commits", &d, &lead, 1, NC, &lead, fsize, &wd,
-                                  why, sizeof why)
-                    : run_windows(b, "durable-commits", &d, c, NC, 1, &lead, fsize, &wd,
-                                  why, sizeof why)) < 0) {
+    if ((via_leader ? run_windows(b, "durable-commits", &d, &lead, 1, NC, rd, rc_, NC, &lead,
+                                  fsize, &wd, why, sizeof why)
+                    : run_windows(b, "durable-commits", &d, c, NC, 1, rd, rc_, NC, &lead,
+                                  fsize, &wd, why, sizeof why)) < 0) {
         res_error(r, "%s", why);
         goto out;
     }
-    windows_figure(r, &wd, "commits/fsyncs", "leader.commit/s, 32 clients", CMP_GE, 10);
+    redis_figure(r, &wd, "commits/Redis", "leader.commit/s, 32 clients",
+                 "Redis SET/s, appendfsync always, 32 clients");
+    windows_figure(r, &wd, "commits/fsyncs", "leader.commit/s, 32 clients", CMP_NONE, 0);
     res_info(r, "commits applied", (double)cm.applied, "");
     windows_info(r, &wd, fsize, "commits per batch");
     if (via_leader)
@@ -439,8 +555,10 @@ fail:
     res_error(r, "%s", rc == COORD_ECONNECT ? strerror(errno) : code_name(rc));
 out:
     wc_close(&lead);
-    for (int i = 0; i < NC; i++)
+    for (int i = 0; i < NC; i++) {
         wc_close(&c[i]);
+        wc_close(&rc_[i]);
+    }
 }
 
 /* ---- durable-records ----
@@ -525,13 +643,18 @@ void sc_durable_records(struct bench *b, struct result *r)
         return;
     }
     res_title(r, "%d clients loop flight.join (new key: owner) -> flight.complete "
-              "{%d B result, keep_ms %d} vs write+fsync/s of a file in %s; ratio: median "
-              "of %u pairs of windows", DR_WRITERS, VALUE_SIZE, DR_KEEP_MS,
+              "{%d B result, keep_ms %d} vs %d clients SET .. PX %d on Redis (appendfsync "
+              "always) and vs write+fsync/s of a file in %s; ratios: medians of %u rounds "
+              "of windows", DR_WRITERS, VALUE_SIZE, DR_KEEP_MS, DR_WRITERS, DR_KEEP_MS,
               fsync_dir_name(b), window_pairs(b));
-    struct wconn ctl, c[DR_WRITERS];
+    struct wconn ctl, c[DR_WRITERS], rc_[DR_WRITERS];
     wc_open(&ctl);
-    for (int i = 0; i < DR_WRITERS; i++)
+    for (int i = 0; i < DR_WRITERS; i++) {
         wc_open(&c[i]);
+        wc_open(&rc_[i]);
+    }
+    struct driver rdrv, *rd;
+    struct redis_writer rw;
     char why[300] = "";
     struct recorder *rec = calloc(1, sizeof *rec);
     struct driver d = { .send = send_record_step, .reply = record_reply, .ctx = rec };
@@ -555,14 +678,17 @@ void sc_durable_records(struct bench *b, struct result *r)
     fsize = ctl.out.len - fsize;
     ctl.out.len = 0;
 
+    rd = redis_side(b, r, &rdrv, &rw, rc_, DR_WRITERS, DR_KEEP_MS, "dr");
     double rec0 = stat_of(&ctl, "records");
     struct windows wd;
-    if (run_windows(b, "durable-records", &d, c, DR_WRITERS, 1, &ctl, fsize, &wd, why,
-                    sizeof why) < 0) {
+    if (run_windows(b, "durable-records", &d, c, DR_WRITERS, 1, rd, rc_, DR_WRITERS, &ctl,
+                    fsize, &wd, why, sizeof why) < 0) {
         res_error(r, "%s", why);
         goto out;
     }
     double rec1 = stat_of(&ctl, "records");
+    redis_figure(r, &wd, "records/Redis", "records written/s, 32 clients",
+                 "Redis SET PX/s, appendfsync always, 32 clients");
     windows_figure(r, &wd, "records/fsyncs", "records written/s, 32 clients", CMP_NONE, 0);
     res_info(r, "completes answered ok", (double)d.done, "");
     res_info(r, "records afterwards (stats)", rec1, "");
@@ -586,8 +712,10 @@ fail:
     res_error(r, "%s", rc == COORD_ECONNECT ? strerror(errno) : code_name(rc));
 out:
     wc_close(&ctl);
-    for (int i = 0; i < DR_WRITERS; i++)
+    for (int i = 0; i < DR_WRITERS; i++) {
         wc_close(&c[i]);
+        wc_close(&rc_[i]);
+    }
     free(rec);
 }
 

@@ -1,7 +1,9 @@
-/* util.c - clocks, percentiles, progress text, limits. */
+/* util.c - clocks, percentiles, progress text, limits, CPU placement. */
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <time.h>
 #include "bench.h"
@@ -83,4 +85,36 @@ unsigned scaled(const struct bench *b, unsigned v, unsigned min)
     if (x < min)
         return min;
     return (unsigned)x;
+}
+
+/* The CPU pid's main thread last ran on (field 39 of its stat), or -1. */
+int last_cpu(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');      /* past the command, which may hold spaces */
+    int field = 2, cpu = -1;
+    for (; p && *p && field < 39; p++)
+        if (*p == ' ')
+            field++;
+    if (p && field == 39)
+        cpu = atoi(p);
+    return cpu;
+}
+
+/* Pins pid (0: this thread) to one CPU; *old receives its mask first. */
+int pin(pid_t pid, int cpu, cpu_set_t *old)
+{
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (old && sched_getaffinity(pid, sizeof *old, old) < 0)
+        return -1;
+    return sched_setaffinity(pid, sizeof one, &one);
 }
