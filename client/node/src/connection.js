@@ -39,7 +39,7 @@ import path from 'node:path';
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { CoordError, ClosedError, ConnectError, TimeoutError } from './errors.js';
-import { FrameReader, decodeFrame, encodeFrame, PROTOCOL_MAX_FRAME } from './wire.js';
+import { FrameReader, decodeFrame, encodeRequest, PROTOCOL_MAX_FRAME } from './wire.js';
 import { seconds } from './util.js';
 
 // Same defaults as libcoord (connect.c).
@@ -398,7 +398,7 @@ export class Connection {
       this.timed.set(rid, Date.now() + this.requestTimeoutMs);
       this._arm();
     }
-    this.socket.write(encodeFrame({ op, rid, ...fields }));
+    this.socket.write(encodeRequest(op, rid, fields));
     return { rid, promise };
   }
 
