@@ -43,7 +43,7 @@ async function startRedis(dir) {
     if (proc.exitCode !== null || Date.now() - t0 > 10000) throw new Error('redis-server did not start (apt-get install redis-server)');
     await new Promise((r) => setTimeout(r, 10));
   }
-  return { sock, stop: () => proc.kill('SIGTERM') };
+  return { sock, pid: proc.pid, stop: () => proc.kill('SIGTERM') };
 }
 
 let dir = null;
@@ -81,28 +81,45 @@ async function redisCycles(n) {
     if (await redis.unlock('bench/node', token) !== 1) throw new Error('redis: not released');
   }
 }
-// cycles/s of fn over ~seconds, in batches of 100
-async function measure(fn) {
+// CPU time a process's main thread has run, in ns (0: unknown)
+function cpuNs(pid) {
+  if (!pid) return 0;
+  try {
+    return Number(fs.readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[0]);
+  } catch {
+    return 0;
+  }
+}
+// cycles/s of fn over ~seconds, in batches of 100; the CPU time per cycle
+// of this process's main thread and of the server's (us) go to cpu
+async function measure(fn, serverPid, cpu) {
   let n = 0;
+  const c0 = cpuNs(process.pid), s0 = cpuNs(serverPid);
   const start = process.hrtime.bigint();
   const end = start + BigInt(Math.round(seconds * 1e9));
   while (process.hrtime.bigint() < end) {
     await fn(100);
     n += 100;
   }
-  return n / (Number(process.hrtime.bigint() - start) / 1e9);
+  const ns = Number(process.hrtime.bigint() - start);
+  cpu.client.push((cpuNs(process.pid) - c0) / n / 1000);
+  if (serverPid) cpu.server.push((cpuNs(serverPid) - s0) / n / 1000);
+  return n / (ns / 1e9);
 }
 
+const us = (v) => (v.length ? Number(median(v).toFixed(2)) : null);
 const median = (v) => { const s = [...v].sort((a, b) => a - b); const m = s.length >> 1; return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2; };
 try {
   if (only !== 'redis') await coordCycles(3000);          // warm-up (JIT, both servers)
   if (only !== 'coord') await redisCycles(3000);
   const cs = [], rs = [], ratios = [];
+  const ccpu = { client: [], server: [] }, rcpu = { client: [], server: [] };
+  const coordPid = broker?.proc.pid, redisPid = redisSrv?.pid;
   for (let k = 0; k < rounds; k++) {
     let c = NaN, r = NaN;
-    if (k % 2 === 1 && only !== 'redis') c = await measure(coordCycles);
-    if (only !== 'coord') r = await measure(redisCycles);
-    if (k % 2 === 0 && only !== 'redis') c = await measure(coordCycles);
+    if (k % 2 === 1 && only !== 'redis') c = await measure(coordCycles, coordPid, ccpu);
+    if (only !== 'coord') r = await measure(redisCycles, redisPid, rcpu);
+    if (k % 2 === 0 && only !== 'redis') c = await measure(coordCycles, coordPid, ccpu);
     cs.push(c); rs.push(r); ratios.push(c / r);
     console.log(`round ${k + 1}: coord ${c.toFixed(0)}/s (${(1e6 / c).toFixed(1)} us), ioredis ${r.toFixed(0)}/s (${(1e6 / r).toFixed(1)} us), ratio ${(c / r).toFixed(2)}x`);
   }
@@ -110,6 +127,11 @@ try {
     lang: 'node', what: 'locks.request vs ioredis SET NX PX + EVALSHA', node: process.version,
     coord: Math.round(median(cs)), peer: Math.round(median(rs)), ratio: Number(median(ratios).toFixed(3)),
     min: Number(Math.min(...ratios).toFixed(3)), max: Number(Math.max(...ratios).toFixed(3)),
+    // CPU time per cycle (us), medians: the client's main thread, the server's
+    cpu_us: {
+      coord_client: us(ccpu.client), coord_server: us(ccpu.server),
+      peer_client: us(rcpu.client), peer_server: us(rcpu.server),
+    },
   }));
 } finally {
   await client.close();
