@@ -1,5 +1,5 @@
 // bench/vs-ioredis.js [--seconds S] [--rounds N] [--coord SOCK] [--redis SOCK]
-// [--cpu-prof-coord] - Node's lock cycle against what a Node user would pick
+// [--server-cpu N] [--only coord|redis] - Node's lock cycle against what a Node user would pick
 // instead, in one run on one machine: coord's locks.request(name, () => {})
 // (lock.acquire + lock.release, two round trips, the promise settled after
 // the release's reply) against ioredis doing SET name token NX PX 30000 and
@@ -12,8 +12,8 @@
 //
 // Starts its own coordd ($COORD_BROKER or ../../build/broker/coordd) and its
 // own redis-server (PATH) in a temp dir unless --coord / --redis name
-// sockets already listening (coord-bench's `clients` scenario passes its
-// own).  Prints one line per round and, last, one JSON line:
+// sockets already listening; --server-cpu pins the servers it starts
+// (tools/bench/clients.sh runs the client under taskset for the placements).  Prints one line per round and, last, one JSON line:
 //   {"lang":"node","coord":cycles/s,"peer":cycles/s,"ratio":median ratio,...}
 // ioredis is a devDependency of the package, for this bench only.
 import { spawn } from 'node:child_process';
@@ -30,6 +30,7 @@ const opt = (name, dflt) => {
 const seconds = Number(opt('--seconds', 1));
 const rounds = Number(opt('--rounds', 6));
 const only = opt('--only', '');         // 'coord' | 'redis': one side only (profiling)
+const serverCpu = opt('--server-cpu');  // pin the servers we start (all their threads) to this CPU
 
 const RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 
@@ -60,6 +61,12 @@ if (!coordSock) {
 if (!redisSock) {
   redisSrv = await startRedis(dir);
   redisSock = redisSrv.sock;
+}
+
+if (serverCpu !== undefined) {
+  const { execFileSync } = await import('node:child_process');
+  for (const pid of [broker?.proc.pid, redisSrv?.pid].filter(Boolean))
+    execFileSync('taskset', ['-a', '-p', '-c', String(serverCpu), String(pid)], { stdio: 'ignore' });
 }
 
 const { default: Redis } = await import('ioredis');
