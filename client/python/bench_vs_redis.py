@@ -12,7 +12,7 @@ Not a test.
 
     /usr/bin/python3 client/python/bench_vs_redis.py [--seconds S] [--rounds N]
         [--coord SOCK --redis SOCK] [--only coord|redis] [--mode sync|async|both]
-        [--server-cpu N]
+        [--server-cpu N] [--warmup CYCLES]
 
 Starts its own coordd (COORD_BROKER, else build/broker/coordd) and its own
 redis-server (PATH) in a temp dir unless --coord/--redis name sockets
@@ -158,9 +158,9 @@ def run_sync(a, csock, rsock, cpid, rpid):
                     raise RuntimeError("redis: not acquired")
                 rl.release()
         if a.only != "redis":
-            coord_batch(2000)
+            coord_batch(a.warmup)
         if a.only != "coord":
-            redis_batch(2000)
+            redis_batch(a.warmup)
         cs, rs, ratios = [], [], []
         ccpu, rcpu = {"client": [], "server": []}, {"client": [], "server": []}
         for k in range(a.rounds):
@@ -188,9 +188,9 @@ async def run_async(a, csock, rsock, cpid, rpid):
                     raise RuntimeError("redis: not acquired")
                 await rl.release()
         if a.only != "redis":
-            await coord_batch(2000)
+            await coord_batch(a.warmup)
         if a.only != "coord":
-            await redis_batch(2000)
+            await redis_batch(a.warmup)
         cs, rs, ratios = [], [], []
         ccpu, rcpu = {"client": [], "server": []}, {"client": [], "server": []}
         for k in range(a.rounds):
@@ -211,6 +211,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=2000, help="cycles each side first")
     ap.add_argument("--coord")
     ap.add_argument("--redis")
     ap.add_argument("--only", choices=["coord", "redis"])

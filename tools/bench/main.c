@@ -29,6 +29,7 @@ static const struct {
     { "durable-records", sc_durable_records, "flight.join+complete keep_ms, 32 clients: records/s / fsyncs/s (info)" },
     { "fanout", sc_fanout, "20 subscribers: delivered messages/s" },
     { "redis", sc_redis, "coord's lock cycle / Redis's (SET NX PX + EVALSHA) at 1, 16, 64 clients (>= 1x)" },
+    { "clients", sc_clients, "Node / Python clients' lock cycles/s vs ioredis / redis-py, one CPU and split (>= 1.2x)" },
 };
 #define NSCEN (int)(sizeof scenarios / sizeof scenarios[0])
 
@@ -204,7 +205,8 @@ int main(int argc, char **argv)
     }
 
     /* the Redis peer, when installed and asked for */
-    if (selected[find_scenario("redis")] && redis_start(&B) < 0)
+    if ((selected[find_scenario("redis")] || selected[find_scenario("clients")]) &&
+        redis_start(&B) < 0)
         fprintf(stderr, "coord-bench: redis-server did not start; its scenario is skipped\n");
 
     if (socket_arg) {

@@ -1,20 +1,28 @@
-// bench/vs-ioredis.js [--seconds S] [--rounds N] [--coord SOCK] [--redis SOCK]
-// [--server-cpu N] [--only coord|redis] - Node's lock cycle against what a Node user would pick
-// instead, in one run on one machine: coord's locks.request(name, () => {})
-// (lock.acquire + lock.release, two round trips, the promise settled after
-// the release's reply) against ioredis doing SET name token NX PX 30000 and
-// the compare-and-delete release script (defined with defineCommand, so
-// EVALSHA, as an ioredis user writes it), both on a Unix socket, one
-// connection each, one name, back to back.  Rounds alternate between the two
-// (coord first in odd rounds) so drift on a shared machine falls on both;
-// the figure is the median of the per-round ratios, coord's cycles/s over
-// ioredis's (>= 1: coord ahead).  Not a test.
+// bench/vs-ioredis.js - Node's lock cycle against what a Node user would
+// pick instead, in one run on one machine.  Not a test.
+//
+//   node bench/vs-ioredis.js [--seconds S] [--rounds N] [--warmup CYCLES]
+//       [--coord SOCK --redis SOCK] [--server-cpu N] [--only coord|redis]
+//
+// coord's locks.request(name, () => {}) (lock.acquire + lock.release, two
+// round trips, the promise settled after the release's reply) against
+// ioredis doing SET name token NX PX 30000 and the compare-and-delete
+// release script (defined with defineCommand, so EVALSHA, as an ioredis
+// user writes it), both on a Unix socket, one connection each, one name,
+// back to back.  Rounds alternate between the two (coord first in odd
+// rounds) so that drift on a shared machine falls on both; the figure is
+// the median of the per-round ratios, coord's cycles/s over ioredis's
+// (>= 1: coord ahead).
 //
 // Starts its own coordd ($COORD_BROKER or ../../build/broker/coordd) and its
 // own redis-server (PATH) in a temp dir unless --coord / --redis name
-// sockets already listening; --server-cpu pins the servers it starts
-// (tools/bench/clients.sh runs the client under taskset for the placements).  Prints one line per round and, last, one JSON line:
-//   {"lang":"node","coord":cycles/s,"peer":cycles/s,"ratio":median ratio,...}
+// sockets already listening (coord-bench's `clients` scenario passes its
+// own); --server-cpu pins the servers it starts (tools/bench/clients.sh runs
+// the client under taskset for each placement).  Prints one line per round
+// and, last, one JSON line:
+//   {"lang":"node","coord":cycles/s,"peer":cycles/s,"ratio":median ratio,
+//    "cpu_us":{...}}   (CPU time per cycle of the client's and the
+//                       servers' main threads, when it started them)
 // ioredis is a devDependency of the package, for this bench only.
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -29,6 +37,7 @@ const opt = (name, dflt) => {
 };
 const seconds = Number(opt('--seconds', 1));
 const rounds = Number(opt('--rounds', 6));
+const warmup = Number(opt('--warmup', 3000));   // cycles each side first (JIT, both servers)
 const only = opt('--only', '');         // 'coord' | 'redis': one side only (profiling)
 const serverCpu = opt('--server-cpu');  // pin the servers we start (all their threads) to this CPU
 
@@ -117,8 +126,8 @@ async function measure(fn, serverPid, cpu) {
 const us = (v) => (v.length ? Number(median(v).toFixed(2)) : null);
 const median = (v) => { const s = [...v].sort((a, b) => a - b); const m = s.length >> 1; return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2; };
 try {
-  if (only !== 'redis') await coordCycles(3000);          // warm-up (JIT, both servers)
-  if (only !== 'coord') await redisCycles(3000);
+  if (only !== 'redis') await coordCycles(warmup);
+  if (only !== 'coord') await redisCycles(warmup);
   const cs = [], rs = [], ratios = [];
   const ccpu = { client: [], server: [] }, rcpu = { client: [], server: [] };
   const coordPid = broker?.proc.pid, redisPid = redisSrv?.pid;
