@@ -31,6 +31,10 @@
 // wait by design (WAITING_OPS) fails with TIMEOUT when the broker has not
 // answered within requestTimeoutMs.
 //
+// Reads go through net's onread (one buffer shared by every socket, each
+// read copied out at once: tryConnect, attachReader), not the Readable
+// stream's 'data' events; writes are whole frames (wire.js encodeRequest).
+//
 // Ownership: a Connection owns its socket; Client (client.js) owns the
 // Connection and replaces it on reconnect.
 import net from 'node:net';

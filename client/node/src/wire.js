@@ -16,6 +16,9 @@
 // Names go out as str when they are well-formed UTF-16, else as bin holding
 // their WTF-8 bytes (lone surrogates encoded as 3-byte sequences), so that two
 // different JS strings never name one lock and a name round-trips exactly.
+// The hot path bypasses the codec where it can and must agree with it byte
+// for byte (encodeRequest, decodeFlat: see "the hot path" below; tested in
+// test/wire-fast.test.js).
 import { Decoder, Encoder } from '@msgpack/msgpack';
 import { CoordError } from './errors.js';
 

@@ -3,7 +3,7 @@
 One connection (``_Conn``) has a reader thread that feeds the sans-I/O
 ``Core`` and completes the waiting calls, and routes events (lock lost,
 flight abort, leader lost, channel messages) to their handles.  Callers
-block on a per-call ``threading.Event``.  One ticker thread per client
+block on a per-call lock (``_Call``).  One ticker thread per client
 renews leases (locks and leaderships) at a third of the lease and declares
 a lease lost locally once its end passed without an acknowledged renewal.
 
