@@ -27,6 +27,7 @@ PKGS=(meson ninja-build pkg-config gcc libuv1-dev libmsgpack-dev liblmdb-dev
       python3-venv    # the install test installs the Python package as the README says
       python3-prometheus-client tmux   # cli-observe: a real metrics parser, a real terminal
       mandoc          # the man pages' lint test
+      redis-server python3-redis   # coord-bench's peers (redis, clients: redis-py)
       etcd-server)    # the etcd ledger's tests run real etcd servers (else SKIP)
 
 say() { printf 'dev.sh: %s\n' "$*" >&2; }

@@ -274,6 +274,7 @@ void sc_fanout(struct bench *b, struct result *r);
 void sc_result_by_ref(struct bench *b, struct result *r);
 
 void sc_redis(struct bench *b, struct result *r);
+void sc_clients(struct bench *b, struct result *r);   /* spawns node and python */
 
 /* sc-lock.c: n acquire+release cycles on w (its name); total/acq/rel[i]
  * in ns (may be NULL); 0, or -1 with *err. */

@@ -30,6 +30,7 @@ static const struct {
     { "fanout", sc_fanout, "20 subscribers: delivered messages/s" },
     { "result-by-ref", sc_result_by_ref, "a 64 MiB sealed memfd to 100 followers: delivery, reads / local reads, broker VmHWM (<= 16 MiB growth)" },
     { "redis", sc_redis, "coord's lock cycle / Redis's (SET NX PX + EVALSHA): 1 client placed alike (>= 1.2x one CPU, >= 1x other CPU), 16 and 64 clients (>= 1.2x; / raw echo >= 0.9x)" },
+    { "clients", sc_clients, "Node / Python clients' lock cycles/s vs ioredis / redis-py, one CPU and split (>= 1.2x)" },
 };
 #define NSCEN (int)(sizeof scenarios / sizeof scenarios[0])
 
@@ -205,7 +206,8 @@ int main(int argc, char **argv)
     }
 
     /* the Redis peer, when installed and asked for */
-    if (selected[find_scenario("redis")] && redis_start(&B) < 0)
+    if ((selected[find_scenario("redis")] || selected[find_scenario("clients")]) &&
+        redis_start(&B) < 0)
         fprintf(stderr, "coord-bench: redis-server did not start; its scenario is skipped\n");
     if ((selected[find_scenario("durable-commits")] ||
          selected[find_scenario("durable-records")]) && redis_start_aof(&B) < 0)

@@ -247,6 +247,15 @@ export class Client extends EventTarget {
     }
   }
 
+  /** _request without waiting: {conn, rid, promise} when the connection is
+   * open (a lock cycle's hot path: no await before the write), else null. */
+  _requestNow(op, fields, onReply) {
+    if (this.#state !== 'open') return null;
+    const conn = this.#conn;
+    const { rid, promise } = conn.request(op, fields, onReply);
+    return { conn, rid, promise };
+  }
+
   /** One call: resolves the ok reply, rejects CoordError. */
   async _call(op, fields = {}) {
     const release = this._hold();

@@ -35,16 +35,25 @@ const MODES = ['exclusive', 'shared'];
 
 /** The lock a callback gets: {name, mode} as in Web Locks, plus token and signal. */
 export class Lock {
-  #name; #mode; #token; #signal;
-  constructor(name, mode, token, signal) {
-    this.#name = name; this.#mode = mode; this.#token = token; this.#signal = signal;
+  #name; #mode; #token; #h;
+  // h: the holding record (LockManager#track); its AbortController is made
+  // on the first read of signal, already aborted if the lock was lost
+  constructor(name, mode, token, h) {
+    this.#name = name; this.#mode = mode; this.#token = token; this.#h = h;
   }
   get name() { return this.#name; }
   get mode() { return this.#mode; }
   /** Fencing token: strictly increasing per name across grants and restarts. */
   get token() { return this.#token; }
   /** Aborted when the lock is lost (stolen, lease expired, connection gone). */
-  get signal() { return this.#signal; }
+  get signal() {
+    const h = this.#h;
+    if (!h.ac) {
+      h.ac = new AbortController();
+      if (h.lost) h.ac.abort(h.reason);
+    }
+    return h.ac.signal;
+  }
   get [Symbol.toStringTag]() { return 'Lock'; }
 }
 
@@ -157,7 +166,8 @@ export class LockManager {
         if (r.granted && Number.isSafeInteger(r.lock) && r.lock >= 0)
           h = this.#track(r.lock, settle, reject);
       };
-      req = await client._request('lock.acquire', fields, { onReply });
+      req = client._requestNow('lock.acquire', fields, onReply) ??
+        await client._request('lock.acquire', fields, { onReply });
       if (signal) {
         onAbort = () => {
           settle(reject, signal.reason);
@@ -205,14 +215,17 @@ export class LockManager {
   // the connection's loss reach it through h.lose.
   #track(lockId, settle, reject) {
     const client = this.#client;
-    const h = { id: lockId, lost: false, conn: null, renew: null, ac: new AbortController() };
+    // ac: the lock's AbortController, made when lock.signal is first read
+    // (most callbacks never read it); reason: why it was lost
+    const h = { id: lockId, lost: false, reason: undefined, conn: null, renew: null, ac: null };
     h.lose = (reason) => {
       if (h.lost) return;
       h.lost = true;
+      h.reason = reason;
       this.#held.delete(lockId);
       if (h.renew) clearInterval(h.renew);
       client._forget(h);
-      h.ac.abort(reason);
+      h.ac?.abort(reason);
       settle(reject, reason);
     };
     this.#held.set(lockId, h);
@@ -248,10 +261,14 @@ export class LockManager {
       }, Math.max(1, Math.floor(options.lease / 3)));
       h.renew.unref();
     }
-    const lock = new Lock(name, options.mode, token, h.ac.signal);
+    const lock = new Lock(name, options.mode, token, h);
     let ok, value;
     try {
-      value = await callback(lock);
+      value = callback(lock);
+      // a promise (or thenable) is waited for; a plain value needs no turn
+      if (value !== null && (typeof value === 'object' || typeof value === 'function') &&
+          typeof value.then === 'function')
+        value = await value;
       ok = true;
     } catch (e) {
       value = e;

@@ -228,6 +228,26 @@ test('steal: loser rejects with AbortError, lock.signal aborts, waiters stay que
   await firstSteal;
 });
 
+test('lock.signal first read after the lock was lost: already aborted, with the loss as reason', async () => {
+  // the signal is made on first read (locks.js): one read only after the
+  // steal must still see it aborted, and every read the same signal
+  const res = uniq('late-signal');
+  const got = deferred();
+  const gone = deferred();
+  let lock;
+  const loser = c.locks.request(res, (l) => { lock = l; got.resolve(); return gone.promise; });
+  await got.promise;
+  let why;
+  const lost = assert.rejects(loser, (e) => { why = e; return e instanceof DOMException && e.name === 'AbortError'; });
+  await c2.locks.request(res, { steal: true }, () => {});
+  await lost;
+  const s = lock.signal;
+  assert.equal(s.aborted, true);
+  assert.equal(s.reason, why);
+  assert.equal(lock.signal, s);
+  gone.resolve();
+});
+
 test('abort: already aborted, while queued, synchronously, after grant', async () => {
   const res = uniq('abort');
   // already aborted: the signal's reason

@@ -345,3 +345,17 @@ def test_a_wait_in_the_callers_terms(broker):
                 with pytest.raises(coord.Timeout, match=r"not granted: timed out after 0.3 s"):
                     await d.lock("a", timeout=0.3).acquire()
     run(main())
+
+
+def test_flat_replies_keep_their_values_and_non_utf8_names_come_back_as_bytes():
+    # decode_body keeps a flat map of ASCII str and scalars as unpacked;
+    # any other str still goes through the fix-up: a str that is not
+    # UTF-8 (a C client's name) comes back as the bytes it is
+    flat = {"rid": 3, "ok": True, "granted": False, "lock": 1 << 40, "name": "a/b",
+            "f": 0.5, "none": None, "bin": b"\x00\xff"}
+    assert core.decode_body(frame(flat)[4:]) == flat
+    assert core.decode_body(frame({"rid": 1, "name": "é"})[4:]) == {"rid": 1, "name": "é"}
+    raw = b"\x82\xa3rid\x01\xa4name\xa2\xff\xfe"          # name: str holding 0xff 0xfe
+    assert core.decode_body(raw) == {"rid": 1, "name": b"\xff\xfe"}
+    raw = b"\x82\xa4name\xa2\xff\xfe\xa3rid\x01"          # the same, the bad str first
+    assert core.decode_body(raw) == {"name": b"\xff\xfe", "rid": 1}

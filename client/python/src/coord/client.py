@@ -3,7 +3,7 @@
 One connection (``_Conn``) has a reader thread that feeds the sans-I/O
 ``Core`` and completes the waiting calls, and routes events (lock lost,
 flight abort, leader lost, channel messages) to their handles.  Callers
-block on a per-call ``threading.Event``.  One ticker thread per client
+block on a per-call lock (``_Call``).  One ticker thread per client
 renews leases (locks and leaderships) at a third of the lease and declares
 a lease lost locally once its end passed without an acknowledged renewal.
 
@@ -24,6 +24,7 @@ ends (needing ``_mu`` in ``_conn_lost``) is never waited for under it.
 from __future__ import annotations
 
 import concurrent.futures
+from _thread import allocate_lock as _allocate_lock
 import heapq
 import itertools
 import os
@@ -52,14 +53,22 @@ Callback = Callable[["_Call", Optional[Reply], Optional[BaseException]], None]
 class _Call:
     """One request's future.  ``hook`` runs in the reader thread before
     anyone is woken (it registers what the reply creates, so an event right
-    behind the reply finds it); ``callback`` runs there after."""
+    behind the reply finds it); ``callback`` runs there after.
 
-    __slots__ = ("_ev", "_mu", "reply", "exc", "hook", "callback", "_abandon", "rid")
+    The waiter sleeps on a bare lock taken at creation and released once
+    the call is done (``_done_lk``), not on a ``threading.Event`` (whose
+    Condition makes a lock and a waiter list per wait): a lock cycle makes
+    two calls, and this is the reader thread's hand-off to the caller."""
+
+    __slots__ = ("_done_lk", "_done", "_mu", "reply", "exc", "hook", "callback", "_abandon",
+                 "rid")
 
     def __init__(self, hook: Optional[Callable[[Reply], None]] = None,
                  callback: Optional[Callback] = None) -> None:
-        self._ev = threading.Event()
-        self._mu = threading.Lock()
+        self._done_lk = _allocate_lock()
+        self._done_lk.acquire()
+        self._done = False
+        self._mu = _allocate_lock()
         self.reply: Optional[Reply] = None
         self.exc: Optional[BaseException] = None
         self.hook = hook
@@ -75,7 +84,8 @@ class _Call:
                 pass
         with self._mu:
             self.reply = reply
-            self._ev.set()
+            self._done = True
+            self._done_lk.release()
             ab = self._abandon
         if ab is not None:
             ab(reply)
@@ -84,8 +94,11 @@ class _Call:
 
     def _fail(self, exc: BaseException) -> None:
         with self._mu:
+            if self._done:
+                return
             self.exc = exc
-            self._ev.set()
+            self._done = True
+            self._done_lk.release()
         if self.callback is not None:
             self.callback(self, None, exc)
 
@@ -93,17 +106,27 @@ class _Call:
         """Nobody waits any more: fn(reply) hands back what the reply
         grants, now if it already came, else when it comes."""
         with self._mu:
-            if not self._ev.is_set():
+            if not self._done:
                 self._abandon = fn
                 return
             reply = self.reply
         if reply is not None:
             fn(reply)
 
+    def done(self, timeout: Optional[float] = None) -> bool:
+        """Waits until the call is done (timeout: seconds, None for ever);
+        False when timeout passed first."""
+        if self._done:
+            return True
+        if not self._done_lk.acquire(True, -1 if timeout is None else max(timeout, 0.0)):
+            return False
+        self._done_lk.release()       # the next waiter passes too
+        return True
+
     def wait(self, timeout: Optional[float] = None, op: str = "") -> Reply:
         """The reply; ``Timeout`` when timeout (seconds) passed without one
         (the request stays registered: a late reply completes nothing)."""
-        if not self._ev.wait(timeout):
+        if not self.done(timeout):
             assert timeout is not None
             raise no_reply(op, timeout)
         if self.exc is not None:
@@ -881,7 +904,7 @@ class Client(ClientBase):
             except OSError:
                 pass        # EPIPE: the reader reads the refusal, if one came
         hello_timeout = max(self.connect_timeout, MIN_HELLO_TIMEOUT)
-        if not call._ev.wait(hello_timeout):
+        if not call.done(hello_timeout):
             conn.shutdown()
             raise calls.hello_timeout(hello_timeout)
         try:

@@ -180,10 +180,19 @@ def _fix(v: Any, depth: int) -> Any:
     return v
 
 
+_PLAIN = (int, bool, float, type(None), bytes)
+
+
 def _fix_strings(d: Dict[str, Any], depth: int) -> Dict[str, Any]:
     if depth > MAX_DEPTH:
         raise ProtocolError(_TOO_DEEP)
-    return {k: _fix(v, depth) for k, v in d.items()}
+    # most replies are flat maps of ASCII str, ints and booleans: kept as
+    # they are, without building a new dict
+    for v in d.values():
+        t = type(v)
+        if not (t in _PLAIN or (t is str and v.isascii())):
+            return {k: _fix(v, depth) for k, v in d.items()}
+    return d
 
 
 class Framer:
@@ -228,6 +237,9 @@ class Core(Generic[H]):
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self._framer = Framer(max_frame)
+        # one packer per connection (msgpack.packb makes one per call);
+        # the same bytes as encode_frame
+        self._packer = msgpack.Packer(use_bin_type=True)
         self._next_rid = 1
         self._pending: Dict[int, H] = {}
         self.bye: Optional[Reply] = None     # a rid-0 error: why it closes
@@ -253,7 +265,8 @@ class Core(Generic[H]):
                 msg[k] = None
             elif v is not None:
                 msg[k] = v
-        frame = encode_frame(msg)
+        body: bytes = self._packer.pack(msg)
+        frame = _LEN.pack(len(body)) + body
         self._pending[rid] = handle
         return rid, frame
 
