@@ -40,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "errors.h"
+#include "fdpass.h"
 #include "internal.h"
 
 int64_t coord__now_ms(void)
@@ -398,23 +399,7 @@ static bool out_pending(const coord_t *c);
  * (they are closed). */
 static bool take_fds(coord_t *c, struct msghdr *mh)
 {
-    bool ok = true;
-    for (struct cmsghdr *h = CMSG_FIRSTHDR(mh); h; h = CMSG_NXTHDR(mh, h)) {
-        if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
-            continue;
-        size_t k = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < k; i++) {
-            int fd;
-            memcpy(&fd, CMSG_DATA(h) + i * sizeof fd, sizeof fd);
-            if (c->nfdq < (int)(sizeof c->fdq / sizeof c->fdq[0])) {
-                c->fdq[c->nfdq++] = fd;
-            } else {
-                close(fd);
-                ok = false;
-            }
-        }
-    }
-    return ok && !(mh->msg_flags & MSG_CTRUNC);
+    return coord_take_fds(mh, c->fdq, &c->nfdq, (int)(sizeof c->fdq / sizeof c->fdq[0]));
 }
 
 /* One read, cut into frames on c->inbound.  The socket is left blocking
@@ -658,25 +643,13 @@ static int pump_once(coord_t *c, bool block);
  * wait for us to read).  0 or COORD_ECLOSED. */
 static int send_fd_byte(coord_t *c, int fd)
 {
-    union { char b[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } cm;
     for (;;) {
         if (c->dead)                       /* input ended too (mark_rx_done) */
             return c->dead_code;
         if (!out_pending(c)) {
-            memset(&cm, 0, sizeof cm);
-            struct iovec iov = { c->wbuf.data, 1 };
-            struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
-                                 .msg_controllen = sizeof cm.b };
-            struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
-            h->cmsg_level = SOL_SOCKET;
-            h->cmsg_type = SCM_RIGHTS;
-            h->cmsg_len = CMSG_LEN(sizeof(int));
-            memcpy(CMSG_DATA(h), &fd, sizeof fd);
-            ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+            ssize_t w = coord_send_with_fd(c->fd, c->wbuf.data, 1, fd, MSG_DONTWAIT);
             if (w == 1)
                 return 0;
-            if (w < 0 && errno == EINTR)
-                continue;
             if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
                 write_failed(c);
                 return COORD_ECLOSED;

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "fdpass.h"
 #include "paths.h"
 #include "ready.h"
 #include "spawn.h"
@@ -469,21 +470,7 @@ int rcl_write_fd(struct rcl *c, const void *p, size_t n, int fd)
 {
     if (n == 0)
         return -1;
-    struct iovec iov = { (void *)p, 1 };
-    union { char buf[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } cm;
-    memset(&cm, 0, sizeof cm);
-    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
-                         .msg_controllen = sizeof cm.buf };
-    struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
-    h->cmsg_level = SOL_SOCKET;
-    h->cmsg_type = SCM_RIGHTS;
-    h->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(h), &fd, sizeof fd);
-    ssize_t w;
-    do
-        w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
-    while (w < 0 && errno == EINTR);
-    if (w != 1)
+    if (coord_send_with_fd(c->fd, p, 1, fd, 0) != 1)
         return -1;
     return rcl_write(c, (const uint8_t *)p + 1, n - 1);
 }
@@ -605,19 +592,8 @@ int rcl_pump(struct rcl *c, int timeout_ms)
         ssize_t r = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
         if (r < 0 && errno == EINTR)
             continue;
-        for (struct cmsghdr *h = r > 0 ? CMSG_FIRSTHDR(&mh) : NULL; h; h = CMSG_NXTHDR(&mh, h)) {
-            if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
-                continue;
-            size_t k = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            for (size_t i = 0; i < k; i++) {
-                int fd;
-                memcpy(&fd, CMSG_DATA(h) + i * sizeof fd, sizeof fd);
-                if (c->nfdq < 64)
-                    c->fdq[c->nfdq++] = fd;
-                else
-                    close(fd);
-            }
-        }
+        if (r > 0)
+            coord_take_fds(&mh, c->fdq, &c->nfdq, (int)(sizeof c->fdq / sizeof c->fdq[0]));
         if (r <= 0) {
             c->closed = true;
             break;

@@ -26,6 +26,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include "bench.h"
+#include "fdpass.h"
 
 #define READERS 2
 
@@ -111,17 +112,7 @@ static int send_complete(struct wconn *w, uint64_t flight, uint64_t fence, int f
         coord_enc_kv_bin(&e, "result", inline_result, (size_t)size);
     wq_end(&e);
     if (fd >= 0) {
-        union { char b[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } cm;
-        memset(&cm, 0, sizeof cm);
-        struct iovec iov = { w->out.data, 1 };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
-                             .msg_controllen = sizeof cm.b };
-        struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
-        h->cmsg_level = SOL_SOCKET;
-        h->cmsg_type = SCM_RIGHTS;
-        h->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(h), &fd, sizeof fd);
-        if (sendmsg(w->fd, &mh, MSG_NOSIGNAL) != 1)
+        if (coord_send_with_fd(w->fd, w->out.data, 1, fd, 0) != 1)
             return -1;
         coord_buf_consume(&w->out, 1);
     }

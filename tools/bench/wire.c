@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include "bench.h"
 #include "errors.h"
+#include "fdpass.h"
 
 #define IN_START 4096
 
@@ -156,19 +157,7 @@ ssize_t wc_fill_fds(struct wconn *w, int *fdq, int *nfdq, int max)
             continue;
         if (n < 0)
             return -errno;
-        for (struct cmsghdr *h = CMSG_FIRSTHDR(&mh); h; h = CMSG_NXTHDR(&mh, h)) {
-            if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
-                continue;
-            size_t k = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            for (size_t i = 0; i < k; i++) {
-                int fd;
-                memcpy(&fd, CMSG_DATA(h) + i * sizeof fd, sizeof fd);
-                if (*nfdq < max)
-                    fdq[(*nfdq)++] = fd;
-                else
-                    close(fd);
-            }
-        }
+        coord_take_fds(&mh, fdq, nfdq, max);
         w->ilen += (size_t)n;
         return n;
     }
