@@ -78,6 +78,11 @@ struct member {
  * scoped key).  At most one flight per (scope, key, version) is found. */
 enum keyed { KEYED_NONE, KEYED_KEY, KEYED_VKEY };
 
+/* How many superseded owners' fences a flight remembers for the reason of
+ * their late results (a fourth supersede in a row before the first owner
+ * answers is rare; an older one's late result is a plain stale fence). */
+#define FLIGHT_SUPERSEDED_KEPT 4
+
 struct flight {
     struct hentry by_key;          /* key/keylen: the scoped key, always set */
     struct hentry by_vkey;
@@ -97,7 +102,11 @@ struct flight {
     bool bypass;                   /* kill switch: not deduplicated, no record */
     bool revalidation;             /* owner was given a stale record */
     bool purged;                   /* fenced by record.purge: a tombstone */
-    uint64_t superseded_fence;     /* the last superseded owner's fence, 0: none */
+    /* the fences of the last FLIGHT_SUPERSEDED_KEPT owners superseded, a
+     * ring ([superseded_n - 1] % KEPT the last; 0: none): each one's late
+     * result is FENCED with reason superseded, not a plain stale fence */
+    uint64_t superseded[FLIGHT_SUPERSEDED_KEPT];
+    unsigned superseded_n;
     struct list watchers;          /* struct watcher: served stale, notify */
     uint64_t started_ms;
     uint64_t owner_since_us;       /* the current owner's start (latency stats) */
@@ -602,6 +611,15 @@ static void completion_reply(struct conn *c, struct completion *cp, int status, 
 
 /* Checks flight + fence for complete/fail; replies and returns NULL when
  * refused. */
+/* Was fence an owner's that a fresh join superseded (one of the last kept)? */
+static bool was_superseded(const struct flight *f, uint64_t fence)
+{
+    for (unsigned i = 0; i < FLIGHT_SUPERSEDED_KEPT && i < f->superseded_n; i++)
+        if (fence && f->superseded[i] == fence)
+            return true;
+    return false;
+}
+
 static struct flight *owned_flight(struct conn *c, uint64_t rid, uint64_t id, uint64_t fence)
 {
     struct hentry *h = hashmap_get(&F.by_id, &id, sizeof id);
@@ -633,12 +651,12 @@ static struct flight *owned_flight(struct conn *c, uint64_t rid, uint64_t id, ui
         return NULL;
     }
     if (BROKEN(SUPERSEDED_ACCEPTED) && !f->completing && f->owner &&
-        f->superseded_fence && f->superseded_fence == fence)
+        was_superseded(f, fence))
         return f;                      /* the stale owner's result, taken */
     if (f->completing || !f->owner || f->owner->conn != c || f->fence != fence) {
         F.fenced++;
         struct tr t = { c, NULL, -1, -1, NULL };
-        bool sup = f->superseded_fence && f->superseded_fence == fence;
+        bool sup = was_superseded(f, fence);
         transition("fenced", f, fence, sup ? REASON_SUPERSEDED : REASON_NONE, t);
         if (sup)
             conn_reply_error_reason(c, rid, COORD_EFENCED,
@@ -1133,11 +1151,12 @@ static bool supersede(struct conn *c, uint64_t rid, struct flight *fl, const str
     owner_unlink(fl);
     fl->owner = NULL;
     deadline_cancel(&fl->deadline);
-    fl->superseded_fence = fl->fence;
+    uint64_t old_fence = fl->fence;
+    fl->superseded[fl->superseded_n++ % FLIGHT_SUPERSEDED_KEPT] = old_fence;
     fl->fence = ids_next();
     send_abort_event(old->conn, fl, REASON_SUPERSEDED);
     struct tr t = { old->conn, old, ms_since(fl->owner_since_us), -1, NULL };
-    transition("superseded", fl, fl->superseded_fence, REASON_SUPERSEDED, t);
+    transition("superseded", fl, old_fence, REASON_SUPERSEDED, t);
     free(old);
     F.superseded++;
     m->f = fl;
@@ -1146,7 +1165,7 @@ static bool supersede(struct conn *c, uint64_t rid, struct flight *fl, const str
     coord_enc e;
     conn_enc_begin_reply(c, &e, rid);
     encode_owner(&e, fl);
-    coord_enc_kv_uint(&e, "superseded", fl->superseded_fence);
+    coord_enc_kv_uint(&e, "superseded", old_fence);
     conn_enc_finish(c, &e);
     return true;
 }

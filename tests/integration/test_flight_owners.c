@@ -310,6 +310,10 @@ static void test_supersede(void)
     join(e, 2, (struct join){ .key = "feed", .priority = 5 });
     REQUIRE(waits(e));
     REQUIRE(complete(c, 3, fl, fc, "also stale", 0) == 0 && msg_code_is(&m, "FENCED"));
+    CHECK(str_is("reason", "superseded"));
+    /* a, superseded twice over (a by c, c by d), still hears why */
+    REQUIRE(complete(a, 4, fl, fa, "older", 0) == 0);
+    CHECK(msg_code_is(&m, "FENCED") && str_is("reason", "superseded"));
     /* d's result reaches the old flight's followers, and is kept */
     REQUIRE(complete(d, 3, fl, fd, "fresh", 600000) == 0);
     CHECK(msg_ok(&m) && msg_uint(&m, "delivered") == 2);
