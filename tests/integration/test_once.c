@@ -621,7 +621,8 @@ static void test_ctl_tables(void)
     free(out);
 
     /* a running flight with one follower */
-    const char *hang[] = { "once", "busy/key", "--", "sh", "-c", "exec sleep 60", NULL };
+    const char *hang[] = { "once", "--version", "v3", "busy/key", "--", "sh", "-c",
+                           "exec sleep 60", NULL };
     const char *follow[] = { "once", "busy/key", "--", "true", NULL };
     struct run owner, f;
     ctl_start(&owner, NULL, NULL, hang);
@@ -631,6 +632,8 @@ static void test_ctl_tables(void)
     CHECK_EQ_U(ctl_run(NULL, flights, &out), 0);
     CHECK(has(out, "KEY"));
     CHECK(has(out, "FOLLOWERS"));
+    CHECK(has(out, "VERSION"));
+    CHECK(has(out, " v3 "));              /* the flight's version */
     CHECK(has(out, "busy/key"));
     char pidtxt[64];
     snprintf(pidtxt, sizeof pidtxt, "pid %d ", (int)owner.pid);
@@ -648,7 +651,8 @@ static void test_ctl_tables(void)
     /* records: two in the default scope, one in another */
     const char *k1[] = { "once", "--keep", "60", "user/1", "--", "echo", "one", NULL };
     const char *k2[] = { "once", "--keep", "60", "user/2", "--", "echo", "two", NULL };
-    const char *k3[] = { "once", "--keep", "60", "other/1", "--", "echo", "three", NULL };
+    const char *k3[] = { "once", "--keep", "60", "--version", "v7", "other/1", "--", "echo",
+                         "three", NULL };
     CHECK_EQ_U(ctl_run(NULL, k1, NULL), 0);
     CHECK_EQ_U(ctl_run(NULL, k2, NULL), 0);
     CHECK_EQ_U(ctl_run(NULL, k3, NULL), 0);
@@ -659,6 +663,10 @@ static void test_ctl_tables(void)
     CHECK(has(out, "user/1"));
     CHECK(has(out, "other/1"));
     CHECK(has(out, "completed"));
+    CHECK(has(out, "OWNER"));
+    CHECK(has(out, "VERSION"));
+    CHECK(has(out, "coordctl (pid "));   /* each record's owner */
+    CHECK(has(out, " v7 "));              /* other/1's version */
     free(out);
     const char *rp[] = { "records", "--prefix", "user/", NULL };
     CHECK_EQ_U(ctl_run(NULL, rp, &out), 0);

@@ -649,12 +649,47 @@ static int show(struct ctl *ctl, coord_reply_t *reply, const char *what,
 
 /* ---- coordctl flights ---- */
 
+/* A string field as a cell, escaped: "-" when absent or empty. */
+static char *text_cell(coord_map m, const char *key)
+{
+    const char *s = NULL;
+    size_t n = 0;
+    if (!coord_map_str(m, key, &s, &n) || !s || n == 0)
+        return strdup("-");
+    return ctl_escape(s, n);
+}
+
+/* A record's owner as a cell: "NAME (pid N)", either part alone, or "-"
+ * (a record written before records kept their owner). */
+static char *owner_cell(coord_map m)
+{
+    const char *s = NULL;
+    size_t n = 0;
+    uint64_t pid = 0;
+    bool has_pid = coord_map_uint(m, "pid", &pid) && pid;
+    bool has_name = coord_map_str(m, "client", &s, &n) && s && n;
+    char *name = has_name ? ctl_escape(s, n) : NULL;
+    char *cell;
+    if (has_name && !name)
+        return NULL;
+    if (has_name && has_pid)
+        cell = ctl_strdupf("%s (pid %llu)", name, (unsigned long long)pid);
+    else if (has_name)
+        cell = strdup(name);
+    else if (has_pid)
+        cell = ctl_strdupf("pid %llu", (unsigned long long)pid);
+    else
+        cell = strdup("-");
+    free(name);
+    return cell;
+}
+
 static int flights_table(coord_map m)
 {
     static const char *const titles[] = {
-        "KEY", "FLIGHT", "FENCE", "OWNER", "FOLLOWERS", "AGE",
+        "KEY", "FLIGHT", "FENCE", "OWNER", "VERSION", "FOLLOWERS", "AGE",
     };
-    struct ctl_rows t = { .ncols = 6, .titles = titles };
+    struct ctl_rows t = { .ncols = 7, .titles = titles };
     size_t n = coord_map_array_len(m, "flights");
     if (n == 0) {
         printf("no flights running\n");
@@ -685,8 +720,9 @@ static int flights_table(coord_map m)
             else
                 row[3] = ctl_strdupf("pid %llu conn %llu", (unsigned long long)pid,
                                      (unsigned long long)conn);
-            row[4] = ctl_uint_cell(e, "followers");
-            row[5] = strdup(d);
+            row[4] = text_cell(e, "version");
+            row[5] = ctl_uint_cell(e, "followers");
+            row[6] = strdup(d);
         }
         ctl_rows_check(&t, row);
     }
@@ -810,9 +846,9 @@ int cmd_flights(struct ctl *ctl, int argc, char **argv)
 static int records_table(coord_map m)
 {
     static const char *const titles[] = {
-        "KEY", "STATUS", "FENCE", "SIZE", "CREATED", "EXPIRES",
+        "KEY", "STATUS", "FENCE", "OWNER", "VERSION", "SIZE", "CREATED", "EXPIRES",
     };
-    struct ctl_rows t = { .ncols = 6, .titles = titles };
+    struct ctl_rows t = { .ncols = 8, .titles = titles };
     size_t n = coord_map_array_len(m, "records");
     if (n == 0) {
         printf("no records\n");
@@ -835,11 +871,13 @@ static int records_table(coord_map m)
             row[0] = ctl_escaped_field(e, "key");
             row[1] = ctl_escaped_field(e, "status");
             row[2] = ctl_uint_cell(e, "fence");
-            row[3] = ctl_uint_cell(e, "size");
+            row[3] = owner_cell(e);
+            row[4] = text_cell(e, "version");
+            row[5] = ctl_uint_cell(e, "size");
             ctl_format_duration(d, sizeof d, now > created ? now - created : 0);
-            row[4] = ctl_strdupf("%s ago", d);
+            row[6] = ctl_strdupf("%s ago", d);
             ctl_format_duration(d, sizeof d, expires > now ? expires - now : 0);
-            row[5] = ctl_strdupf("in %s", d);
+            row[7] = ctl_strdupf("in %s", d);
         }
         ctl_rows_check(&t, row);
     }
