@@ -86,3 +86,27 @@ def test_timeouts_are_said_in_seconds(broker):
         assert not FIELD_WORDING.search(r.stderr), r.stderr
     finally:
         end(owner)
+
+
+def test_wait_flags_combine_alike_in_lock_and_leader_run(broker):
+    """-n, -w and --steal: the same rules for lock and leader-run (one
+    ctl_wait_settle), -s excluded by --steal for lock only; -w 0 is -n."""
+    env, _ = broker
+    for cmd, name in (("lock", "db"), ("leader-run", "ws")):
+        r = ctl(env, cmd, "-n", "-w", "1", name, "--", "true")
+        assert r.returncode == 2 and "-n and -w cannot be combined" in r.stderr, r.stderr
+        for flag in (["-n"], ["-w", "1"]):
+            r = ctl(env, cmd, "--steal", *flag, name, "--", "true")
+            assert r.returncode == 2, r.stderr
+            want = "-s, -n or -w" if cmd == "lock" else "-n or -w"
+            assert f"--steal cannot be combined with {want} (try" in r.stderr, r.stderr
+    r = ctl(env, "lock", "--steal", "-s", "db", "--", "true")
+    assert r.returncode == 2 and "with -s, -n or -w" in r.stderr
+    holder = hold(env, "db")
+    try:
+        # -w 0 does not wait: busy at once, as -n
+        r = ctl(env, "lock", "-E", "42", "-w", "0", "db", "--", "true")
+        assert r.returncode == 42 and "db is busy" in r.stderr, r.stderr
+    finally:
+        end(holder)
+    assert ctl(env, "lock", "-w", "0", "db", "--", "true").returncode == 0

@@ -182,6 +182,21 @@ struct ctl_child {
  * status of a usage error. */
 int ctl_name_and_cmd(struct ctl *ctl, int argc, char **argv, int i,
                      const char *what, const char **name, char ***cmd);
+/* How lock and leader-run wait: -n, -w SECONDS, --steal (and lock's -s,
+ * which --steal excludes too). */
+struct ctl_wait {
+    bool nonblock;              /* -n */
+    bool have_wait;             /* -w given */
+    uint64_t wait_ms;
+    bool steal;
+    bool shared;                /* lock -s */
+    bool has_shared;            /* the command has -s (for the message) */
+};
+/* The combinations of w checked, then -w settled into the request: 0 s is
+ * -n (waiting 0 s is not waiting), else *timeout_ms.  0, or the exit
+ * status of a usage error. */
+int ctl_wait_settle(struct ctl *ctl, const struct ctl_wait *w, bool *if_available,
+                    uint64_t *timeout_ms);
 /* setenv of the name/value pairs of vars (NULL-ended); false after
  * printing "coordctl: WHAT: setenv: ...". */
 bool ctl_child_env(const char *what, const char *const *vars);

@@ -538,8 +538,7 @@ int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
     bool single_instance = false;
     coord_leader_opts o;
     memset(&o, 0, sizeof o);
-    bool have_wait = false;
-    uint64_t wait_ms = 0;
+    struct ctl_wait w = { .has_shared = false };
     int opt;
     optind = 1;
     opterr = 0;
@@ -551,15 +550,15 @@ int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
                                  optarg);
             break;
         case 'n':
-            o.if_available = true;
+            w.nonblock = true;
             break;
         case 'S':
-            o.steal = true;
+            o.steal = w.steal = true;
             break;
         case 'w':
-            if (!ctl_parse_seconds(optarg, &wait_ms))
+            if (!ctl_parse_seconds(optarg, &w.wait_ms))
                 return ctl_usage(ctl, "-w needs a number of seconds, not %s", optarg);
-            have_wait = true;
+            w.have_wait = true;
             break;
         case 'P':
             if (!strchr(optarg, '@'))
@@ -592,16 +591,8 @@ int cmd_leader_run(struct ctl *ctl, int argc, char **argv)
     if (rc)
         return rc;
 
-    if (have_wait && o.if_available)
-        return ctl_usage(ctl, "-n and -w cannot be combined");
-    if (o.steal && (o.if_available || have_wait))
-        return ctl_usage(ctl, "--steal cannot be combined with -n or -w");
-    if (have_wait) {
-        if (wait_ms == 0)
-            o.if_available = true;    /* waiting 0 s is not waiting */
-        else
-            o.timeout_ms = wait_ms;
-    }
+    if ((rc = ctl_wait_settle(ctl, &w, &o.if_available, &o.timeout_ms)))
+        return rc;
 
     struct leader_run lr;
     memset(&lr, 0, sizeof lr);

@@ -180,8 +180,7 @@ int cmd_lock(struct ctl *ctl, int argc, char **argv)
     };
     coord_lock_opts o;
     memset(&o, 0, sizeof o);
-    bool have_wait = false;
-    uint64_t wait_ms = 0;
+    struct ctl_wait w = { .has_shared = true };
     const char *wait_arg = NULL;
     int conflict_exit = CTL_EXIT_FAIL;
     bool verbose = false;
@@ -191,18 +190,18 @@ int cmd_lock(struct ctl *ctl, int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "+snw:E:v", longopts, NULL)) != -1) {
         switch (opt) {
         case 's':
-            o.shared = true;
+            o.shared = w.shared = true;
             break;
         case 'n':
-            o.if_available = true;
+            w.nonblock = true;
             break;
         case 'S':
-            o.steal = true;
+            o.steal = w.steal = true;
             break;
         case 'w':
-            if (!ctl_parse_seconds(optarg, &wait_ms))
+            if (!ctl_parse_seconds(optarg, &w.wait_ms))
                 return ctl_usage(ctl, "-w needs a number of seconds, not %s", optarg);
-            have_wait = true;
+            w.have_wait = true;
             wait_arg = optarg;
             break;
         case 'j':
@@ -236,16 +235,8 @@ int cmd_lock(struct ctl *ctl, int argc, char **argv)
     if (rc)
         return rc;
 
-    if (have_wait && o.if_available)
-        return ctl_usage(ctl, "-n and -w cannot be combined");
-    if (o.steal && (o.shared || o.if_available || have_wait))
-        return ctl_usage(ctl, "--steal cannot be combined with -s, -n or -w");
-    if (have_wait) {
-        if (wait_ms == 0)
-            o.if_available = true;    /* waiting 0 s is not waiting */
-        else
-            o.timeout_ms = wait_ms;
-    }
+    if ((rc = ctl_wait_settle(ctl, &w, &o.if_available, &o.timeout_ms)))
+        return rc;
 
     struct lock_run lr;
     memset(&lr, 0, sizeof lr);

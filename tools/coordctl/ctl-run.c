@@ -66,6 +66,20 @@ int ctl_name_and_cmd(struct ctl *ctl, int argc, char **argv, int i,
     return 0;
 }
 
+int ctl_wait_settle(struct ctl *ctl, const struct ctl_wait *w, bool *if_available,
+                    uint64_t *timeout_ms)
+{
+    if (w->have_wait && w->nonblock)
+        return ctl_usage(ctl, "-n and -w cannot be combined");
+    if (w->steal && (w->shared || w->nonblock || w->have_wait))
+        return ctl_usage(ctl, "--steal cannot be combined with %s",
+                         w->has_shared ? "-s, -n or -w" : "-n or -w");
+    *if_available = w->nonblock || (w->have_wait && w->wait_ms == 0);
+    if (w->have_wait && w->wait_ms)
+        *timeout_ms = w->wait_ms;
+    return 0;
+}
+
 /* ---- the child ---- */
 
 bool ctl_child_env(const char *what, const char *const *vars)
