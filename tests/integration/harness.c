@@ -484,6 +484,25 @@ int rcl_take_fd(struct rcl *c)
     return fd;
 }
 
+bool fd_reads_as(int fd, const uint8_t *want, size_t n)
+{
+    uint8_t *got = malloc(n + 1);
+    if (!got)
+        return false;
+    size_t off = 0;
+    for (;;) {
+        ssize_t r = read(fd, got + off, n + 1 - off);
+        if (r <= 0)
+            break;
+        off += (size_t)r;
+        if (off == n + 1)
+            break;
+    }
+    bool ok = off == n && memcmp(got, want, n) == 0;
+    free(got);
+    return ok;
+}
+
 size_t rcl_fds_queued(const struct rcl *c)
 {
     size_t n = (size_t)c->nfdq;

@@ -145,6 +145,9 @@ int rcl_send_fd(struct rcl *c, int fd);
 int rcl_write_fd(struct rcl *c, const void *p, size_t n, int fd);
 int rcl_take_fd(struct rcl *c);
 size_t rcl_fds_queued(const struct rcl *c);
+/* Everything fd holds from its offset on equals want[0..n) (read to its
+ * end: one byte more is a difference). */
+bool fd_reads_as(int fd, const uint8_t *want, size_t n);
 
 /* A C string as pointer and length, for the (ptr, len) arguments. */
 #define S(s) s, strlen(s)

@@ -56,26 +56,6 @@ static void fill(uint8_t *p, size_t n, unsigned seed)
         p[i] = (uint8_t)((i * 2654435761u + seed) >> 7);
 }
 
-/* Everything fd holds from its offset on equals want[0..n). */
-static bool reads_as(int fd, const uint8_t *want, size_t n)
-{
-    uint8_t *got = malloc(n + 1);
-    if (!got)
-        return false;
-    size_t off = 0;
-    for (;;) {
-        ssize_t r = read(fd, got + off, n + 1 - off);
-        if (r <= 0)
-            break;
-        off += (size_t)r;
-        if (off == n + 1)
-            break;
-    }
-    bool ok = off == n && memcmp(got, want, n) == 0;
-    free(got);
-    return ok;
-}
-
 static struct rcl *fd_client(bool fds)
 {
     struct rcl *c = rcl_connect(bp.sock);
@@ -200,13 +180,13 @@ static void three_followers(void)
         CHECK((fcntl(got[i], F_GETFL) & O_ACCMODE) == O_RDONLY);
     }
     /* independent offsets: reading one moves no other */
-    CHECK(reads_as(got[0], data, n));
+    CHECK(fd_reads_as(got[0], data, n));
     CHECK_EQ_U((uint64_t)lseek(got[1], 0, SEEK_CUR), 0);
     uint8_t half[100];
     CHECK(read(got[1], half, sizeof half) == (ssize_t)sizeof half);
     CHECK(memcmp(half, data, sizeof half) == 0);
     CHECK_EQ_U((uint64_t)lseek(got[2], 0, SEEK_CUR), 0);
-    CHECK(reads_as(got[1], data + sizeof half, n - sizeof half));
+    CHECK(fd_reads_as(got[1], data + sizeof half, n - sizeof half));
     void *map = mmap(NULL, n, PROT_READ, MAP_PRIVATE, got[2], 0);
     CHECK(map != MAP_FAILED && memcmp(map, data, n) == 0);
     if (map != MAP_FAILED)
@@ -344,7 +324,7 @@ static void durable(void)
     CHECK_EQ_U((uint64_t)st.st_size, n);
     REQUIRE(rcl_reply(f, 2, T, &m) == 0 && role_is("result"));
     int fd = rcl_take_fd(f);
-    CHECK(fd >= 0 && reads_as(fd, data, n));
+    CHECK(fd >= 0 && fd_reads_as(fd, data, n));
     close(fd);
     rcl_close(c);
     rcl_close(f);
@@ -358,7 +338,7 @@ static void durable(void)
     CHECK(msg_str_is(&m, "source", S("record")));
     CHECK_EQ_U(msg_uint(&m, "result_fd"), n);
     fd = rcl_take_fd(c);
-    CHECK(fd >= 0 && reads_as(fd, data, n));
+    CHECK(fd >= 0 && fd_reads_as(fd, data, n));
     close(fd);
     coord_enc *e = rcl_begin(c, "record.get", 3);
     coord_enc_kv_cstr(e, "key", "kept");
@@ -366,7 +346,7 @@ static void durable(void)
     REQUIRE(rcl_reply(c, 3, T, &m) == 0 && msg_ok(&m));
     CHECK_EQ_U(msg_uint(&m, "result_fd"), n);
     fd = rcl_take_fd(c);
-    CHECK(fd >= 0 && reads_as(fd, data, n));
+    CHECK(fd >= 0 && fd_reads_as(fd, data, n));
     close(fd);
     rcl_request(c, "record.list", 4);
     REQUIRE(rcl_reply(c, 4, T, &m) == 0 && msg_ok(&m));
@@ -387,7 +367,7 @@ static void durable(void)
     snprintf(rpath, sizeof rpath, "%.*s", (int)pb.len, (const char *)pb.ptr);
     fd = open(rpath, O_RDONLY | O_CLOEXEC);
     CHECK(fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_ino == map_uint(ref, "ino"));
-    CHECK(fd >= 0 && reads_as(fd, data, n));
+    CHECK(fd >= 0 && fd_reads_as(fd, data, n));
     if (fd >= 0)
         close(fd);
     rcl_close(nofd);
@@ -440,7 +420,7 @@ static void expiry_and_leftovers(void)
     REQUIRE(rcl_reply(c, 2, T, &m) == 0 && msg_ok(&m));
     CHECK_EQ_U(msg_uint(&m, "result_fd"), 300);
     fd = rcl_take_fd(c);
-    CHECK(fd >= 0 && reads_as(fd, data, 300));
+    CHECK(fd >= 0 && fd_reads_as(fd, data, 300));
     if (fd >= 0)
         close(fd);
     rcl_close(c);
@@ -474,7 +454,7 @@ static void stale_by_ref(void)
     const msgpack_object_map *st = msg_map(&m, "stale");
     CHECK_EQ_U(map_uint(st, "result_fd"), sizeof data);
     int fd = rcl_take_fd(d);
-    CHECK(fd >= 0 && reads_as(fd, data, sizeof data));
+    CHECK(fd >= 0 && fd_reads_as(fd, data, sizeof data));
     if (fd >= 0)
         close(fd);
     struct rcl *who[2] = { c, nofd };
@@ -495,7 +475,7 @@ static void stale_by_ref(void)
             snprintf(path, sizeof path, "%.*s", (int)pb.len, (const char *)pb.ptr);
             fd = open(path, O_RDONLY | O_CLOEXEC);
         }
-        CHECK(fd >= 0 && reads_as(fd, data, sizeof data));
+        CHECK(fd >= 0 && fd_reads_as(fd, data, sizeof data));
         if (fd >= 0)
             close(fd);
     }
@@ -555,7 +535,7 @@ static void result_refs(void)
     struct stat st;
     REQUIRE(fd >= 0);
     CHECK(fstat(fd, &st) == 0 && (uint64_t)st.st_ino == ino);
-    CHECK(reads_as(fd, data, sizeof data));
+    CHECK(fd_reads_as(fd, data, sizeof data));
     close(fd);
     REQUIRE(rcl_reply(b, 2, T, &m) == 0 && role_is("result"));
     ref_path(pbuf, sizeof pbuf);
@@ -587,7 +567,7 @@ static void result_refs(void)
     aref = map_uint(msg_map(&m, "result_ref"), "ref");
     ref_path(pa, sizeof pa);
     fd = open(pa, O_RDONLY | O_CLOEXEC);
-    CHECK(fd >= 0 && reads_as(fd, data, 10));
+    CHECK(fd >= 0 && fd_reads_as(fd, data, 10));
     if (fd >= 0)
         close(fd);
     e = rcl_begin(a, "flight.unref", 6);

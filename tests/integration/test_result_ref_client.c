@@ -65,25 +65,6 @@ static void on_join(coord_t *c, int status, coord_flight *f, void *ud)
     memset(f, 0, sizeof *f);
 }
 
-static bool fd_holds(int fd, const uint8_t *want, size_t n)
-{
-    uint8_t *got = malloc(n + 1);
-    if (!got)
-        return false;
-    size_t off = 0;
-    for (;;) {
-        ssize_t r = read(fd, got + off, n + 1 - off);
-        if (r <= 0)
-            break;
-        off += (size_t)r;
-        if (off == n + 1)
-            break;
-    }
-    bool ok = off == n && memcmp(got, want, n) == 0;
-    free(got);
-    return ok;
-}
-
 /* r's stdout (a file) is exactly want[0..n). */
 static bool out_is(const struct run *r, const uint8_t *want, size_t n)
 {
@@ -138,7 +119,7 @@ static void complete_fd_everywhere(void)
     CHECK(g.status == 0 && g.f.role == COORD_FLIGHT_RESULT);
     CHECK(g.f.by_ref && g.f.result == NULL);
     CHECK_EQ_U(g.f.result_len, n);
-    CHECK(g.f.result_fd >= 0 && fd_holds(g.f.result_fd, data, n));
+    CHECK(g.f.result_fd >= 0 && fd_reads_as(g.f.result_fd, data, n));
     coord_flight_clear(&g.f);
 
     /* coordctl once: CMD's output of the owner, exit status 0 */
