@@ -448,7 +448,11 @@ static void on_follower_wait(struct deadline *d)
     F.b->stats.timeouts++;
     F.follower_timeouts++;
     latency_add(LAT_FOLLOWER_WAIT, now_us() - m->joined_us);
-    struct tr t = { NULL, NULL, -1, ms_since(m->joined_us), NULL };
+    /* the wait on the clock its deadline runs on (loop time, read at the
+     * turn's start): at least wait_ms, as the answer says */
+    uint64_t now = broker_now_ms(F.b);
+    struct tr t = { NULL, NULL, -1, (int64_t)(now > m->joined_ms ? now - m->joined_ms : 0),
+                    NULL };
     transition("follower_timeout", m->f, m->f->fence, REASON_NONE, t);
     follower_leave(m);
     conn_reply_error(c, rid, COORD_ETIMEOUT, "no result within wait_ms");
