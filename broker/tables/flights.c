@@ -719,13 +719,19 @@ static void finish(struct conn *c, uint64_t rid, struct flight *f, struct outcom
                         .version = f->owner->version, .version_len = f->owner->version_len };
     /* by reference: the writer copies the memfd to a file before the commit */
     int copy_fd = o->ref ? fcntl(o->ref->fd, F_DUPFD_CLOEXEC, 3) : -1;
-    if ((o->ref && (copy_fd < 0 ||
-                    record_write_by_ref(&cp->w, &r, copy_fd, o->ref->size, f->fence) < 0)) ||
-        record_write_prepare(&cp->w, f->skey, f->by_key.keylen, &r) < 0) {
+    bool ref_failed = o->ref && (copy_fd < 0 || record_write_by_ref(&cp->w, &r, copy_fd,
+                                                                   o->ref->size, f->fence) < 0);
+    if (ref_failed || record_write_prepare(&cp->w, f->skey, f->by_key.keylen, &r) < 0) {
         record_write_free(&cp->w);
         free(cp);
         free(copy);
-        conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
+        /* the flight is still ours: complete again, unkept, or fail */
+        if (ref_failed)
+            conn_reply_error(c, rid, COORD_ESTORAGE,
+                             "cannot keep a result by reference: the data dir's results/ "
+                             "is not usable");
+        else
+            conn_reply_error(c, rid, COORD_ELIMIT, "out of memory");
         return;
     }
     /* the frame's bytes vanish after this call: keep our own copy */
