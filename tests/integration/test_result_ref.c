@@ -580,6 +580,53 @@ static void result_refs(void)
     stop_and_clean(&bp);
 }
 
+/* DATA/results not usable (a file where the directory goes): a completion
+ * by reference that would be kept is refused STORAGE at once and the
+ * flight stays the owner's; unkept, and inline, completions still work. */
+static void results_dir_unusable(void)
+{
+    broker_paths(&bp);
+    REQUIRE(mkdir(bp.data, 0700) == 0);
+    char path[400];
+    snprintf(path, sizeof path, "%s/results", bp.data);
+    int f = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    REQUIRE(f >= 0);
+    close(f);
+    REQUIRE(broker_start(&bp, NULL) == 0);
+    struct rcl *c = fd_client(true), *fol = fd_client(true);
+    uint8_t data[64];
+    fill(data, sizeof data, 9);
+    uint64_t flight, fence;
+    own(c, 2, "kept", &flight, &fence);
+    join(fol, 2, "kept", 0);
+    REQUIRE(rcl_sync(fol) == 0);
+    REQUIRE(complete_ref(c, 3, flight, fence, sizeof data,
+                         memfd_with(data, sizeof data, SEALED), 600000) == 0);
+    CHECK(msg_code_is(&m, "STORAGE"));
+    CHECK(strstr((const char *)msg_bytes(&m, "message").ptr, "results/") != NULL);
+    /* still the owner's: the same result, not kept, reaches the follower */
+    REQUIRE(complete_ref(c, 4, flight, fence, sizeof data,
+                         memfd_with(data, sizeof data, SEALED), 0) == 0);
+    CHECK(msg_ok(&m) && msg_uint(&m, "delivered") == 1);
+    REQUIRE(rcl_reply(fol, 2, T, &m) == 0 && role_is("result"));
+    int got = rcl_take_fd(fol);
+    CHECK(got >= 0 && fd_reads_as(got, data, sizeof data));
+    if (got >= 0)
+        close(got);
+    /* an inline result is kept as ever: LMDB needs no results/ */
+    own(c, 5, "inline", &flight, &fence);
+    coord_enc *e = rcl_begin(c, "flight.complete", 6);
+    coord_enc_kv_uint(e, "flight", flight);
+    coord_enc_kv_uint(e, "fence", fence);
+    coord_enc_kv_bin(e, "result", data, sizeof data);
+    coord_enc_kv_uint(e, "keep_ms", 600000);
+    REQUIRE(rcl_send(c) == 0);
+    REQUIRE(rcl_reply(c, 6, T, &m) == 0 && msg_ok(&m));
+    rcl_close(c);
+    rcl_close(fol);
+    stop_and_clean(&bp);
+}
+
 int main(int argc, char **argv)
 {
     static const struct test_case tests[] = {
@@ -590,6 +637,7 @@ int main(int argc, char **argv)
         { "expiry_and_leftovers", expiry_and_leftovers },
         { "result_refs", result_refs },
         { "stale_by_ref", stale_by_ref },
+        { "results_dir_unusable", results_dir_unusable },
         { NULL, NULL },
     };
     coord_msg_init(&m);
