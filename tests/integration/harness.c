@@ -375,24 +375,7 @@ struct rcl *rcl_connect(const char *sock)
 
 int rcl_hello(struct rcl *c, const char *scope)
 {
-    const uint64_t rid = 1;
-    if (!c)
-        return -1;
-    coord_enc *e = rcl_begin(c, "hello", rid);
-    coord_enc_kv_uint(e, "proto", 1);
-    coord_enc_kv_cstr(e, "client", "harness");
-    coord_enc_kv_uint(e, "pid", (uint64_t)getpid());
-    if (scope)
-        coord_enc_kv_cstr(e, "scope", scope);
-    if (rcl_send(c) != 0)
-        return -1;
-    coord_msg m;
-    coord_msg_init(&m);
-    int rc = rcl_reply(c, rid, 5000, &m);
-    if (rc == 0 && !msg_ok(&m))
-        rc = -1;
-    coord_msg_destroy(&m);
-    return rc;
+    return rcl_hello_fds(c, scope, false);
 }
 
 struct rcl *rcl_open(const char *sock, const char *scope)
