@@ -16,8 +16,10 @@ struct coord *lib_connect(const struct broker_proc *bp, const char *scope,
     o.scope = scope;
     o.client_name = client_name;
     coord_t *c = NULL;
-    if (coord_connect(&c, &o) != 0) {
-        fprintf(stderr, "coord_connect: %s\n", coord_error_message(NULL));
+    int rc = coord_connect(&c, &o);
+    if (rc < 0) {
+        fprintf(stderr, "coord_connect: %s: %s\n", coord_strerror(rc),
+                coord_error_message(NULL));
         exit(2);
     }
     return c;

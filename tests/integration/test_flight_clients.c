@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include "coord.h"
 #include "harness.h"
+#include "leader-util.h"
 #include "proc.h"
 
 #define T 10000   /* ms to wait for something that must happen */
@@ -27,19 +28,7 @@ static void stop(void) { stop_and_clean(&bp); }
 
 static coord_t *lib_as(const char *client)
 {
-    coord_options o;
-    coord_options_init(&o);
-    o.socket_path = bp.sock;
-    o.no_autostart = true;
-    o.client_name = client;
-    coord_t *c = NULL;
-    int rc = coord_connect(&c, &o);
-    if (rc < 0) {
-        fprintf(stderr, "coord_connect: %s: %s\n", coord_strerror(rc),
-                coord_error_message(NULL));
-        exit(2);
-    }
-    return c;
+    return lib_connect(&bp, NULL, client);
 }
 
 /* A connection subscribed to -flights. */

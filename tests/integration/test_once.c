@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include "coord.h"
 #include "harness.h"
+#include "leader-util.h"
 
 #define T 30000   /* ms to wait for something that must happen */
 
@@ -39,20 +40,7 @@ static void nap_ms(long ms)
 /* A libcoord connection to bp in scope (NULL: ""); never autostarts. */
 static coord_t *lib_in(const char *scope)
 {
-    coord_options o;
-    coord_options_init(&o);
-    o.socket_path = bp.sock;
-    o.no_autostart = true;
-    o.scope = scope;
-    o.client_name = "test_once";
-    coord_t *c = NULL;
-    int rc = coord_connect(&c, &o);
-    if (rc < 0) {
-        fprintf(stderr, "coord_connect: %s: %s\n", coord_strerror(rc),
-                coord_error_message(NULL));
-        exit(2);
-    }
-    return c;
+    return lib_connect(&bp, scope, "test_once");
 }
 
 static coord_t *lib(void) { return lib_in(NULL); }
