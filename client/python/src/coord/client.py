@@ -458,7 +458,11 @@ class _Conn:
         except OSError:
             pass
         self._wake_reader()             # it reads the close, if no caller does
-        if threading.current_thread() is not self.reader and self.reader.is_alive():
+        # not from the reader thread, nor from a caller that reads (a
+        # callback run while handling a frame): the thread would wait for
+        # the token its own thread holds
+        if threading.current_thread() is not self.reader and self.reader.is_alive() \
+                and not self._rtok._is_owned():
             self.reader.join(5)
 
 
