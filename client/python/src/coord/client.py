@@ -177,7 +177,9 @@ class _Conn:
       steady run of calls callers read their own replies, and an idle
       client's reader thread sits in recv() and handles events at once;
       the first call after an idle spell is a follower (the old cost:
-      two wake-ups), and an event that comes less than ``2*_IDLE`` after
+      two wake-ups; waking the reader thread out of recv() with a pipe
+      instead would cost as much: its wake-up, then the caller's once it
+      lets go), and an event that comes less than ``2*_IDLE`` after
       a caller last read waits at most that long.  ``shutdown()`` wakes
       it to read the close when no caller reads.
     - No stranded follower: a follower adds itself before its second try,
