@@ -1,9 +1,11 @@
 """client.py - the blocking client.
 
-One connection (``_Conn``) has a reader thread that feeds the sans-I/O
-``Core`` and completes the waiting calls, and routes events (lock lost,
-flight abort, leader lost, channel messages) to their handles.  Callers
-block on a per-call lock (``_Call``).  One ticker thread per client
+One connection (``_Conn``) is read by a caller waiting for its reply
+while no one else reads, else by its reader thread (leader/follower: see
+``_Conn``'s comment); whoever reads feeds the sans-I/O ``Core``, completes
+the waiting calls and routes events (lock lost, flight abort, leader
+lost, channel messages) to their handles.  A caller that does not read
+blocks on a per-call lock (``_Call``).  One ticker thread per client
 renews leases (locks and leaderships) at a third of the lease and declares
 a lease lost locally once its end passed without an acknowledged renewal.
 
@@ -14,12 +16,14 @@ back (released, resigned, failed as retryable).  Every other request has
 a deadline (``request_timeout``): a broker that stops answering makes the
 call raise ``Timeout``, never hang.
 
-The reader handles the frames of each read in wire order (replies and
+Whoever reads handles the frames of each read in wire order (replies and
 events alike), so a caller woken by a reply sees every event sent before
 it.  Locks: ``_connect_mu`` serializes connecting (it is held while a
 connection opens); ``_mu`` guards the client's state and is never held
-while waiting for the broker or joining a thread, so a reader thread that
-ends (needing ``_mu`` in ``_conn_lost``) is never waited for under it.
+while waiting for the broker or joining a thread, so a reader (a caller
+or the reader thread) that sees the connection end (needing ``_mu`` in
+``_conn_lost``) is never waited for under it; the read token is only
+ever tried, never waited for, so it is in no lock order.
 """
 from __future__ import annotations
 
@@ -29,15 +33,17 @@ import heapq
 import itertools
 import os
 import queue
+import select
 import threading
 import time
-from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar,
-                    Union)
+from collections import deque
+from typing import (Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Set, Tuple,
+                    TypeVar, Union)
 
 from . import calls, messages as m
 from .calls import ClientBase
 from .core import (DEFAULT_MAX_FRAME, DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES,
-                   DEFAULT_REQUEST_TIMEOUT, Core, Event, Reply)
+                   DEFAULT_REQUEST_TIMEOUT, Core, Event, Item, Reply)
 from .errors import ConnectionLost, CoordError, NotFound, ProtocolError
 from .fdpass import recv_fds, send_frame_fd
 from .handles import (FALLBACK_ERRORS, UNREACHABLE, Closed, FlightHandle, Grantee, Join,
@@ -51,14 +57,16 @@ Callback = Callable[["_Call", Optional[Reply], Optional[BaseException]], None]
 
 
 class _Call:
-    """One request's future.  ``hook`` runs in the reader thread before
+    """One request's future.  ``hook`` runs in the reading thread before
     anyone is woken (it registers what the reply creates, so an event right
-    behind the reply finds it); ``callback`` runs there after.
+    behind the reply finds it); ``callback`` runs there after.  Wait for
+    it with ``_Conn.settle`` / ``_Conn.wait`` (which read the socket
+    themselves when nobody else does), never on the call alone.
 
-    The waiter sleeps on a bare lock taken at creation and released once
-    the call is done (``_done_lk``), not on a ``threading.Event`` (whose
-    Condition makes a lock and a waiter list per wait): a lock cycle makes
-    two calls, and this is the reader thread's hand-off to the caller."""
+    A waiter that does not read sleeps on a bare lock taken at creation
+    and released once the call is done (``_done_lk``), not on a
+    ``threading.Event`` (whose Condition makes a lock and a waiter list
+    per wait)."""
 
     __slots__ = ("_done_lk", "_done", "_mu", "reply", "exc", "hook", "callback", "_abandon",
                  "rid")
@@ -113,9 +121,9 @@ class _Call:
         if reply is not None:
             fn(reply)
 
-    def done(self, timeout: Optional[float] = None) -> bool:
-        """Waits until the call is done (timeout: seconds, None for ever);
-        False when timeout passed first."""
+    def _sleep(self, timeout: Optional[float]) -> bool:
+        """Sleeps until someone else completes the call (timeout: seconds,
+        None for ever); False when timeout passed first."""
         if self._done:
             return True
         if not self._done_lk.acquire(True, -1 if timeout is None else max(timeout, 0.0)):
@@ -123,20 +131,84 @@ class _Call:
         self._done_lk.release()       # the next waiter passes too
         return True
 
-    def wait(self, timeout: Optional[float] = None, op: str = "") -> Reply:
-        """The reply; ``Timeout`` when timeout (seconds) passed without one
-        (the request stays registered: a late reply completes nothing)."""
-        if not self.done(timeout):
-            assert timeout is not None
-            raise no_reply(op, timeout)
-        if self.exc is not None:
-            raise self.exc
-        assert self.reply is not None
-        return self.reply
+
+# How long the reader thread leaves the socket to the callers after one of
+# them last read it (seconds): see "Who reads" in _Conn's comment.
+_IDLE = 0.01
+# The most one read takes (a larger frame takes several).  Below glibc's
+# mmap threshold (128 KiB): recvmsg allocates its buffer at this size and
+# shrinks it to what came, and a 256 KiB one cost an mmap, an mremap and a
+# munmap per read in any thread but the main one (strace), ~150 us of
+# system time a lock cycle.
+_READ_SIZE = 65536
+_INTERRUPTED = ("interrupted while reading from the broker: the connection's stream "
+                "is in an unknown state")
 
 
 class _Conn:
-    """One connection: socket, core, reader thread."""
+    """One connection: socket, core, and who reads it (callers or the
+    reader thread).
+
+    Who reads (leader/follower).  Whoever holds the read token
+    (``_rtok``, taken only without blocking) reads the socket and handles
+    every frame it brings, in wire order, exactly as the other would: its
+    own reply, other callers' replies, events (lock lost, flight abort,
+    channel messages...), the descriptors that come along (``recv_fds``
+    into ``core.add_fds``).
+
+    - A caller waiting for its reply (``settle``) takes the token if it is
+      free and reads until its reply came (``_lead``): the reply costs it
+      one wake-up (the socket's), as for redis-py, where a reader thread
+      cost two (the reader's, then the caller's: a futex and a GIL
+      hand-off).  It polls before each read, so its deadline, an
+      interruption (KeyboardInterrupt) or ``cancel()`` never find bytes
+      half read; the frame buffer is the core's and the frames read but
+      not yet handled wait in ``_rx``, both the connection's, so the next
+      reader carries on where an interrupted one stopped.  It then hands
+      the token back, and wakes the reader thread if a follower still
+      waits (below) or frames wait in ``_rx``.
+    - A caller that finds the token taken is a follower: it puts its call
+      in ``_followers``, tries the token once more (the leader may have
+      just let go: see the race below), and else sleeps on its call's lock
+      until the token's holder completes it.
+    - The reader thread (``_run``, "coord-reader") exists for the time no
+      call is in flight: events (a lock stolen, the connection lost) must
+      arrive then too.  It sleeps on ``_kick`` and takes the token (a) when
+      woken because followers would be stranded, or (b) when no caller
+      took the token for ``_IDLE`` seconds (``_leads`` did not move; it
+      looks every ``_IDLE`` seconds: no busy wait).  Holding it, it reads
+      with blocking reads (nobody waits on it to let go: callers that
+      came meanwhile are its followers), and gives the token back once a
+      caller missed it (``_missed``) and no follower is stranded.  So in a
+      steady run of calls callers read their own replies, and an idle
+      client's reader thread sits in recv() and handles events at once;
+      the first call after an idle spell is a follower (the old cost:
+      two wake-ups; waking the reader thread out of recv() with a pipe
+      instead would cost as much: its wake-up, then the caller's once it
+      lets go), and an event that comes less than ``2*_IDLE`` after
+      a caller last read waits at most that long.  ``shutdown()`` wakes
+      it to read the close when no caller reads.
+    - No stranded follower: a follower adds itself before its second try,
+      and a holder checks ``_stranded()`` after releasing: either the
+      follower's second try finds the token free, or the holder sees the
+      follower and wakes the reader thread (which, if a caller took the
+      token meanwhile, leaves it to that one, who checks on release in
+      turn).  The token is an RLock: a callback run by a reader that calls
+      the client reads on (where a reader thread of its own would wait on
+      itself).
+    - Connection loss (EOF, an error, a broken frame) is seen by whoever
+      reads and runs the same path there (``_lose``: fail the waiting
+      calls, ``client._conn_lost``), once.  The token is never waited for
+      (only tried), so a caller-reader that takes ``client._mu`` there
+      waits for no one who waits for it (``_mu`` is never held while
+      waiting for the broker).
+    - An interruption (KeyboardInterrupt: the main thread) while handling
+      frames is held back until the frames read are handled, then raised;
+      one that lands between a read's return and its bytes being fed to
+      the core (microseconds: the reader only reads once poll said there
+      are bytes) may have lost bytes, so the connection is closed as
+      broken (redis-py disconnects too), rather than read on mid-frame.
+    """
 
     def __init__(self, client: "Client", sock: Any) -> None:
         self.client = client
@@ -152,7 +224,23 @@ class _Conn:
         self.fds = False                    # hello: the broker takes descriptors
         self.max_ref_bytes = 0
         self.lost_seen = False              # _conn_lost ran (guarded by client._mu)
-        self.reader = threading.Thread(target=self._read, name="coord-reader", daemon=True)
+        # who reads: see the class's comment
+        # the read token, only ever tried: an RLock, so that an interrupted
+        # taker can tell whether it holds it (_is_owned: the result of an
+        # acquire can be lost to a KeyboardInterrupt) and a callback run by
+        # a reader that calls the client reads on
+        self._rtok: Any = threading.RLock()
+        self._kick = _allocate_lock()       # released: the reader thread is wanted
+        self._kick.acquire()
+        self._leads = 0                     # times a caller took the token
+        self._missed = False                # a caller found the token taken
+        self._followers: Set[_Call] = set()
+        self._rx: Deque[Item[_Call]] = deque()   # read, not yet handled
+        self._hot = False                   # bytes read, not yet fed to the core
+        self._closing = False               # shutdown(): the reader thread reads the EOF
+        self._poll = select.poll()
+        self._poll.register(sock.fileno(), select.POLLIN)
+        self.reader = threading.Thread(target=self._run, name="coord-reader", daemon=True)
 
     def send(self, op: str, fields: Dict[str, Any], hook: Optional[Callable[[Reply], None]] = None,
              callback: Optional[Callback] = None, fd: Optional[int] = None) -> _Call:
@@ -185,56 +273,204 @@ class _Conn:
              hook: Optional[Callable[[Reply], None]] = None, fd: Optional[int] = None) -> Reply:
         """A request that does not wait by design: its reply within the
         client's ``request_timeout``, else ``Timeout``."""
-        return self.send(op, fields, hook, fd=fd).wait(self.client.request_timeout, op)
+        return self.wait(self.send(op, fields, hook, fd=fd), self.client.request_timeout, op)
 
-    def _read(self) -> None:
-        err: Optional[BaseException] = None
+    def wait(self, call: _Call, timeout: Optional[float] = None, op: str = "") -> Reply:
+        """call's reply; ``Timeout`` when timeout (seconds) passed without
+        one (the request stays registered: a late reply completes
+        nothing)."""
+        if not self.settle(call, timeout):
+            assert timeout is not None
+            raise no_reply(op, timeout)
+        if call.exc is not None:
+            raise call.exc
+        assert call.reply is not None
+        return call.reply
+
+    # ---- reading: see the class's comment ----
+
+    def settle(self, call: _Call, timeout: Optional[float] = None) -> bool:
+        """Waits until call is done (timeout: seconds, None for ever),
+        reading the socket itself while nobody else does; False when
+        timeout passed first."""
+        if call._done:
+            return True
+        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        tok = self._rtok
         try:
-            while True:
-                data, fds = recv_fds(self.sock, 262144)
-                if not data:
-                    if fds:
-                        with self.core_mu:
-                            self.core.add_fds(fds)
+            if not tok.acquire(False):
+                self._missed = True
+                try:
+                    self._followers.add(call)
+                    if not tok.acquire(False):     # the leader may have just let go
+                        return call._sleep(None if deadline is None
+                                           else deadline - time.monotonic())
+                finally:
+                    self._followers.discard(call)
+            return self._lead(call, deadline)
+        finally:
+            if tok._is_owned():
+                tok.release()
+                if self._rx or self._stranded():
+                    self._wake_reader()
+
+    def _stranded(self) -> bool:
+        """A follower waits for a call not yet done (it needs a reader)."""
+        return any(not c._done for c in list(self._followers))
+
+    def _wake_reader(self) -> None:
+        try:
+            self._kick.release()
+        except RuntimeError:
+            pass                                # already woken
+
+    def _lead(self, call: _Call, deadline: Optional[float]) -> bool:
+        """Token held: reads until call is done; False when deadline
+        passed first."""
+        self._leads += 1
+        poll = self._poll.poll
+        while not call._done:
+            if self._rx:
+                self._handle()          # what an interrupted reader left
+                continue
+            if not self.alive:          # the call failed with the rest (defensive)
+                return call._sleep(None if deadline is None else deadline - time.monotonic())
+            if deadline is None:
+                ms = -1
+            else:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                ms = int(left * 1000) + 1
+            if poll(ms):
+                self._read_some()
+        return True
+
+    def _run(self) -> None:
+        """The reader thread: reads while no caller does (the class's
+        comment)."""
+        seen = -1
+        while True:
+            kicked = self._kick.acquire(True, _IDLE)
+            if not self.alive:
+                return
+            if not kicked and self._leads != seen:
+                seen = self._leads          # callers read lately: leave it to them
+                continue
+            while self._rtok.acquire(False):
+                try:
+                    # woken for followers: give the token back once they are
+                    # served; taken on an idle socket, or to read the close
+                    # shutdown() made: once a caller wants it
+                    self._missed = kicked and not self._closing
+                    if self._rx:
+                        self._handle()
+                    while self.alive and not (self._missed and not self._stranded()):
+                        self._read_some()
+                finally:
+                    self._rtok.release()
+                if not self.alive or not (self._rx or self._stranded()):
                     break
-                with self.core_mu:
-                    if fds:
-                        self.core.add_fds(fds)
-                    items = self.core.receive(data)
-                # in wire order: the caller a reply wakes has seen every
-                # event before it; an event after a reply finds what the
-                # reply's hook registered
-                for call, item in items:
+            if not self.alive:
+                return
+            seen = self._leads
+
+    def _read_some(self) -> None:
+        """Token held: one read (it blocks unless poll said there are
+        bytes), its frames handled in wire order; at EOF, an error or a
+        broken frame, the loss path."""
+        if self._rx:
+            self._handle()
+        err: Optional[BaseException] = None
+        eof = False
+        try:
+            self._hot = True
+            data, fds = recv_fds(self.sock, _READ_SIZE)
+            with self.core_mu:
+                if fds:
+                    self.core.add_fds(fds)
+                if data:
+                    self._rx.extend(self.core.receive(data))
+                else:
+                    eof = True
+            self._hot = False
+        except ProtocolError as e:
+            self._hot = False
+            err, eof = e, True
+        except OSError as e:
+            self._hot = False
+            eof = True
+            # a refusal the broker wrote before closing was read first
+            if self.core.bye is None:
+                err = ConnectionLost(f"the connection to the broker failed: {e.strerror}")
+        except BaseException:
+            if self._hot:               # bytes may be lost: the stream is unknown
+                self._hot = False
+                self._lose(ConnectionLost(_INTERRUPTED))
+            raise
+        if eof:
+            self._lose(err)
+        else:
+            self._handle()
+
+    def _handle(self) -> None:
+        """Token held: handles the frames read, in wire order (the caller a
+        reply wakes has seen every event before it; an event after a reply
+        finds what the reply's hook registered).  An interruption is
+        raised once they are all handled."""
+        rx = self._rx
+        held: Optional[BaseException] = None
+        while rx:
+            try:
+                while rx:
+                    call, item = rx.popleft()
                     if call is None:
                         self.client._dispatch(item)  # type: ignore[arg-type]
                     else:
                         call._complete(item)  # type: ignore[arg-type]
-        except ProtocolError as e:
-            err = e
-        except OSError as e:
-            # a refusal the broker wrote before closing was read first
-            if self.core.bye is None:
-                err = ConnectionLost(f"the connection to the broker failed: {e.strerror}")
-        finally:
-            with self.core_mu:
-                self.alive = False
-                handles = self.core.close()
-                exc = err or self.core.close_error()
-                self.error = exc
-            try:
-                self.sock.close()
-            except OSError:
-                pass
-            for h in handles:
-                h._fail(exc)
-            self.client._conn_lost(self, exc)
+            except Exception:
+                self._lose(None)
+                raise
+            except BaseException as e:
+                if held is None:
+                    held = e
+        if held is not None:
+            raise held
+
+    def _lose(self, err: Optional[BaseException]) -> None:
+        """The connection ended (token held, or the reader thread's
+        end): fails what waits, tells the client; once."""
+        with self.core_mu:
+            if not self.alive:
+                return
+            self.alive = False
+            handles = self.core.close()
+            exc = err or self.core.close_error()
+            self.error = exc
+        # replies read and not handled (an exception handling the one before)
+        handles.extend(c for c, _ in self._rx if c is not None)
+        self._rx.clear()
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        self._wake_reader()             # it ends
+        for h in handles:
+            h._fail(exc)
+        self.client._conn_lost(self, exc)
 
     def shutdown(self) -> None:
+        self._closing = True
         try:
             self.sock.shutdown(2)
         except OSError:
             pass
-        if threading.current_thread() is not self.reader and self.reader.is_alive():
+        self._wake_reader()             # it reads the close, if no caller does
+        # not from the reader thread, nor from a caller that reads (a
+        # callback run while handling a frame): the thread would wait for
+        # the token its own thread holds
+        if threading.current_thread() is not self.reader and self.reader.is_alive() \
+                and not self._rtok._is_owned():
             self.reader.join(5)
 
 
@@ -292,7 +528,7 @@ def _wait(conn: _Conn, call: _Call, owner: Any, give_back: Callable[[Reply], Any
     cancel and arranges for a raced grant to be handed back."""
     owner._waiting = (conn, call)
     try:
-        return call.wait(limit, op)
+        return conn.wait(call, limit, op)
     except BaseException:
         if call.reply is None and call.exc is None:
             conn.fire("cancel", {"target": call.rid})
@@ -904,11 +1140,11 @@ class Client(ClientBase):
             except OSError:
                 pass        # EPIPE: the reader reads the refusal, if one came
         hello_timeout = max(self.connect_timeout, MIN_HELLO_TIMEOUT)
-        if not call.done(hello_timeout):
+        if not conn.settle(call, hello_timeout):
             conn.shutdown()
             raise calls.hello_timeout(hello_timeout)
         try:
-            r = call.wait()
+            r = conn.wait(call)
         except CoordError as e:
             conn.shutdown()
             raise calls.hello_failed(conn.core.bye, e) from None

@@ -1,0 +1,163 @@
+"""Who reads the blocking client's socket (client.py, ``_Conn``'s comment):
+a caller waiting for its reply reads it itself while nobody else reads,
+other callers then wait for it, and the reader thread reads while no call
+is in flight.  Each test fails if one of those roles drops a frame or
+leaves nobody reading: many threads on one client while one of its locks
+is stolen (and another stolen while nobody calls), a reader whose
+deadline passes while others wait behind it, a reader whose deadline
+passes in the middle of a frame, a reader interrupted (SIGINT) while it
+waits.  ``callers_read`` keeps the reader thread from taking the socket
+over for being idle, so that the callers read in those tests.
+"""
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+import coord
+from conftest import wait_until
+from fakebroker import FakeBroker, frame
+
+
+@pytest.fixture
+def callers_read(monkeypatch):
+    monkeypatch.setattr(coord.client, "_IDLE", 5.0)
+
+
+def test_threads_cycle_locks_while_one_is_stolen(broker):
+    with broker.client() as c, broker.client() as d:
+        victim = c.lock("victim")
+        assert victim.acquire()
+        stop = threading.Event()
+        errors = []
+        cycles = [0] * 8
+
+        def worker(i):
+            try:
+                while not stop.is_set():
+                    # own names (callers reading their own replies), a shared
+                    # one (grants that wait: their callers read for the rest)
+                    with c.lock(f"own-{i}"):
+                        pass
+                    with c.lock("shared", timeout=10):
+                        pass
+                    c.ping()
+                    cycles[i] += 1
+            except BaseException as e:          # reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        wait_until(lambda: min(cycles) >= 5, 20, "every thread cycling")
+        stolen = d.lock("victim", steal=True)
+        assert stolen.acquire()
+        # read by whichever thread reads at that moment
+        assert victim.lost.wait(10) and victim.lost_reason == "stolen"
+        before = list(cycles)
+        wait_until(lambda: all(n > b for n, b in zip(cycles, before)), 20,
+                   "every thread cycling after the steal")
+        stop.set()
+        for t in threads:
+            t.join(20)
+            assert not t.is_alive(), "a caller never got its reply"
+        assert errors == []
+        stolen.release()
+
+        # nobody calls c now: its reader thread must hear of the steal
+        idle = c.lock("idle")
+        assert idle.acquire()
+        time.sleep(0.1)
+        with d.lock("idle", steal=True):
+            assert idle.lost.wait(10) and idle.lost_reason == "stolen"
+        assert c.connected
+        # and callers read their own replies again after it
+        leads = c._conn._leads
+        for _ in range(20):
+            with c.lock("again"):
+                pass
+        assert c._conn._leads > leads
+        assert d.locks().held == []
+
+
+def test_a_reader_whose_deadline_passes_hands_reading_on(broker, callers_read):
+    with broker.client(request_timeout=0.3) as c, broker.client() as d:
+        c.ping()
+        os.kill(broker.proc.pid, signal.SIGSTOP)
+        try:
+            out = {}
+
+            def reader():
+                try:
+                    c.ping()                # reads for both, gives up after 0.3 s
+                except coord.Timeout as e:
+                    out["a"] = e
+
+            def follower():
+                lk = c.lock("x", timeout=10)
+                out["b"] = lk.acquire()     # waits behind the reader
+                lk.release()
+
+            leads = c._conn._leads
+            a = threading.Thread(target=reader)
+            a.start()
+            wait_until(lambda: c._conn._leads > leads, what="the caller reading")
+            b = threading.Thread(target=follower)
+            b.start()
+            a.join(10)
+            assert isinstance(out.get("a"), coord.Timeout)
+        finally:
+            os.kill(broker.proc.pid, signal.SIGCONT)
+        # nobody calls: the reader thread, woken for the follower, reads
+        b.join(3)
+        assert out.get("b") is True, "the call behind the reader never got its reply"
+        assert c.ping() >= 0                # the late ping reply completed nothing
+        with c.lock("x"):
+            assert d.locks().held[0].name == "x"
+
+
+def test_a_deadline_in_the_middle_of_a_frame_keeps_the_frame(callers_read):
+    resume = threading.Event()
+
+    def handler(peer):
+        peer.hello()
+        req = peer.request()
+        whole = frame(peer.reply(req, pong=1))
+        peer.send(whole[:7])                # the length and part of the body
+        resume.wait(10)
+        peer.send(whole[7:])
+        peer.serve()
+
+    with FakeBroker(handler) as fb:
+        with coord.Client(fb.socket, autostart=False, request_timeout=0.3) as c:
+            with pytest.raises(coord.Timeout):
+                c.ping()
+            resume.set()
+            # the first reply's rest comes first: the stream is still whole
+            assert c.ping() >= 0
+            assert c.call("ping")["ok"] is True
+            assert c.connected
+
+
+def test_a_reader_interrupted_while_it_waits(broker, callers_read):
+    with broker.client() as c, broker.client() as d:
+        held = d.lock("a")
+        assert held.acquire()
+        lk = c.lock("a")
+        main = threading.main_thread().ident
+        t = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
+        t.start()
+        leads = c._conn._leads
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                lk.acquire()                # the main thread reads, in poll
+        finally:
+            t.join()
+        assert c._conn._leads > leads
+        assert c.connected and not lk.held
+        wait_until(lambda: d.locks().pending == [], what="the cancel")
+        held.release()
+        with c.lock("a"):
+            assert c.ping() >= 0
