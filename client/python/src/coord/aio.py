@@ -30,7 +30,7 @@ from .calls import ClientBase
 from .core import (DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES, DEFAULT_REQUEST_TIMEOUT, Core,
                    Reply)
 from .errors import ConnectionLost, CoordError, NotFound, ProtocolError
-from .fdpass import FdTransport, recv_fds
+from .fdpass import READ_SIZE, FdTransport, recv_fds
 from .handles import (FALLBACK_ERRORS, UNREACHABLE, Closed, FlightHandle, Grantee, Join,
                       LeaderTerm, LockHandle, Once, Result, SubscriptionBase, no_reply,
                       owner_failure)
@@ -193,7 +193,7 @@ class _AConn(asyncio.Protocol):
         try:
             s.setblocking(False)
             while self.alive:
-                data, fds = recv_fds(s, 262144)
+                data, fds = recv_fds(s, READ_SIZE)
                 if fds:
                     self.fds_received(fds)
                 if not data:

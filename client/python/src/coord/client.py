@@ -45,7 +45,7 @@ from .calls import ClientBase
 from .core import (DEFAULT_MAX_FRAME, DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES,
                    DEFAULT_REQUEST_TIMEOUT, Core, Event, Item, Reply)
 from .errors import ConnectionLost, CoordError, NotFound, ProtocolError
-from .fdpass import recv_fds, send_frame_fd
+from .fdpass import READ_SIZE, recv_fds, send_frame_fd
 from .handles import (FALLBACK_ERRORS, UNREACHABLE, Closed, FlightHandle, Grantee, Join,
                       LeaderTerm, LockHandle, Once, Result, SubscriptionBase, no_reply,
                       owner_failure)
@@ -135,12 +135,6 @@ class _Call:
 # How long the reader thread leaves the socket to the callers after one of
 # them last read it (seconds): see "Who reads" in _Conn's comment.
 _IDLE = 0.01
-# The most one read takes (a larger frame takes several).  Below glibc's
-# mmap threshold (128 KiB): recvmsg allocates its buffer at this size and
-# shrinks it to what came, and a 256 KiB one cost an mmap, an mremap and a
-# munmap per read in any thread but the main one (strace), ~150 us of
-# system time a lock cycle.
-_READ_SIZE = 65536
 _INTERRUPTED = ("interrupted while reading from the broker: the connection's stream "
                 "is in an unknown state")
 
@@ -385,7 +379,7 @@ class _Conn:
         eof = False
         try:
             self._hot = True
-            data, fds = recv_fds(self.sock, _READ_SIZE)
+            data, fds = recv_fds(self.sock, READ_SIZE)
             with self.core_mu:
                 if fds:
                     self.core.add_fds(fds)

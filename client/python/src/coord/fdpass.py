@@ -29,6 +29,13 @@ import socket
 from collections import deque
 from typing import Any, Deque, List, Optional, Tuple
 
+# The most one read takes (a larger frame takes several), for both
+# clients.  Below glibc's mmap threshold (128 KiB): recvmsg allocates its
+# buffer at this size and shrinks it to what came, and a 256 KiB one cost
+# an mmap, an mremap and a munmap per read in any thread but the main one
+# (strace), ~150 us of system time a lock cycle.
+READ_SIZE = 65536
+
 from .errors import ProtocolError
 
 # Descriptors one read may bring: the protocol lets at most 4 wait
@@ -76,7 +83,7 @@ class FdTransport(asyncio.Transport):
     ``write_fd`` with its descriptor on its first byte.  The socket is
     this transport's; it is closed after ``connection_lost``."""
 
-    max_size = 256 * 1024
+    max_size = READ_SIZE
     high_water = 64 * 1024
     low_water = 16 * 1024
 
