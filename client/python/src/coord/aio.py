@@ -208,8 +208,7 @@ class _AConn(asyncio.Protocol):
         if not self.alive:
             return
         self.alive = False
-        handles = self.core.close()
-        exc = err or self.core.close_error()
+        handles, exc = self.core.end(err)
         self.error = exc
         if self.transport is not None:
             self.transport.close()

@@ -438,8 +438,7 @@ class _Conn:
             if not self.alive:
                 return
             self.alive = False
-            handles = self.core.close()
-            exc = err or self.core.close_error()
+            handles, exc = self.core.end(err)
             self.error = exc
         # replies read and not handled (an exception handling the one before)
         handles.extend(c for c, _ in self._rx if c is not None)

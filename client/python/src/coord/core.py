@@ -365,6 +365,13 @@ class Core(Generic[H]):
         self._pending.clear()
         return handles
 
+    def end(self, err: Optional[BaseException]) -> Tuple[List[H], BaseException]:
+        """The connection ended, with err or else the broker's own reason
+        (close_error): every handle still waiting, and the error to give
+        them.  One path for both clients."""
+        handles = self.close()
+        return handles, err or self.close_error()
+
     def close_error(self, what: str = "the connection to the broker closed") -> CoordError:
         """The error to give the waiting handles (the broker's own reason if
         it sent one, escaped: see errors.printable)."""
