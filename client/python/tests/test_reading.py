@@ -161,3 +161,67 @@ def test_a_reader_interrupted_while_it_waits(broker, callers_read):
         held.release()
         with c.lock("a"):
             assert c.ping() >= 0
+
+
+def test_mixed_calls_steals_and_idle_spells(broker):
+    """Six threads mix lock cycles, waits that time out, pings, lease locks
+    and pauses (so the reader thread takes the socket over and hands it
+    back), while another connection steals their locks: every thread keeps
+    making progress and nothing but Timeout and LockLost is raised."""
+    import random
+    with broker.client() as c, broker.client() as d:
+        stop = threading.Event()
+        done = [0] * 6
+        bad = []
+
+        def worker(i):
+            r = random.Random(i)
+            while not stop.is_set():
+                k = r.random()
+                try:
+                    if k < 0.35:
+                        with c.lock(f"own-{i}"):
+                            pass
+                    elif k < 0.6:
+                        with c.lock(f"shared-{r.randrange(3)}",
+                                    timeout=r.choice([0, 0.001, 0.01, 0.05])):
+                            pass
+                    elif k < 0.8:
+                        c.ping()
+                    elif k < 0.9:
+                        time.sleep(r.choice([0.001, 0.015, 0.03]))   # idle spells
+                    else:
+                        lk = c.lock(f"victim-{i}", lease=0.3, timeout=1)
+                        if lk.acquire():
+                            lk.lost.wait(r.choice([0, 0.02]))
+                            lk.release()
+                except (coord.Timeout, coord.LockLost):
+                    pass
+                except BaseException as e:      # reported below
+                    bad.append(e)
+                done[i] += 1
+
+        def thief():
+            r = random.Random(99)
+            while not stop.is_set():
+                name = r.choice([f"victim-{r.randrange(6)}", f"shared-{r.randrange(3)}"])
+                with d.lock(name, steal=True):
+                    pass
+                stop.wait(r.random() * 0.01)
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+        threads.append(threading.Thread(target=thief))
+        for t in threads:
+            t.start()
+        try:
+            for _ in range(3):                  # three windows of progress
+                before = list(done)
+                wait_until(lambda: all(n >= b + 20 for n, b in zip(done, before)), 20,
+                           "every thread making progress")
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(20)
+        assert not any(t.is_alive() for t in threads), "a caller never got its reply"
+        assert bad == []
+        assert c.connected
