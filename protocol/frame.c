@@ -332,6 +332,11 @@ size_t coord_frame_reader_pending(const coord_frame_reader *r)
     return r->cap;
 }
 
+size_t coord_frame_reader_have(const coord_frame_reader *r)
+{
+    return r->have;
+}
+
 static int check_length(const coord_frame_reader *r, uint32_t n)
 {
     if (n == 0)

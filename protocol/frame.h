@@ -105,8 +105,12 @@ typedef int (*coord_frame_cb)(void *ud, const uint8_t *body, size_t len);
 
 void coord_frame_reader_init(coord_frame_reader *r, uint32_t max_frame);
 void coord_frame_reader_free(coord_frame_reader *r);
-/* Bytes held for an incomplete frame (for memory accounting). */
+/* Memory held for an incomplete frame: the buffer's size, which outlives
+ * the frame (for memory accounting). */
 size_t coord_frame_reader_pending(const coord_frame_reader *r);
+/* Bytes of an incomplete frame received so far (0: none): how many of
+ * the next frame's bytes an earlier feed already took. */
+size_t coord_frame_reader_have(const coord_frame_reader *r);
 
 /* Returns COORD_FRAME_OK, or the status that stopped reading (EMPTY,
  * TOO_LONG, NOMEM); -1 when the callback asked to stop.  Frame bodies are

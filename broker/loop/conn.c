@@ -613,7 +613,7 @@ struct feed {
     struct conn *c;
     const uint8_t *base;
     size_t n;
-    size_t have_before;          /* the reader's partial frame before */
+    size_t have_before;          /* bytes of the reader's partial frame before */
     size_t used;                 /* bytes of base consumed by frames */
 };
 
@@ -641,7 +641,7 @@ static int on_frame(void *ud, const uint8_t *body, size_t len)
  * Returns the reader's status (> 0: a bad frame), 0 otherwise. */
 static int conn_feed(struct conn *c, const uint8_t *data, size_t n)
 {
-    struct feed f = { c, data, n, coord_frame_reader_pending(&c->reader), 0 };
+    struct feed f = { c, data, n, coord_frame_reader_have(&c->reader), 0 };
     int st = coord_frame_feed(&c->reader, data, n, on_frame, &f);
     if (st > 0)
         return st;

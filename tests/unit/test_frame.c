@@ -379,8 +379,19 @@ static void test_pending_and_free(void)
     coord_frame_reader_init(&r, 0);
     CHECK_EQ(coord_frame_feed(&r, part, sizeof part, collect, &s), COORD_FRAME_OK);
     CHECK_EQ(r.have, 6);
+    CHECK_EQ(coord_frame_reader_have(&r), 6);
     CHECK(coord_frame_reader_pending(&r) >= 6);
+    /* the rest of the frame: none of it is held any more, while the
+     * buffer (what pending accounts) is kept for the next one */
+    static const uint8_t rest[12] = { 'k', 0xa1, 'v', 0, 0, 0, 0, 0,   /* its body */
+                                      0, 0, 0, 5 };                   /* the next header */
+    CHECK_EQ(coord_frame_feed(&r, rest, sizeof rest, collect, &s), COORD_FRAME_OK);
+    CHECK_EQ(s.n, 1);
+    CHECK_EQ(coord_frame_reader_have(&r), 4);      /* the next frame's header so far */
+    CHECK(coord_frame_reader_pending(&r) >= 4096);
+    seen_reset(&s);
     coord_frame_reader_free(&r);
+    CHECK_EQ(coord_frame_reader_have(&r), 0);
     CHECK_EQ(coord_frame_reader_pending(&r), 0);
     CHECK(r.partial == NULL);
     CHECK_EQ(s.n, 0);
