@@ -337,6 +337,11 @@ size_t coord_frame_reader_have(const coord_frame_reader *r)
     return r->have;
 }
 
+size_t coord_frame_reader_used(const coord_frame_reader *r)
+{
+    return r->used;
+}
+
 static int check_length(const coord_frame_reader *r, uint32_t n)
 {
     if (n == 0)
@@ -381,6 +386,8 @@ static int reserve_arrived(coord_frame_reader *r, size_t need, size_t total)
 int coord_frame_feed(coord_frame_reader *r, const uint8_t *data, size_t n,
                      coord_frame_cb cb, void *ud)
 {
+    const uint8_t *start = data;
+    r->used = n;
     /* first finish a frame that an earlier read left incomplete */
     if (r->have > 0) {
         if (r->have < COORD_FRAME_HEADER) {
@@ -419,8 +426,10 @@ int coord_frame_feed(coord_frame_reader *r, const uint8_t *data, size_t n,
             r->partial = NULL;
             r->cap = 0;
         }
-        if (stop)
+        if (stop) {
+            r->used = (size_t)(data - start);
             return -1;
+        }
     }
 
     /* then whole frames straight from the caller's bytes */
@@ -431,10 +440,12 @@ int coord_frame_feed(coord_frame_reader *r, const uint8_t *data, size_t n,
             return st;
         if (n - COORD_FRAME_HEADER < len)
             break;
-        if (cb(ud, data + COORD_FRAME_HEADER, len))
-            return -1;
         data += COORD_FRAME_HEADER + len;
         n -= COORD_FRAME_HEADER + len;
+        if (cb(ud, data - len, len)) {
+            r->used = (size_t)(data - start);
+            return -1;
+        }
     }
 
     if (n > 0) {

@@ -97,10 +97,12 @@ typedef struct coord_frame_reader {
     uint8_t *partial;       /* header + body bytes of an incomplete frame */
     size_t have;            /* bytes in partial */
     size_t cap;             /* allocated size of partial */
+    size_t used;            /* of the last feed's bytes: see coord_frame_reader_used */
     uint32_t max_frame;
 } coord_frame_reader;
 
-/* Return 0 to go on, non-zero to stop feeding (the rest is dropped). */
+/* Return 0 to go on, non-zero to stop feeding (the rest is left to the
+ * caller: coord_frame_reader_used). */
 typedef int (*coord_frame_cb)(void *ud, const uint8_t *body, size_t len);
 
 void coord_frame_reader_init(coord_frame_reader *r, uint32_t max_frame);
@@ -111,6 +113,11 @@ size_t coord_frame_reader_pending(const coord_frame_reader *r);
 /* Bytes of an incomplete frame received so far (0: none): how many of
  * the next frame's bytes an earlier feed already took. */
 size_t coord_frame_reader_have(const coord_frame_reader *r);
+/* After a feed the callback stopped (-1): how many of its n bytes the
+ * frames handed out took, so that the next frame starts at data + used
+ * (feed from there to go on, nothing is buffered beyond it).  After any
+ * other feed, n (each byte handed out or buffered). */
+size_t coord_frame_reader_used(const coord_frame_reader *r);
 
 /* Returns COORD_FRAME_OK, or the status that stopped reading (EMPTY,
  * TOO_LONG, NOMEM); -1 when the callback asked to stop.  Frame bodies are

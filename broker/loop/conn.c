@@ -607,28 +607,12 @@ static void pause_reading(struct conn *c)
     deadline_set(&c->out_stall, c->out_progress_ms + LIMIT_OUTBUF_STALL_MS, on_out_stall);
 }
 
-/* One coord_frame_feed over bytes of c: where the frames dispatched so far
- * end, to keep the rest when c pauses. */
-struct feed {
-    struct conn *c;
-    const uint8_t *base;
-    size_t n;
-    size_t have_before;          /* bytes of the reader's partial frame before */
-    size_t used;                 /* bytes of base consumed by frames */
-};
-
 static int on_frame(void *ud, const uint8_t *body, size_t len)
 {
-    struct feed *f = ud;
-    struct conn *c = f->c;
+    struct conn *c = ud;
     dispatch_frame(c, body, len);
     if (conn_muted(c))
         return 1;
-    uintptr_t p = (uintptr_t)body, lo = (uintptr_t)f->base;
-    if (p >= lo && p < lo + f->n)
-        f->used = (size_t)(p - lo) + len;
-    else                          /* the frame an earlier read left partial */
-        f->used = len + COORD_FRAME_HEADER - f->have_before;
     if (out_queued(c) >= c->b->out_pause) {
         pause_reading(c);
         return 1;
@@ -641,15 +625,16 @@ static int on_frame(void *ud, const uint8_t *body, size_t len)
  * Returns the reader's status (> 0: a bad frame), 0 otherwise. */
 static int conn_feed(struct conn *c, const uint8_t *data, size_t n)
 {
-    struct feed f = { c, data, n, coord_frame_reader_have(&c->reader), 0 };
-    int st = coord_frame_feed(&c->reader, data, n, on_frame, &f);
+    int st = coord_frame_feed(&c->reader, data, n, on_frame, c);
     if (st > 0)
         return st;
     bool from_held = data == c->held.data;
     if (st < 0 && (c->flags & CONN_PAUSED) && !conn_muted(c)) {
+        /* the frames dispatched took used bytes; the rest waits */
+        size_t used = coord_frame_reader_used(&c->reader);
         if (from_held) {
-            coord_buf_consume(&c->held, f.used);
-        } else if (coord_buf_append(&c->held, data + f.used, n - f.used) < 0) {
+            coord_buf_consume(&c->held, used);
+        } else if (coord_buf_append(&c->held, data + used, n - used) < 0) {
             conn_cut(c, "out of memory for input");
             return 0;
         }

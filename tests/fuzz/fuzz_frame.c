@@ -346,6 +346,25 @@ static int on_frame(void *ud, const uint8_t *body, size_t len)
     return 0;
 }
 
+/* (a2)'s callback: counts and hashes the frames, and stops at random ones
+ * (a broker pausing a connection). */
+struct tally {
+    uint64_t frames, hash, *rng;
+    bool stops;
+};
+
+static uint64_t next_rand(uint64_t *s);
+
+static int tally_frame(void *ud, const uint8_t *body, size_t len)
+{
+    struct tally *t = ud;
+    t->frames++;
+    t->hash = (t->hash ^ len) * 1099511628211ULL;
+    for (size_t i = 0; i < len; i++)
+        t->hash = (t->hash ^ body[i]) * 1099511628211ULL;
+    return t->stops && (next_rand(t->rng) & 3) == 0;
+}
+
 /* xorshift64*, seeded by FNV-1a over the input. */
 static uint64_t next_rand(uint64_t *s)
 {
@@ -408,6 +427,55 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     (size_t)max_frame + COORD_FRAME_HEADER + 4096);
     }
     coord_frame_reader_free(&r);
+
+    /* (a2) the same stream fed whole, then in pieces with the callback
+     * stopping at random frames: what a stopped feed did not take
+     * (coord_frame_reader_used) is fed again, as the broker keeps it, and
+     * the frames are the same, in the same order */
+    {
+        struct tally whole = { 0, 1469598103934665603ULL, &rng, false };
+        coord_frame_reader_init(&r, max_frame);
+        int st_whole = coord_frame_feed(&r, data, size, tally_frame, &whole);
+        coord_frame_reader_free(&r);
+        struct tally cut = { 0, 1469598103934665603ULL, &rng, true };
+        coord_frame_reader_init(&r, max_frame);
+        uint8_t *rest = NULL;           /* what a stopped feed left, then the next piece */
+        size_t nrest = 0;
+        int st_cut = COORD_FRAME_OK;
+        pos = 0;
+        while (st_cut <= 0 && (pos < size || nrest > 0)) {
+            size_t piece = 1 + (size_t)(next_rand(&rng) % 64);
+            if (piece > size - pos)
+                piece = size - pos;
+            uint8_t *buf = malloc(nrest + piece + 1);
+            if (!buf)
+                abort();
+            if (nrest)
+                memcpy(buf, rest, nrest);
+            memcpy(buf + nrest, data + pos, piece);
+            pos += piece;
+            size_t n = nrest + piece;
+            free(rest);
+            rest = NULL;
+            nrest = 0;
+            st_cut = coord_frame_feed(&r, buf, n, tally_frame, &cut);
+            if (st_cut < 0) {
+                size_t used = coord_frame_reader_used(&r);
+                FUZZ_ASSERT(used <= n);
+                FUZZ_ASSERT(coord_frame_reader_have(&r) == 0);
+                nrest = n - used;
+                rest = malloc(nrest + 1);
+                if (!rest)
+                    abort();
+                memcpy(rest, buf + used, nrest);
+            }
+            free(buf);
+        }
+        free(rest);
+        coord_frame_reader_free(&r);
+        FUZZ_ASSERT(cut.frames == whole.frames && cut.hash == whole.hash);
+        FUZZ_ASSERT((st_cut > 0) == (st_whole > 0));
+    }
 
     /* the UTF-8 check behind names on the wire: never reads past the end,
      * and a valid string stays valid cut at a code point boundary */

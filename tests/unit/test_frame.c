@@ -188,6 +188,53 @@ static void test_chunk_sizes(void)
     coord_buf_free(&st.buf);
 }
 
+/* A feed stopped by its callback (the broker pausing a connection): what
+ * it had not handed out starts at data + used.  For every split of the
+ * stream in two feeds and every frame to stop after, the rest fed again
+ * gives each frame once, in order: the stop falls on a frame finished
+ * from the partial one as well as on a whole one. */
+static void test_used_after_stop(void)
+{
+    struct stream st;
+    make_stream(&st);
+    for (size_t split = 1; split < st.buf.len; split++) {
+        for (int stop = 1; stop <= 3; stop++) {
+            struct seen s = { 0 };
+            coord_frame_reader r;
+            coord_frame_reader_init(&r, 0);
+            coord_buf held;
+            coord_buf_init(&held);
+            const uint8_t *d = st.buf.data;
+            s.stop_after = stop;
+            int rc = coord_frame_feed(&r, d, split, collect, &s);
+            if (rc < 0) {                 /* stopped in the first feed */
+                size_t used = coord_frame_reader_used(&r);
+                CHECK(used <= split);
+                coord_buf_append(&held, d + used, split - used);
+                coord_buf_append(&held, d + split, st.buf.len - split);
+            } else {
+                CHECK_EQ(rc, COORD_FRAME_OK);
+                CHECK_EQ(coord_frame_reader_used(&r), split);
+                rc = coord_frame_feed(&r, d + split, st.buf.len - split, collect, &s);
+                if (rc < 0) {
+                    size_t used = coord_frame_reader_used(&r);
+                    CHECK(used <= st.buf.len - split);
+                    coord_buf_append(&held, d + split + used, st.buf.len - split - used);
+                }
+            }
+            s.stop_after = 0;
+            if (held.len)
+                CHECK_EQ(coord_frame_feed(&r, held.data, held.len, collect, &s), COORD_FRAME_OK);
+            CHECK_EQ(coord_frame_reader_have(&r), 0);
+            check_stream_frames(&st, &s, "split", split * 10 + (size_t)stop);
+            seen_reset(&s);
+            coord_buf_free(&held);
+            coord_frame_reader_free(&r);
+        }
+    }
+    coord_buf_free(&st.buf);
+}
+
 /* Many small frames in one feed. */
 static void test_many_frames_one_feed(void)
 {
@@ -435,6 +482,7 @@ int main(void)
     test_callback_stops();
     test_big_frame_pieces();
     test_pending_and_free();
+    test_used_after_stop();
     test_grows_with_arrival();
     return check_report("test_frame");
 }
