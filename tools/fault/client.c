@@ -593,7 +593,7 @@ static void leader_round(struct cl *k, unsigned ws, bool steal)
     bool dflt = rng_pct(&k->r, 33);
     lo.lease_ms = dflt ? 0 : rng_range(&k->r, 200, 500);
     unsigned p = (unsigned)rng_below(&k->r, 100);
-    if (steal || p < 2) {
+    if (steal || (p < 2 && !CFG->no_steals)) {
         lo.steal = true;
         CNT(leader_steals);
     } else if (p < 8) {

@@ -193,6 +193,7 @@ static int parse_args(int argc, char **argv)
         }
 #undef NEED_NUM
     }
+    cfg.no_steals = cfg.expect && !strcmp(cfg.expect, "transition_p99");
     if (cfg.expect && !known_violation(cfg.expect)) {
         fprintf(stderr, "coord-fault: --expect-violation %s: no such violation\n", cfg.expect);
         return -1;
@@ -478,7 +479,7 @@ static void inject(void)
         }
         break;
     case F_STEAL_LEADER:
-        if ((i = pick_slot(ST_LEADING, ROLE_LEADER)) >= 0) {
+        if (!cfg.no_steals && (i = pick_slot(ST_LEADING, ROLE_LEADER)) >= 0) {
             int a = free_aux();
             if (a >= 0 && spawn((unsigned)a, ROLE_STEAL_LEADER,
                                 (uint32_t)atomic_load(&S->slots[i].target)) == 0)
