@@ -332,11 +332,6 @@ size_t coord_frame_reader_pending(const coord_frame_reader *r)
     return r->cap;
 }
 
-size_t coord_frame_reader_have(const coord_frame_reader *r)
-{
-    return r->have;
-}
-
 size_t coord_frame_reader_used(const coord_frame_reader *r)
 {
     return r->used;

@@ -110,9 +110,6 @@ void coord_frame_reader_free(coord_frame_reader *r);
 /* Memory held for an incomplete frame: the buffer's size, which outlives
  * the frame (for memory accounting). */
 size_t coord_frame_reader_pending(const coord_frame_reader *r);
-/* Bytes of an incomplete frame received so far (0: none): how many of
- * the next frame's bytes an earlier feed already took. */
-size_t coord_frame_reader_have(const coord_frame_reader *r);
 /* After a feed the callback stopped (-1): how many of its n bytes the
  * frames handed out took, so that the next frame starts at data + used
  * (feed from there to go on, nothing is buffered beyond it).  After any

@@ -462,7 +462,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (st_cut < 0) {
                 size_t used = coord_frame_reader_used(&r);
                 FUZZ_ASSERT(used <= n);
-                FUZZ_ASSERT(coord_frame_reader_have(&r) == 0);
+                FUZZ_ASSERT(r.have == 0);
                 nrest = n - used;
                 rest = malloc(nrest + 1);
                 if (!rest)

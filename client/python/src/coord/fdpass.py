@@ -29,14 +29,14 @@ import socket
 from collections import deque
 from typing import Any, Deque, List, Optional, Tuple
 
+from .errors import ProtocolError
+
 # The most one read takes (a larger frame takes several), for both
 # clients.  Below glibc's mmap threshold (128 KiB): recvmsg allocates its
 # buffer at this size and shrinks it to what came, and a 256 KiB one cost
 # an mmap, an mremap and a munmap per read in any thread but the main one
 # (strace), ~150 us of system time a lock cycle.
 READ_SIZE = 65536
-
-from .errors import ProtocolError
 
 # Descriptors one read may bring: the protocol lets at most 4 wait
 # unclaimed; room for a few more so that a broker breaking that rule is
