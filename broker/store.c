@@ -507,6 +507,9 @@ static void linger(struct store *l, unsigned expect)
 static void *writer_main(void *arg)
 {
     struct store *l = arg;
+    /* named for operators (top -H, ps -L) and for coord-bench, which reads
+     * its write calls per batch from /proc/PID/task/TID/io */
+    pthread_setname_np(pthread_self(), "coord-writer");
     for (;;) {
         pthread_mutex_lock(&l->mu);
         l->wake_at = 1;

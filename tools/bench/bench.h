@@ -191,6 +191,9 @@ long hwm_kib(pid_t pid);
 uint64_t cpu_ns(pid_t pid);
 /* The pid of the peer of a connected Unix socket, or 0. */
 pid_t peer_pid(int fd);
+/* Write system calls (write, pwrite, writev...) made so far by the thread of
+ * pid named comm (/proc/PID/task/TID/{comm,io}: syscw), or -1. */
+double thread_syscw(pid_t pid, const char *comm);
 
 /* ---- report.c ---- */
 

@@ -49,6 +49,50 @@ static double fsync_rate(const char *dir, size_t size, unsigned dur_ms, char *wh
     return n ? (double)n / ((double)(t - t0) / 1e9) : -1;
 }
 
+/* fdatasync/s of k 4 KiB writes at distinct pages, no two adjacent, of a
+ * preallocated 4 MiB file in dir (the shape of an LMDB commit: its pages
+ * are rewritten where copy-on-write found them free, each its own write),
+ * for dur_ms.  -1 with why set on an error. */
+static double scatter_rate(const char *dir, unsigned k, unsigned dur_ms, char *why,
+                           size_t whysz)
+{
+    enum { PAGE = 4096, PAGES = 1024 };
+    char path[512];
+    snprintf(path, sizeof path, "%s/coord-bench-scatter", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(why, whysz, "%.200s: %s", path, strerror(errno));
+        return -1;
+    }
+    char *buf = calloc(PAGES, PAGE);
+    uint64_t n = 0, t0 = 0, t = 0;
+    bool ok = buf && pwrite(fd, buf, (size_t)PAGES * PAGE, 0) == (ssize_t)PAGES * PAGE &&
+              fsync(fd) == 0;
+    if (ok) {
+        unsigned seed = 12345, stride = PAGES / 2 / (k ? k : 1);
+        t0 = now_ns();
+        uint64_t end = t0 + (uint64_t)dur_ms * 1000000u;
+        do {
+            /* page 2 * (i * stride + r): even pages in k disjoint slots */
+            for (unsigned i = 0; ok && i < k; i++) {
+                seed = seed * 1103515245u + 12345u;
+                off_t pg = 2 * ((off_t)i * stride + (seed >> 16) % (stride ? stride : 1));
+                buf[0] = (char)n;
+                ok = pwrite(fd, buf, PAGE, pg * PAGE) == PAGE;
+            }
+            ok = ok && fdatasync(fd) == 0;
+            n++;
+        } while (ok && now_ns() < end);
+        t = now_ns();
+    }
+    if (!ok)
+        snprintf(why, whysz, "scattered writes to %.200s: %s", path, strerror(errno));
+    free(buf);
+    close(fd);
+    unlink(path);
+    return ok && n ? (double)n / ((double)(t - t0) / 1e9) : -1;
+}
+
 /* n counters from one stats reply into out (-1: not there). */
 static void stats_of(struct wconn *w, const char *const *keys, int n, double *out)
 {
@@ -185,6 +229,7 @@ struct windows {
     /* the writer's time meanwhile (us): commits, extra flushes (and how
      * many), lingering; -1 unknown */
     double commit_us, flush_us, flushes, linger_us;
+    double writes;                     /* the writer thread's write calls; -1 unknown */
 };
 
 static unsigned window_pairs(const struct bench *b)
@@ -250,6 +295,11 @@ static int run_windows(struct bench *b, const char *tag, struct driver *d, struc
                                              "ledger_flushes", "ledger_linger_us" };
     double c0[NKEYS], c1[NKEYS];
     stats_of(ctl, keys, NKEYS, c0);
+    /* LMDB writes each page of a commit that is not next to another with
+     * a call of its own, the meta page too: the writer thread's write
+     * calls are the commits' separate writes */
+    pid_t pid = b->broker_pid ? b->broker_pid : (pid_t)stat_of(ctl, "pid");
+    double w0 = pid > 0 ? thread_syscw(pid, "coord-writer") : -1;
     wd->redis = rd != NULL;
     for (unsigned k = 0; k < wd->pairs; k++) {
         double rate = 0;
@@ -297,6 +347,8 @@ static int run_windows(struct bench *b, const char *tag, struct driver *d, struc
              rd ? wd->rr[k] : 0.0);
     }
     stats_of(ctl, keys, NKEYS, c1);
+    double w1 = w0 >= 0 ? thread_syscw(pid, "coord-writer") : -1;
+    wd->writes = w0 >= 0 && w1 >= w0 ? w1 - w0 : -1;
     double dv[NKEYS];
     for (int i = 0; i < NKEYS; i++)
         dv[i] = c0[i] >= 0 && c1[i] >= c0[i] ? c1[i] - c0[i] : -1;
@@ -379,8 +431,8 @@ static struct figure *windows_figure(struct result *r, const struct windows *wd,
 
 /* The info lines both scenarios give: baseline spread, write size, LMDB
  * batches (per_batch: the name of jobs per batch). */
-static void windows_info(struct result *r, const struct windows *wd, size_t fsize,
-                         const char *per_batch)
+static void windows_info(struct bench *b, struct result *r, const struct windows *wd,
+                         size_t fsize, const char *per_batch)
 {
     double fmin = wd->fr[0], fmax = wd->fr[0], fr[16];
     for (unsigned k = 1; k < wd->pairs; k++) {
@@ -413,6 +465,32 @@ static void windows_info(struct result *r, const struct windows *wd, size_t fsiz
                  (cycle - commit - flush - linger) / fsync_us, "x");
         if (wd->flushes >= 0)
             res_info(r, "extra flushes per batch", wd->flushes / nb, "");
+    }
+    /* What a commit's flush costs on this storage for its shape: as many
+     * separate 4 KiB writes as a batch made, flushed, against the small
+     * write+fsync (the unit above), alternating (medians of 3 pairs). */
+    if (wd->batches > 0 && wd->writes >= 0) {
+        double per = wd->writes / wd->batches, ratio[3];
+        unsigned k = (unsigned)(per + 0.5), dur = scaled(b, b->quick ? 100 : 200, 50), n = 0;
+        char why[300];
+        res_info(r, "data.mdb writes per batch (separate pages)", per, "");
+        for (unsigned i = 0; k >= 1 && i < 3; i++) {
+            double f = -1, sc = -1;
+            if (i % 2 == 0)
+                f = fsync_rate(fsync_dir(b), fsize, dur, why, sizeof why);
+            sc = scatter_rate(fsync_dir(b), k, dur, why, sizeof why);
+            if (i % 2 == 1)
+                f = fsync_rate(fsync_dir(b), fsize, dur, why, sizeof why);
+            if (f <= 0 || sc <= 0) {
+                res_note(r, "scattered-write baseline: %s", why);
+                break;
+            }
+            ratio[n++] = f / sc;
+        }
+        if (n == 3)
+            res_info(r, "  as many scattered writes + flush",
+                     median3(ratio, 3),
+                     "x");
     }
 }
 
@@ -541,7 +619,7 @@ void sc_durable_commits(struct bench *b, struct result *r)
                  "Redis SET/s, appendfsync always, 32 clients");
     windows_figure(r, &wd, "commits/fsyncs", "leader.commit/s, 32 clients", CMP_NONE, 0);
     res_info(r, "commits applied", (double)cm.applied, "");
-    windows_info(r, &wd, fsize, "commits per batch");
+    windows_info(b, r, &wd, fsize, "commits per batch");
     if (via_leader)
         res_note(r, "this broker refuses commits from other connections (%s): the 32 "
                  "commits in flight went through the leader's connection", code_name(refused));
@@ -693,7 +771,7 @@ void sc_durable_records(struct bench *b, struct result *r)
     res_info(r, "completes answered ok", (double)d.done, "");
     res_info(r, "records afterwards (stats)", rec1, "");
     res_info(r, "records added (stats)", rec1 - rec0, "");
-    windows_info(r, &wd, fsize, "records per batch");
+    windows_info(b, r, &wd, fsize, "records per batch");
     if (rec0 < 0 || rec1 < 0)
         res_note(r, "stats gave no \"records\" count");
     else if (rec1 - rec0 != (double)d.done)

@@ -1,6 +1,7 @@
 /* spawn.c - the broker under test: started in our temp dir with
  * --foreground --ready-fd, stopped with SIGTERM (SIGKILL after 5 s); its
  * RSS from /proc. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -113,6 +114,40 @@ pid_t peer_pid(int fd)
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
         return 0;
     return cr.pid;
+}
+
+double thread_syscw(pid_t pid, const char *comm)
+{
+    char path[96], line[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return -1;
+    double v = -1;
+    struct dirent *de;
+    while (v < 0 && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/task/%.16s/comm", (int)pid, de->d_name);
+        FILE *f = fopen(path, "r");
+        bool match = f && fgets(line, sizeof line, f) &&
+                     strncmp(line, comm, strlen(comm)) == 0 && line[strlen(comm)] == '\n';
+        if (f)
+            fclose(f);
+        if (!match)
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/task/%.16s/io", (int)pid, de->d_name);
+        if (!(f = fopen(path, "r")))
+            break;
+        unsigned long long n;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "syscw: %llu", &n) == 1)
+                v = (double)n;
+        fclose(f);
+        break;
+    }
+    closedir(d);
+    return v;
 }
 
 bool broker_alive(struct bench *b)
