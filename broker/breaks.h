@@ -27,7 +27,10 @@
  *                    was there: a first start or a wiped data dir) does
  *                    not read the config dir's descriptor files (SIGHUP
  *                    and broker.reload still do): a wipe loses the
- *                    files' policy until the next reload */
+ *                    files' policy until the next reload
+ *   etcd-desc-unordered  descriptor writes of one workstream run at once
+ *                    on the etcd ledger (each define's read and Txn
+ *                    racing the others'), as before they were queued */
 #ifndef COORD_BREAKS_H
 #define COORD_BREAKS_H
 
@@ -44,7 +47,8 @@
     X(ETCD_FAIL_OPEN, "etcd-fail-open") \
     X(ETCD_POLL, "etcd-poll") \
     X(SUPERSEDED_ACCEPTED, "superseded-accepted") \
-    X(WIPE_FORGETS_CONFIG, "wipe-forgets-config")
+    X(WIPE_FORGETS_CONFIG, "wipe-forgets-config") \
+    X(ETCD_DESC_UNORDERED, "etcd-desc-unordered")
 
 enum {
 #define BREAK_ENUM(id, name) BREAK_BIT_##id,

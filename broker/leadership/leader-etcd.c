@@ -54,6 +54,10 @@
  * etcd can let it go, whatever its length, so the fence is the same for
  * any TTL; LIMIT_ETCD_LEASE_TTL_S says what a short one costs.
  *
+ * Order.  A workstream's descriptor writes (define, the disabled switch)
+ * run one at a time, in the order submitted (desc_behind): each reads
+ * what the one before stored, so a later load's file is stored last.
+ *
  * Fail closed: a call that etcd does not answer is UNAVAILABLE (for a
  * write the outcome is unknown; the op id settles a retry at most once);
  * nothing is ever decided or applied from local state instead.
@@ -126,6 +130,7 @@ struct etcd_ll {
     uint64_t revision, compacted;  /* the highest revision seen, the last compacted */
     uint64_t next_probe, next_compact;
     bool probing, compacting, closing;
+    bool desc_ended;               /* a descriptor write ended: start the next (on_idle) */
     unsigned handles;              /* tick + idle, until closed */
     /* the watch (see the top comment) */
     struct etcd_watch *watch;
@@ -133,6 +138,7 @@ struct etcd_ll {
     uint64_t watch_rev;            /* its creation revision, once live */
     uint64_t watch_started, watch_next, watch_backoff, watch_idle_since;   /* uv_now */
     uint64_t watch_wakeups, watch_connects, lease_ttl_ms;                   /* stats */
+    uint64_t define_rereads;       /* stats: defines whose Txn found the descriptor changed */
 };
 
 enum phase { PH_READ, PH_LEASE, PH_TXN, PH_STEAL, PH_FIX, PH_WAIT, PH_TERM_HIST, PH_DONE };
@@ -145,6 +151,7 @@ struct eop {
     enum phase phase;
     unsigned attempts;
     bool inflight, cancelled, unreachable;
+    bool queued;                   /* a descriptor write behind another (desc_behind) */
     bool watching;                 /* PH_WAIT for another machine's term */
     bool woken;                    /* its key's deletion came while it read */
     uint64_t next_at;              /* PH_WAIT: when to read again */
@@ -197,6 +204,8 @@ static void saw_revision(struct etcd_ll *E, json_t *j)
 }
 /* ---- answers ---- */
 
+static void desc_start_queued(struct etcd_ll *E);
+
 static void on_idle(uv_idle_t *h)
 {
     struct etcd_ll *E = h->data;
@@ -207,6 +216,10 @@ static void on_idle(uv_idle_t *h)
         struct ll_req *next = r->next_done;
         r->done(r);
         r = next;
+    }
+    if (E->desc_ended && !E->closing) {
+        E->desc_ended = false;
+        desc_start_queued(E);
     }
 }
 
@@ -240,6 +253,8 @@ static void answer(struct eop *o, int status)
     /* a bump that did not grant gives its lease back */
     if (r->op == LL_BUMP && o->lease && (status || r->busy))
         lease_revoke(E, o->lease);
+    if (r->op == LL_DEFINE || r->op == LL_SET_DISABLED)
+        E->desc_ended = true;      /* on_idle starts the next of its workstream */
     op_free(o);
     queue_done(E, r);
 }
@@ -1131,6 +1146,7 @@ static void define_done(struct eop *o, json_t *j)
     if (json_is_true(json_object_get(j, "succeeded")))
         answer(o, 0);
     else if (++o->attempts < ETCD_MAX_ATTEMPTS) {
+        o->E->define_rereads++;    /* another broker defined meanwhile */
         o->phase = PH_READ;
         step(o);
     } else
@@ -1404,6 +1420,49 @@ static void on_reply(void *ud, enum etcd_status st, long http, json_t *j)
     }
 }
 
+/* Descriptor writes (LL_DEFINE, LL_SET_DISABLED) of one workstream run one
+ * at a time here, in the order submitted: a define is a read and a Txn
+ * comparing what it read, and two in flight at once both read the same
+ * descriptor, so the one refused reads again and applies its patch last,
+ * whichever was submitted last (an older load's file over a newer one; a
+ * blind put of the switch the same).  One at a time, each reads what the
+ * one before stored, the last submitted is the last stored, and this
+ * broker's memory, set from each answer in turn, ends where etcd is. */
+static bool desc_write(const struct ll_req *r)
+{
+    return r->op == LL_DEFINE || r->op == LL_SET_DISABLED;
+}
+
+/* an earlier descriptor write of o's workstream is not answered yet
+ * (E->ops is in submission order) */
+static bool desc_behind(const struct eop *o)
+{
+    for (const struct list *pos = o->E->ops.next; pos != &o->E->ops; pos = pos->next) {
+        const struct eop *p = list_entry(pos, struct eop, link);
+        if (p == o)
+            return false;
+        if (desc_write(p->r) && p->r->ws_len == o->r->ws_len &&
+            memcmp(p->r->ws, o->r->ws, o->r->ws_len) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* after a descriptor write ended (on_idle, never inside a callback of
+ * curl's): the queued ones now first of their workstream start */
+static void desc_start_queued(struct etcd_ll *E)
+{
+again:
+    for (struct list *pos = E->ops.next; pos != &E->ops; pos = pos->next) {
+        struct eop *o = list_entry(pos, struct eop, link);
+        if (o->queued && !desc_behind(o)) {
+            o->queued = false;
+            step(o);               /* may answer o: the walk starts over */
+            goto again;
+        }
+    }
+}
+
 static void etcd_submit(void *state, struct ll_req *r)
 {
     struct etcd_ll *E = state;
@@ -1436,6 +1495,10 @@ static void etcd_submit(void *state, struct ll_req *r)
         snprintf(o->token, sizeof o->token, "%016llx%016llx", (unsigned long long)E->nonce,
                  (unsigned long long)++E->seq);
     o->phase = PH_READ;
+    if (desc_write(r) && !BROKEN(ETCD_DESC_UNORDERED) && desc_behind(o)) {
+        o->queued = true;          /* desc_start_queued starts it */
+        return;
+    }
     step(o);
 }
 
@@ -1515,13 +1578,15 @@ static bool etcd_is_reachable(void *state)
 }
 
 /* stats: campaigns woken by a leader key's deletion, watches made live,
- * the TTL etcd granted the newest term's lease here (0: none yet) */
+ * the TTL etcd granted the newest term's lease here (0: none yet), defines
+ * that read the descriptor again because it changed under them */
 static void etcd_stats(void *state, struct coord_enc *e)
 {
     struct etcd_ll *E = state;
     coord_enc_kv_uint(e, "etcd_watch_wakeups", E->watch_wakeups);
     coord_enc_kv_uint(e, "etcd_watch_connects", E->watch_connects);
     coord_enc_kv_uint(e, "etcd_lease_ttl_ms", E->lease_ttl_ms);
+    coord_enc_kv_uint(e, "etcd_define_rereads", E->define_rereads);
 }
 
 static int etcd_ll_open(void **state, struct broker *b, char *err, size_t errsize)

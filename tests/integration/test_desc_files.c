@@ -8,8 +8,10 @@
  * `maxHold: 0x10s` refused (decimal durations only); on the etcd ledger
  * (SKIP of that part without etcd), a reload while etcd is stopped names
  * the file that was not stored and exits 1, a reload once it is back
- * stores it (another broker sees the mode), and a SIGHUP's store that
- * failed is tried again until etcd is back.
+ * stores it (another broker sees the mode), a SIGHUP's store that
+ * failed is tried again until etcd is back, and two reloads whose stores
+ * wait for a frozen etcd at once store the newer files (checked against
+ * coordd-broken's etcd-desc-unordered too, when built).
  *
  * $COORD_BROKER is coordd and $COORDCTL is coordctl (set by meson). */
 #include <signal.h>
@@ -323,6 +325,121 @@ static void test_reload_etcd(void)
     etcd_stop(&ec);
 }
 
+/* ---- reloads in flight at once on the etcd ledger ----
+ * A define is a read and a Txn comparing what it read: two of one
+ * workstream in flight at once both read the same descriptor, and the one
+ * refused reads again and lands last, whichever load it came from.  The
+ * broker runs a workstream's descriptor writes one at a time, in the order
+ * made; these runs freeze etcd while two reloads read two versions of the
+ * files, then let it go. */
+enum { NW = 12 };
+
+static void write_all(const char *mode)
+{
+    for (int i = 0; i < NW; i++) {
+        char name[32], text[96];
+        snprintf(name, sizeof name, "w%02d.v1", i);
+        snprintf(text, sizeof text, "schema: crossTabLeader.v1\nmode: %s\n", mode);
+        write_file(name, text);
+    }
+}
+
+/* broker.reload on c (rid), and a ping behind it: the files were read */
+static void reload_read(struct rcl *c, uint64_t rid)
+{
+    REQUIRE(rcl_request(c, "broker.reload", rid) == 0);
+    REQUIRE(rcl_sync(c) == 0);
+}
+
+static void reload_all_loaded(struct rcl *c, uint64_t rid)
+{
+    CHECK(rcl_reply(c, rid, T, &m) == 0 && msg_ok(&m));
+    CHECK(msg_array(&m, "loaded")->size == NW);
+    CHECK(msg_array(&m, "errors")->size == 0);
+}
+
+/* One run against $COORD_BROKER (etcd keys under prefix): *wrong, the
+ * modes not the newer file's (read on another broker, so as stored, and on
+ * this one), and *rereads, the defines that read again because the
+ * descriptor changed under them. */
+static void reloads_race(struct etcd_cluster *ec, const char *prefix, int *wrong,
+                         uint64_t *rereads)
+{
+    *wrong = -1;
+    *rereads = 0;
+    setup();
+    write_all("active");
+    const char *args[] = { cfg_arg, "--ledger", "etcd", "--etcd-endpoints", ec->endpoints,
+                           "--etcd-prefix", prefix, NULL };
+    REQUIRE(broker_start(&bp, args) == 0);
+    struct broker_proc other;
+    memset(&other, 0, sizeof other);
+    const char *oargs[] = { "--ledger", "etcd", "--etcd-endpoints", ec->endpoints,
+                            "--etcd-prefix", prefix, NULL };
+    REQUIRE(broker_start(&other, oargs) == 0);
+    struct rcl *a = connect_or_exit(&bp, NULL), *b = connect_or_exit(&bp, NULL);
+    /* the start's stores landed: a reload of the same files finds them */
+    reload_read(a, 1);
+    reload_all_loaded(a, 1);
+    uint64_t before = rcl_stat(a, "etcd_define_rereads");
+
+    etcd_signal(ec, 0, SIGSTOP);
+    write_all("shadow");
+    reload_read(a, 2);             /* reads shadow; its stores wait for etcd */
+    write_all("read-only");
+    reload_read(b, 3);             /* reads read-only, the newer */
+    etcd_signal(ec, 0, SIGCONT);
+    reload_all_loaded(a, 2);
+    reload_all_loaded(b, 3);
+
+    *wrong = 0;
+    for (int i = 0; i < NW; i++) {
+        char ws[16];
+        snprintf(ws, sizeof ws, "w%02d", i);
+        *wrong += !mode_is(&other, ws, "read-only");
+        *wrong += !mode_is(&bp, ws, "read-only");
+    }
+    *rereads = rcl_stat(a, "etcd_define_rereads") - before;
+    rcl_close(a);
+    rcl_close(b);
+    stop_and_clean(&other);
+    stop_and_clean(&bp);
+}
+
+static void test_reloads_in_flight(void)
+{
+    if (!etcd_binary()) {
+        fprintf(stderr, "skip: no etcd binary (etcd-server)\n");
+        return;
+    }
+    struct etcd_cluster ec;
+    REQUIRE(etcd_start(&ec, 1) == 0);
+    uint64_t rereads;
+    int wrong;
+    reloads_race(&ec, "/coord-order/", &wrong, &rereads);
+    CHECK_EQ(wrong, 0);
+    CHECK_EQ_U(rereads, 0);
+    /* the same run against the defines racing (coordd-broken, when built):
+     * every workstream's two defines read the same descriptor, so one of
+     * each pair reads again; which of them lands last is etcd's order */
+    char broken[600];
+    snprintf(broken, sizeof broken, "%s-broken", broker_binary());
+    if (access(broken, X_OK) == 0) {
+        char *plain = strdup(broker_binary());
+        REQUIRE(plain);
+        setenv("COORD_BROKER", broken, 1);
+        setenv("COORD_TEST_BREAK", "etcd-desc-unordered", 1);
+        reloads_race(&ec, "/coord-race/", &wrong, &rereads);
+        unsetenv("COORD_TEST_BREAK");
+        setenv("COORD_BROKER", plain, 1);
+        free(plain);
+        fprintf(stderr, "etcd-desc-unordered: %d of %d modes not the newer file's, %llu "
+                "rereads\n", wrong, 2 * NW, (unsigned long long)rereads);
+        CHECK(rereads > 0);
+    }
+    etcd_stop(&ec);
+}
+
 int main(int argc, char **argv)
 {
     static const struct test_case tests[] = {
@@ -330,6 +447,7 @@ int main(int argc, char **argv)
         { "ratchet_raises_floor", test_ratchet_raises_floor },
         { "reload", test_reload },
         { "reload_etcd", test_reload_etcd },
+        { "reloads_in_flight", test_reloads_in_flight },
         { NULL, NULL },
     };
     coord_msg_init(&m);

@@ -74,7 +74,7 @@ static const char *const counters[] = {
     "terms_reached_max_hold", "outbuf_pauses", "outbuf_stalls", "memory_trims",
     "held_budget_refusals", "flights_superseded", "follower_timeouts",
     "record_read_failures", "flights_version_split", "etcd_watch_wakeups",
-    "etcd_watch_connects", "fds_received", "fds_sent", "refs_given",
+    "etcd_watch_connects", "etcd_define_rereads", "fds_received", "fds_sent", "refs_given",
     NULL,
 };
 
