@@ -20,7 +20,9 @@
  * creates the leader key in a Txn that compares everything it read.
  * While another machine's term holds the key the bump waits here until
  * the key is gone (resigned, or its lease expired), its deadline passes
- * (TIMEOUT; UNAVAILABLE when etcd was out of reach), or it is cancelled.
+ * (TIMEOUT; UNAVAILABLE when etcd was out of reach), or it is cancelled;
+ * a campaign's calls end by its deadline (plus ETCD_DEADLINE_GRACE_MS),
+ * so a call in flight to a frozen etcd does not hold it past it.
  * A bump whose Txn outcome was lost recognises its own lease on the key
  * when it reads again.
  *
@@ -106,6 +108,10 @@
 #define ETCD_RETRY_MS 250
 /* One call, every endpoint tried included. */
 #define ETCD_CALL_MS 2000
+/* A campaign's calls end by its deadline (timeout_ms) plus this, sooner
+ * than ETCD_CALL_MS: a read in flight to a frozen etcd does not hold the
+ * campaign past its timeout. */
+#define ETCD_DEADLINE_GRACE_MS 100
 /* An idle broker asks etcd this often whether it is there (coordctl status). */
 #define ETCD_PROBE_MS 1000
 /* Compaction: at most this often, keeping this many revisions (nothing
@@ -291,10 +297,22 @@ static void answer_malformed(struct eop *o)
 
 static void on_reply(void *ud, enum etcd_status st, long http, json_t *j);
 
+/* how long o's next call may take: ETCD_CALL_MS, or for a campaign with a
+ * timeout what is left of it plus ETCD_DEADLINE_GRACE_MS */
+static uint64_t call_ms(const struct eop *o)
+{
+    const struct ll_req *r = o->r;
+    if (r->op != LL_BUMP || !r->deadline_ms)
+        return ETCD_CALL_MS;
+    uint64_t now = broker_now_ms(o->E->b);
+    uint64_t left = (r->deadline_ms > now ? r->deadline_ms - now : 0) + ETCD_DEADLINE_GRACE_MS;
+    return left < ETCD_CALL_MS ? left : ETCD_CALL_MS;
+}
+
 static void post(struct eop *o, const char *path, json_t *body, bool idempotent)
 {
     o->inflight = true;
-    etcd_post(o->E->http, path, body, idempotent, ETCD_CALL_MS, on_reply, o);
+    etcd_post(o->E->http, path, body, idempotent, call_ms(o), on_reply, o);
 }
 
 /* fire and forget */
@@ -1275,11 +1293,27 @@ static void send_steal(struct eop *o)
     post(o, "/v3/kv/txn", x.root, true);
 }
 
+/* a campaign's timeout_ms is over: UNAVAILABLE when etcd did not answer
+ * its last call, else TIMEOUT */
+static void bump_expired(struct eop *o)
+{
+    if (o->unreachable)
+        answer_unreachable(o);
+    else
+        answer_why(o, COORD_ETIMEOUT, "not elected within timeout_ms");
+}
+
 static void step(struct eop *o)
 {
     struct ll_req *r = o->r;
     if (o->cancelled && r->op == LL_BUMP && o->phase != PH_DONE) {
         answer_why(o, COORD_EABORTED, "campaign cancelled");
+        return;
+    }
+    /* no call starts past the deadline (the ones in flight end by it: call_ms) */
+    if (r->op == LL_BUMP && o->phase != PH_DONE && r->deadline_ms &&
+        broker_now_ms(o->E->b) >= r->deadline_ms) {
+        bump_expired(o);
         return;
     }
     switch (r->op) {
@@ -1543,10 +1577,7 @@ static void on_tick(uv_timer_t *h)
         if (o->r->op != LL_BUMP || o->phase != PH_WAIT || o->inflight)
             continue;
         if (o->r->deadline_ms && bnow >= o->r->deadline_ms) {
-            if (o->unreachable)
-                answer_unreachable(o);
-            else
-                answer_why(o, COORD_ETIMEOUT, "not elected within timeout_ms");
+            bump_expired(o);
             continue;
         }
         if (now >= o->next_at)

@@ -16,7 +16,7 @@
 
 #define T 10000
 static coord_msg m;
-static struct broker_proc bp;
+static struct broker_proc bp, bp2;
 static struct etcd_cluster ec;
 
 /* A loopback HTTP server answering every request with a 404 page: its
@@ -189,6 +189,47 @@ static void test_shutdown_bounded_etcd_stopped(void)
     etcd_stop(&ec);
 }
 
+/* A campaign waiting in etcd for another broker's term answers at its
+ * timeout_ms when etcd freezes meanwhile: its re-read in flight to the
+ * frozen etcd once held it to the call's own limit (2 s), answering
+ * UNAVAILABLE at about 3 s for a 1.5 s timeout. */
+static void test_campaign_timeout_etcd_frozen(void)
+{
+    etcd_required();
+    REQUIRE(etcd_start(&ec, 1) == 0);
+    const char *args[] = { "--ledger", "etcd", "--etcd-endpoints", ec.endpoints, NULL };
+    start_or_exit(&bp, args);
+    start_or_exit(&bp2, args);
+    struct rcl *a = connect_or_exit(&bp, NULL), *b = connect_or_exit(&bp2, NULL);
+    coord_enc *e = rcl_begin(a, "leader.campaign", 1);
+    coord_enc_kv_cstr(e, "workstream", "held");
+    coord_enc_kv_uint(e, "lease_ms", 60000);
+    REQUIRE(rcl_send(a) == 0);
+    REQUIRE(rcl_reply(a, 1, T, &m) == 0);
+    REQUIRE(msg_ok(&m) && msg_bool(&m, "granted"));
+    uint64_t t0 = now_ms();
+    e = rcl_begin(b, "leader.campaign", 2);
+    coord_enc_kv_cstr(e, "workstream", "held");
+    coord_enc_kv_uint(e, "lease_ms", 5000);
+    coord_enc_kv_uint(e, "timeout_ms", 1500);
+    REQUIRE(rcl_send(b) == 0);
+    CHECK_EQ(rcl_reply(b, 2, 300, &m), -2);      /* waits in etcd for A's term */
+    etcd_signal(&ec, 0, SIGSTOP);
+    REQUIRE(rcl_reply(b, 2, T, &m) == 0);
+    uint64_t took = now_ms() - t0;
+    coord_bytes code = msg_bytes(&m, "code");
+    fprintf(stderr, "campaign with timeout_ms 1500, etcd frozen at 300 ms: %.*s after %llu ms\n",
+            (int)code.len, code.ptr ? (const char *)code.ptr : "", (unsigned long long)took);
+    CHECK(msg_code_is(&m, "TIMEOUT") || msg_code_is(&m, "UNAVAILABLE"));
+    CHECK(took >= 1450 && took < 1500 + 350);
+    etcd_signal(&ec, 0, SIGCONT);
+    rcl_close(a);
+    rcl_close(b);
+    stop_and_clean(&bp2);
+    stop_and_clean(&bp);
+    etcd_stop(&ec);
+}
+
 int main(int argc, char **argv)
 {
     coord_msg_init(&m);
@@ -196,6 +237,7 @@ int main(int argc, char **argv)
         { "not_etcd_endpoint", test_not_etcd_endpoint },
         { "shutdown_bounded_etcd_stopped", test_shutdown_bounded_etcd_stopped },
         { "outage_logged", test_outage_logged },
+        { "campaign_timeout_etcd_frozen", test_campaign_timeout_etcd_frozen },
         { NULL, NULL },
     };
     int rc = run_tests(argc, argv, tests);
