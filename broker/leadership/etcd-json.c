@@ -176,7 +176,10 @@ json_t *ej_txn_resp(json_t *j, size_t i, const char *kind)
 }
 
 /* The first kv of the i-th response (a range) into k (found false when
- * empty); *count its count when asked.  0, or -1 malformed. */
+ * empty); *count its count when asked.  0, or -1 malformed: a Txn answer
+ * without that range response (no "responses", fewer of them, another
+ * kind) says nothing of the key, and is never read as "absent" (an empty
+ * range is {"response_range":{...}} without "kvs"). */
 int ej_txn_kv(json_t *j, size_t i, struct ej_kv *k, uint64_t *count)
 {
     memset(k, 0, sizeof *k);
@@ -184,6 +187,8 @@ int ej_txn_kv(json_t *j, size_t i, struct ej_kv *k, uint64_t *count)
     if (count)
         *count = ej_num(rr, "count");
     json_t *kvs = rr ? json_object_get(rr, "kvs") : NULL;
+    if (!json_is_object(rr) || (kvs && !json_is_array(kvs)))
+        return -1;
     json_t *first = json_array_get(kvs, 0);
     if (!first)
         return 0;

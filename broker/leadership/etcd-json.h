@@ -65,7 +65,8 @@ int ej_kv_decode(json_t *e, struct ej_kv *k);
 /* The i-th response of a Txn answer, of kind ("response_range", ...). */
 json_t *ej_txn_resp(json_t *j, size_t i, const char *kind);
 /* The first kv of the i-th response (a range) into k (found false when
- * empty); *count its count when asked.  0, or -1 malformed. */
+ * empty); *count its count when asked.  0, or -1 malformed (that response
+ * is missing or not a range). */
 int ej_txn_kv(json_t *j, size_t i, struct ej_kv *k, uint64_t *count);
 
 #endif

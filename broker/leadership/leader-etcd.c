@@ -62,7 +62,10 @@
  *
  * Fail closed: a call that etcd does not answer is UNAVAILABLE (for a
  * write the outcome is unknown; the op id settles a retry at most once);
- * nothing is ever decided or applied from local state instead.
+ * nothing is ever decided or applied from local state instead.  An answer
+ * that does not decode (a Txn's without the ranges it was asked for) is
+ * STORAGE: never read as the keys being absent (FENCED, a default
+ * descriptor, a term stolen).
  *
  * Keys (P the prefix, W the scoped workstream in hex, N a name in hex):
  *   P w/W/leader        the term's broker and history token; lease-bound
@@ -1090,11 +1093,7 @@ static void claim_done(struct eop *o, json_t *j)
         o->phase = PH_FIX;
         step(o);
     } else if (why == REF_BAD) {
-        /* compares failed, nothing found: the pend entry moved meanwhile */
-        if (++o->attempts < ETCD_MAX_ATTEMPTS)
-            step(o);
-        else
-            answer_malformed(o);
+        answer_malformed(o);       /* the failure branch's ranges do not decode */
     } else {
         answer(o, refusal_status(why));
     }
@@ -1416,6 +1415,10 @@ static void on_reply(void *ud, enum etcd_status st, long http, json_t *j)
             return;
         case PH_TXN:
             if (json_is_true(json_object_get(j, "succeeded"))) {
+                if (!ej_header_revision(j)) {
+                    answer_malformed(o);   /* no generation: the lease (and key) go */
+                    return;
+                }
                 r->out_generation = r->term.generation = ej_header_revision(j);
                 o->phase = PH_DONE;
             } else if (++o->attempts >= ETCD_MAX_ATTEMPTS) {

@@ -3,9 +3,13 @@
  * UNAVAILABLE "not an etcd endpoint" and not reachable; SIGTERM with etcd
  * frozen (SIGSTOP) and 100 live terms exits within LIMIT_EXIT_REVOKE_MS,
  * the revokes made at once instead of 200 ms each in turn; an outage and
- * its end are logged at warn with the endpoint and the error. */
+ * its end are logged at warn with the endpoint and the error; a campaign
+ * waiting in etcd answers at its timeout_ms when etcd freezes; a fake
+ * etcd whose write Txns answer without a verdict gets STORAGE ("does not
+ * decode"), not FENCED. */
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -230,6 +234,162 @@ static void test_campaign_timeout_etcd_frozen(void)
     etcd_stop(&ec);
 }
 
+/* ---- a fake etcd whose write Txns answer without a verdict ----
+ *
+ * Serves etcd's gateway on loopback well enough for a campaign to be
+ * granted (reads answer empty ranges, the term's check answers the leader
+ * key as the term's, lease grants and keepalives a 60 s TTL), but every
+ * Txn with compares and no lease (commit, claim, abandon, define) answers
+ * 200 {"header":{...}}: neither "succeeded" nor "responses", an answer
+ * that says nothing of what was stored. */
+
+static const char *fake_answer(const char *path, const char *body)
+{
+    if (strcmp(path, "/v3/lease/grant") == 0)
+        return "{\"header\":{\"revision\":\"41\"},\"ID\":\"7\",\"TTL\":\"60\"}";
+    if (strcmp(path, "/v3/lease/keepalive") == 0)
+        return "{\"result\":{\"header\":{\"revision\":\"41\"},\"ID\":\"7\",\"TTL\":\"60\"}}";
+    if (strcmp(path, "/v3/kv/txn") != 0)
+        return "{\"header\":{\"revision\":\"41\"}}";
+    if (strstr(body, "\"lease\":"))             /* the campaign's create */
+        return "{\"header\":{\"revision\":\"42\"},\"succeeded\":true}";
+    if (!strstr(body, "\"compare\":[]"))        /* a write: no verdict */
+        return "{\"header\":{\"revision\":\"43\"}}";
+    int ranges = 0;
+    for (const char *p = body; (p = strstr(p, "request_range")); p++)
+        ranges++;
+    if (ranges == 2)                            /* the term's check: the key is the term's */
+        return "{\"header\":{\"revision\":\"43\"},\"succeeded\":true,\"responses\":["
+               "{\"response_range\":{\"kvs\":[{\"key\":\"eA==\",\"create_revision\":\"42\","
+               "\"mod_revision\":\"42\",\"lease\":\"7\"}],\"count\":\"1\"}},"
+               "{\"response_range\":{}}]}";
+    static char reads[512];
+    strcpy(reads, "{\"header\":{\"revision\":\"41\"},\"succeeded\":true,\"responses\":[");
+    for (int i = 0; i < ranges; i++)
+        strcat(reads, i ? ",{\"response_range\":{}}" : "{\"response_range\":{}}");
+    strcat(reads, "]}");
+    return reads;
+}
+
+static void fake_serve(int c)
+{
+    static char buf[1 << 16];
+    size_t have = 0;
+    for (;;) {
+        char *end;
+        while (!(end = memmem(buf, have, "\r\n\r\n", 4))) {
+            ssize_t n = have < sizeof buf - 1 ? read(c, buf + have, sizeof buf - 1 - have) : -1;
+            if (n <= 0)
+                _exit(0);
+            have += (size_t)n;
+        }
+        size_t head = (size_t)(end - buf) + 4, len = 0;
+        buf[head - 1] = 0;
+        const char *cl = strcasestr(buf, "content-length:");
+        if (cl)
+            len = strtoul(cl + 15, NULL, 10);
+        while (have < head + len) {
+            ssize_t n = have < sizeof buf - 1 ? read(c, buf + have, sizeof buf - 1 - have) : -1;
+            if (n <= 0)
+                _exit(0);
+            have += (size_t)n;
+        }
+        char path[256] = "", body[1 << 15];
+        sscanf(buf, "POST %255s", path);
+        size_t bl = len < sizeof body - 1 ? len : sizeof body - 1;
+        memcpy(body, buf + head, bl);
+        body[bl] = 0;
+        const char *ans = fake_answer(path, body);
+        char out[1024];
+        int n = snprintf(out, sizeof out, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         "Content-Length: %zu\r\n\r\n%s", strlen(ans), ans);
+        if (write(c, out, (size_t)n) != n)
+            _exit(0);
+        memmove(buf, buf + head + len, have - head - len);
+        have -= head + len;
+    }
+}
+
+/* the fake etcd's port; its pid in *pid (its connections' children die with it) */
+static int fake_etcd_start(pid_t *pid)
+{
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof a;
+    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) < 0 || listen(s, 16) < 0 ||
+        getsockname(s, (struct sockaddr *)&a, &len) < 0)
+        return -1;
+    *pid = fork();
+    if (*pid == 0) {
+        signal(SIGCHLD, SIG_IGN);
+        for (;;) {
+            int c = accept(s, NULL, NULL);
+            if (c < 0)
+                continue;
+            if (fork() == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                close(s);
+                fake_serve(c);
+            }
+            close(c);
+        }
+    }
+    close(s);
+    return ntohs(a.sin_port);
+}
+
+/* A write Txn answered 200 without a verdict (no "succeeded", no
+ * "responses") is an answer that does not decode: STORAGE, not a refusal
+ * read from ranges that are not there (it was FENCED: "generation is
+ * stale" from an empty leader range). */
+static void test_write_answer_without_verdict(void)
+{
+    pid_t srv;
+    int port = fake_etcd_start(&srv);
+    REQUIRE(port > 0);
+    char ep[64];
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", port);
+    const char *args[] = { "--ledger", "etcd", "--etcd-endpoints", ep, NULL };
+    start_or_exit(&bp, args);
+    struct rcl *c = connect_or_exit(&bp, NULL);
+    coord_enc *e = rcl_begin(c, "leader.campaign", 1);
+    coord_enc_kv_cstr(e, "workstream", "w");
+    coord_enc_kv_uint(e, "lease_ms", 60000);
+    REQUIRE(rcl_send(c) == 0);
+    REQUIRE(rcl_reply(c, 1, T, &m) == 0);
+    REQUIRE(msg_ok(&m) && msg_bool(&m, "granted"));
+    uint64_t gen = msg_uint(&m, "generation");
+    CHECK_EQ_U(gen, 42);
+    static const char *const ops[] = { "leader.commit", "leader.claim", "leader.abandon" };
+    for (int i = 0; i < 3; i++) {
+        e = rcl_begin(c, ops[i], 10 + (uint64_t)i);
+        coord_enc_kv_cstr(e, "workstream", "w");
+        coord_enc_kv_uint(e, "generation", gen);
+        coord_enc_kv_cstr(e, "op_id", "op-1");
+        if (i == 2)
+            coord_enc_kv_cstr(e, "reason", "not needed");
+        REQUIRE(rcl_send(c) == 0);
+        REQUIRE(rcl_reply(c, 10 + (uint64_t)i, T, &m) == 0);
+        coord_bytes code = msg_bytes(&m, "code"), msg = msg_bytes(&m, "message");
+        fprintf(stderr, "%s answered without a verdict: %.*s (%.*s)\n", ops[i],
+                (int)code.len, code.ptr ? (const char *)code.ptr : "", (int)msg.len,
+                msg.ptr ? (const char *)msg.ptr : "");
+        CHECK(msg_code_is(&m, "STORAGE"));
+        CHECK(msg.len && memmem(msg.ptr, msg.len, "does not decode", 15));
+    }
+    /* the term is still the leader's: nothing was decided from the answers */
+    e = rcl_begin(c, "leader.renew", 20);
+    coord_enc_kv_cstr(e, "workstream", "w");
+    coord_enc_kv_uint(e, "generation", gen);
+    REQUIRE(rcl_send(c) == 0);
+    REQUIRE(rcl_reply(c, 20, T, &m) == 0);
+    CHECK(msg_ok(&m));
+    rcl_close(c);
+    stop_and_clean(&bp);
+    kill(srv, SIGKILL);
+    waitpid(srv, NULL, 0);
+}
+
 int main(int argc, char **argv)
 {
     coord_msg_init(&m);
@@ -238,6 +398,7 @@ int main(int argc, char **argv)
         { "shutdown_bounded_etcd_stopped", test_shutdown_bounded_etcd_stopped },
         { "outage_logged", test_outage_logged },
         { "campaign_timeout_etcd_frozen", test_campaign_timeout_etcd_frozen },
+        { "write_answer_without_verdict", test_write_answer_without_verdict },
         { NULL, NULL },
     };
     int rc = run_tests(argc, argv, tests);
