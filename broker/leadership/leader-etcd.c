@@ -24,7 +24,10 @@
  * a campaign's calls end by its deadline (plus ETCD_DEADLINE_GRACE_MS),
  * so a call in flight to a frozen etcd does not hold it past it.
  * A bump whose Txn outcome was lost recognises its own lease on the key
- * when it reads again.
+ * when it reads again.  A lease taken for an earlier try (a race for the
+ * key lost, then a wait) is used only within TTL/3 of its grant, else
+ * revoked and taken anew: nothing keeps it alive meanwhile, and a term
+ * counts its time from the grant (below).
  *
  * The watch.  While bumps wait, one etcd watch streams the deletions
  * under the prefix (filter NOPUT; etcd-http.c's etcd_watch_start on the
@@ -795,6 +798,13 @@ static void bump_read(struct eop *o, json_t *j)
             return;
         }
     } else {
+        if (o->lease && uv_now(o->E->b->loop) >= o->lease_sent + o->ttl_ms / 3) {
+            /* taken for an earlier try (a race for the key lost, then a
+             * wait) and never kept alive: a term on it would be lost
+             * before its first keepalive.  A new one. */
+            lease_revoke(o->E, o->lease);
+            o->lease = 0;
+        }
         o->phase = o->lease ? PH_TXN : PH_LEASE;
     }
     step(o);
@@ -864,7 +874,7 @@ static void bump_granted(struct eop *o)
     t->lease = o->lease;
     t->ttl_ms = o->ttl_ms;
     t->acked_sent = o->lease_sent;
-    t->next_ka = uv_now(E->b->loop) + o->ttl_ms / 3;
+    t->next_ka = o->lease_sent + o->ttl_ms / 3;     /* as after a keepalive sent then */
     memcpy(t->token, o->token, sizeof t->token);
     t->term = r->term;
     list_append(&E->terms, &t->link);

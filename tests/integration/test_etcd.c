@@ -22,6 +22,9 @@
  *                 killed and restarted, and after it was frozen
  *   cluster       a 3-member etcd with its leader member killed while a
  *                 leader commits: no op applied twice, no two leaders
+ *   race_lease    the loser of two brokers' race for a free key, granted
+ *                 once the winner resigns, keeps its term (a new lease,
+ *                 not the race's, never kept alive)
  *   bench, failover  measurements, run only when asked
  *                 (COORD_ETCD_BENCH, COORD_ETCD_FAILOVER; HACKING.md) */
 #include <signal.h>
@@ -648,6 +651,74 @@ static void test_cluster(void)
     etcd_stop(&ec);
 }
 
+/* ---- a campaign that lost the race for the key ---- */
+
+/* B and C wait for A's term; A resigns and both race for the key: each
+ * reads it free and takes a lease, one creates the key, the other's Txn
+ * fails and it waits again.  The winner resigns 650 ms into its term (2/3
+ * of the 1 s TTL); the other is granted, and keeps its term: its lease is
+ * its own from the grant, not the one it took for the race it lost (that
+ * one, never kept alive, had its deadline 800 ms after the race and the
+ * term was lost as ledger-unavailable ~150 ms after its grant).  Rounds:
+ * a round where the reads did not race shows nothing. */
+static void test_race_lease(void)
+{
+    start_etcd(1);
+    start_broker(&A, ec.endpoints);
+    start_broker(&B, ec.endpoints);
+    start_broker(&C, ec.endpoints);
+    struct rcl *a = rcl_open(A.sock, NULL), *b = rcl_open(B.sock, NULL);
+    struct rcl *c = rcl_open(C.sock, NULL);
+    REQUIRE(a && b && c);
+    uint64_t rid = 10;
+    int lost = 0;
+    for (int round = 0; round < 4; round++) {
+        char ws[32];
+        snprintf(ws, sizeof ws, "race-%d", round);
+        campaign(a, rid, ws, 60000, 0, false);
+        uint64_t g0 = granted(a, rid++, T);
+        REQUIRE(g0 > 0);
+        uint64_t rb = rid++, rc = rid++;
+        campaign(b, rb, ws, 60000, 0, false);
+        campaign(c, rc, ws, 60000, 0, false);
+        CHECK_EQ(rcl_reply(b, rb, 300, &m), -2);
+        CHECK_EQ(rcl_reply(c, rc, 10, &m), -2);
+        CHECK_EQ(ws_op(a, rid++, "leader.resign", ws, g0, NULL), 0);
+        struct rcl *w = NULL, *l = NULL;
+        uint64_t rw = 0, rl = 0;
+        uint64_t t0 = now_ms();
+        while (!w && now_ms() - t0 < T) {
+            if (rcl_reply(b, rb, 10, &m) == 0) {
+                w = b; l = c; rw = rb; rl = rc;
+            } else if (rcl_reply(c, rc, 10, &m) == 0) {
+                w = c; l = b; rw = rc; rl = rb;
+            }
+        }
+        REQUIRE(w && msg_ok(&m) && msg_bool(&m, "granted"));
+        uint64_t g1 = msg_uint(&m, "generation");
+        (void)rw;
+        usleep(650000);                /* the winner's term: 2/3 of the etcd TTL */
+        CHECK_EQ(ws_op(w, rid++, "leader.resign", ws, g1, NULL), 0);
+        uint64_t g2 = granted(l, rl, T);
+        CHECK(g2 > g1);
+        /* kept alive: no leader.lost within 1.5 TTL */
+        if (rcl_event(l, "leader.lost", 1500, &m) == 0) {
+            lost++;
+            fprintf(stderr, "  round %d: the race's loser, granted %llu, lost it (%.*s)\n",
+                    round, (unsigned long long)g2, (int)msg_bytes(&m, "reason").len,
+                    (const char *)msg_bytes(&m, "reason").ptr);
+        } else {
+            CHECK_EQ(ws_op(l, rid++, "leader.resign", ws, g2, NULL), 0);
+            CHECK(msg_ok(&m));
+        }
+    }
+    CHECK_EQ(lost, 0);
+    rcl_close(a);
+    rcl_close(b);
+    rcl_close(c);
+    etcd_stop(&ec);
+}
+
 /* ---- bench (only when asked: `test_etcd bench` with COORD_ETCD_BENCH=N) ----
  *
  * Commits/s through coord on etcd beside etcd's own txn/s in the same run:
@@ -862,6 +933,7 @@ int main(int argc, char **argv)
         { "etcd_down", test_etcd_down },
         { "watch", test_watch },
         { "cluster", test_cluster },
+        { "race_lease", test_race_lease },
         { "bench", test_bench },
         { "failover", test_failover },
         { NULL, NULL },
