@@ -40,6 +40,7 @@ export class Client extends EventTarget {
   #conn = null;
   #state = 'open';          // open | reconnecting | closed
   #ready = null;            // promise while reconnecting
+  #wake = null;             // settles #ready (close() while reconnecting)
   #closeError = null;
   #active = 0;              // things that keep the process alive
   #holders = new Set();     // objects with lose(err): lost with the connection
@@ -99,7 +100,9 @@ export class Client extends EventTarget {
     this.dispatchEvent(new CustomEvent('disconnect', { detail: { error: err } }));
     if (this.#opts.reconnect && !this.#opts.signal?.aborted) {
       this.#state = 'reconnecting';
-      this.#ready = this.#reconnectLoop();
+      // settles when the loop ends or close() is called, whichever is first:
+      // a call waiting for the broker to come back never outlives close()
+      this.#ready = Promise.race([this.#reconnectLoop(), new Promise((r) => { this.#wake = r; })]);
     } else {
       this.#state = 'closed';
       this.#closeError = err;
@@ -178,7 +181,10 @@ export class Client extends EventTarget {
     const err = new ClosedError('the client was closed');
     const reconnecting = this.#state === 'reconnecting';
     this.#state = 'closed';
-    if (reconnecting) this.#attempt?.reject(err);
+    if (reconnecting) {
+      this.#attempt?.reject(err);
+      this.#wake?.();
+    }
     this.#closeError = err;
     const conn = this.#conn;
     this.#loseAll(err);
