@@ -26,7 +26,7 @@ import { Flight, once } from './flight.js';
 import { Records } from './records.js';
 import { Leaders, leader } from './leader.js';
 import { watch } from './watch.js';
-import { camel } from './util.js';
+import { camel, untilAborted } from './util.js';
 import { wireName } from './wire.js';
 import { requestKey } from './request-key.js';
 
@@ -157,11 +157,12 @@ export class Client extends EventTarget {
   }
 
   /** The current connection; while reconnecting, waits for the reconnect
-   * (or, with attempt, for the next attempt only: rejects with its error). */
-  async #current(attempt = false) {
+   * (or, with attempt, for the next attempt only: rejects with its error);
+   * signal (a request's own) rejects that wait with its reason. */
+  async #current(attempt = false, signal) {
     while (this.#state === 'reconnecting') {
-      if (attempt) await this.#attempt.promise;
-      else await this.#ready;
+      const next = attempt ? this.#attempt.promise : this.#ready;
+      await (signal ? untilAborted(next, signal) : next);
     }
     if (this.#state === 'closed') throw this.#closeError;
     return this.#conn;
@@ -234,9 +235,10 @@ export class Client extends EventTarget {
   // ---- requests ----
 
   /** Sends a request that may wait; resolves {conn, rid, promise}.
-   * onReply: see Connection.request; attempt: see #current. */
-  async _request(op, fields, { onReply, attempt = false } = {}) {
-    const conn = await this.#current(attempt);
+   * onReply: see Connection.request; attempt, signal: see #current (the
+   * caller still cancels a request sent once signal aborts). */
+  async _request(op, fields, { onReply, attempt = false, signal } = {}) {
+    const conn = await this.#current(attempt, signal);
     const { rid, promise } = conn.request(op, fields, onReply);
     return { conn, rid, promise };
   }

@@ -168,7 +168,7 @@ export class Flight {
           this.#expectUpdate(key, onUpdated);
       };
       const req = await client._request('flight.join', joinFields(key, options),
-        { onReply, attempt: !!options.attempt });
+        { onReply, attempt: !!options.attempt, signal });
       const r = await withSignal(req, signal, (late) => {
         // nobody reads a late result by reference: release the broker's hold
         const lateRef = late.result_ref ?? late.stale?.result_ref;

@@ -393,7 +393,7 @@ export async function leader(client, workstream, options, fn) {
   let r, req;
   L.state = LeaderState.REQUESTING;
   try {
-    req = await client._request('leader.campaign', fields, { onReply });
+    req = await client._request('leader.campaign', fields, { onReply, signal });
     r = await withSignal(req, signal, (late) => {
       if (key) client.leaders._untrack(key, h);
       if (late.granted)

@@ -167,7 +167,7 @@ export class LockManager {
           h = this.#track(r.lock, settle, reject);
       };
       req = client._requestNow('lock.acquire', fields, onReply) ??
-        await client._request('lock.acquire', fields, { onReply });
+        await client._request('lock.acquire', fields, { onReply, signal });
       if (signal) {
         onAbort = () => {
           settle(reject, signal.reason);

@@ -57,6 +57,23 @@ export function withSignal(req, signal, onLate) {
   });
 }
 
+/** p, unless signal aborts first: then rejects with the signal's reason
+ * (p's own outcome is then ignored). */
+export function untilAborted(p, signal) {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then((v) => {
+      signal.removeEventListener('abort', onAbort);
+      resolve(v);
+    }, (e) => {
+      signal.removeEventListener('abort', onAbort);
+      reject(e);
+    });
+  });
+}
+
 /** A signal aborted when either a or b aborts (AbortSignal.any is 20.3+). */
 export function anySignal(a, b) {
   if (typeof AbortSignal.any === 'function') return AbortSignal.any([a, b]);
