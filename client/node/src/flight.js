@@ -38,6 +38,8 @@
 // message} (options.retryable: boolean or err => boolean) and the error is
 // rethrown to the owner; followers get a FlightFailedError, and once() joins
 // again itself when the failure was retryable (up to MAX_RETRIES times).
+// A fn that throws once options.signal aborted (the owner's caller left)
+// fails the flight retryable, code ABORTED: a follower then runs it.
 // Backoff: a fn that throws a RetryAfterError(ms) (or any error with a
 // numeric `retryAfter`, ms) fails the flight retryable with retry_after_ms;
 // its followers, and every join during the backoff, reject with a
@@ -429,7 +431,14 @@ async function own(client, key, fn, options, j) {
     const stale = j.stale ? { value: unpackValue(j.stale.result, raw), ageMs: j.stale.ageMs, fence: j.stale.fence } : undefined;
     value = await fn({ fence: j.fence, flight: j.flight, key, signal: fnSignal, stale, bypass: j.bypass });
   } catch (e) {
-    if (!cut()) {
+    if (signal?.aborted && !cut()) {
+      // this caller left (its own signal): not a failure of the work, the
+      // followers join again and one of them runs it (as a join's abort
+      // hands an owner's flight on, and as the Python client does for an
+      // interrupted owner)
+      await client.flight.fail(j.flight, j.fence, { code: 'ABORTED', message: 'the owner left' },
+        { retryable: true }).catch(() => {});
+    } else if (!cut()) {
       const after = retryAfterOf(e);
       const again = after !== undefined || (typeof retryable === 'function' ? !!retryable(e) : !!retryable);
       const msg = e && e.message !== undefined ? `${e.message}` : `${e}`;

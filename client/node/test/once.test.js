@@ -208,6 +208,25 @@ test('owner gone: the longest-waiting follower is promoted; abortWhenOrphaned', 
   await owner.catch(() => {});
 });
 
+test("an owner whose caller aborts (its signal) hands the flight on: a follower runs, never gets the AbortError", async () => {
+  const key = uniq('owner-aborts');
+  const ac = new AbortController();
+  const started = deferred();
+  const owner = a.once(key, async ({ signal }) => {
+    started.resolve();
+    await new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason)));
+  }, { signal: ac.signal });
+  const ownerR = assert.rejects(owner, { name: 'AbortError' });
+  await started.promise;
+  const f = b.once(key, ({ fence }) => `ran with ${fence}`);
+  await followers(a, key, 1);
+  ac.abort();
+  await ownerR;
+  const r = await f;
+  assert.equal(r.source, 'owner');
+  assert.match(r.value, /^ran with \d+$/);
+});
+
 test('wait passed: TimeoutError', async () => {
   const key = uniq('wait');
   const go = deferred();
