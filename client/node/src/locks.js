@@ -293,8 +293,10 @@ export class LockManager {
   _lost(ev) {
     const h = this.#held.get(ev.lock);
     if (!h) return;
-    const why = ev.reason === 'stolen' ? 'was stolen' : ev.reason === 'expired' ? "'s lease expired" : `was lost (${printable(ev.reason)})`;
-    h.lose(new DOMException(`the lock '${printable(ev.name)}' ${why}`, 'AbortError'));
+    const name = printable(ev.name);
+    h.lose(new DOMException(ev.reason === 'stolen' ? `the lock '${name}' was stolen`
+      : ev.reason === 'expired' ? `the lease of lock '${name}' expired`
+        : `the lock '${name}' was lost (${printable(ev.reason)})`, 'AbortError'));
   }
 
   /** {held, pending} as in Web Locks: held in grant order, pending in request order. */
