@@ -106,6 +106,8 @@ export class Client extends EventTarget {
     } else {
       this.#state = 'closed';
       this.#closeError = err;
+      this.#unwatchSignal?.();
+      this.#unwatchSignal = null;
     }
   }
 
@@ -175,9 +177,21 @@ export class Client extends EventTarget {
 
   #closedByUser = false;
 
+  #unwatchSignal = null;
+
+  /** connect()'s signal: aborting it closes the client; a closed client
+   * stops listening (a signal may outlive many clients). */
+  _closeOn(signal) {
+    const onAbort = () => this.close();
+    signal.addEventListener('abort', onAbort, { once: true });
+    this.#unwatchSignal = () => signal.removeEventListener('abort', onAbort);
+  }
+
   /** Closes the client: pending calls reject with ClosedError, held things are lost. */
   close() {
     this.#closedByUser = true;
+    this.#unwatchSignal?.();
+    this.#unwatchSignal = null;
     if (this.#state === 'closed') return Promise.resolve();
     const err = new ClosedError('the client was closed');
     const reconnecting = this.#state === 'reconnecting';
@@ -406,6 +420,6 @@ export async function connect(options = {}) {
   }
   const client = new Client(opts, conn);
   box.client = client;
-  if (signal) signal.addEventListener('abort', () => client.close(), { once: true });
+  if (signal) client._closeOn(signal);
   return client;
 }

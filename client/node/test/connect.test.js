@@ -4,6 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
+import { getEventListeners } from 'node:events';
 import { connect, defaultSocketPath, ClosedError, ConnectError, CoordError } from '../src/index.js';
 import { startBroker, tempDir, deferred, COORDD } from '../testlib/broker.js';
 
@@ -90,6 +91,21 @@ test('connect signal: aborted before, and closing the client after', async () =>
   await c.ping();
   ac2.abort();
   await assert.rejects(c.ping(), ClosedError);
+  assert.equal(c.closed, true);
+  await b.stop();
+});
+
+test('connect signal: a closed client lets go of it (a long-lived signal shared by many connects)', async () => {
+  const b = await startBroker();
+  const ac = new AbortController();
+  for (let i = 0; i < 3; i++) {
+    const c = await connect({ socket: b.socket, signal: ac.signal });
+    await c.close();
+  }
+  assert.equal(getEventListeners(ac.signal, 'abort').length, 0, 'listeners left on the signal by closed clients');
+  const c = await connect({ socket: b.socket, signal: ac.signal });
+  assert.equal(getEventListeners(ac.signal, 'abort').length, 1);
+  ac.abort();
   assert.equal(c.closed, true);
   await b.stop();
 });
