@@ -295,7 +295,7 @@ export type StealPolicy = 'never' | 'incident-only' | 'allowed';
 export type DrainReason = 'self' | 'requested' | 'max_hold';
 
 export interface LeaderOptions {
-  /** Lease in ms (default 30000), renewed at a third of it while the callback runs. */
+  /** Lease in ms (default DEFAULT_LEASE_MS, 1500: the broker's), renewed at a third of it while the callback runs. */
   lease?: number;
   /** 'name@N': refused with ProtocolPinnedError below the workstream's pin; a newer N raises it. */
   protocol?: string;
