@@ -1036,8 +1036,12 @@ static void send_claim(struct eop *o)
     struct ej_txn x;
     ej_txn_init(&x);
     if (o->phase == PH_FIX) {
-        /* reconcile: an earlier generation's claim becomes ours, in its place */
+        /* reconcile: an earlier generation's claim becomes ours, in its
+         * place, under the same fence (a mode changed since the claim's
+         * own Txn fails it: that Txn again says READ_ONLY) */
+        KEY(rk, r, "ro", NULL, 0);
         json_array_append_new(x.cmp, ej_cmp(lk, "CREATE", r->generation));
+        json_array_append_new(x.cmp, ej_cmp(rk, "CREATE", 0));
         json_array_append_new(x.cmp, ej_cmp(pk, "MOD", o->pend_mod));
         json_array_append_new(x.ok, ej_put(pk, v, 16, 0));
     } else {
