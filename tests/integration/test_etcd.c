@@ -271,17 +271,25 @@ static void test_shared(void)
     etcd_stop(&ec);
 }
 
-/* ---- kill -9 ---- */
-
-static void test_kill9(void)
+/* One etcd member, brokers A, B and C on it, a connection to each. */
+static bool three_brokers(struct rcl **a, struct rcl **b, struct rcl **c)
 {
     start_etcd(1);
     start_broker(&A, ec.endpoints);
     start_broker(&B, ec.endpoints);
     start_broker(&C, ec.endpoints);
-    struct rcl *a = rcl_open(A.sock, NULL), *b = rcl_open(B.sock, NULL);
-    struct rcl *c = rcl_open(C.sock, NULL);
-    REQUIRE(a && b && c);
+    *a = rcl_open(A.sock, NULL);
+    *b = rcl_open(B.sock, NULL);
+    *c = rcl_open(C.sock, NULL);
+    return *a && *b && *c;
+}
+
+/* ---- kill -9 ---- */
+
+static void test_kill9(void)
+{
+    struct rcl *a, *b, *c;
+    REQUIRE(three_brokers(&a, &b, &c));
     campaign(a, 1, "jobs", LEASE, 0, false);
     uint64_t g1 = granted(a, 1, T);
     REQUIRE(g1 > 0);
@@ -663,13 +671,8 @@ static void test_cluster(void)
  * a round where the reads did not race shows nothing. */
 static void test_race_lease(void)
 {
-    start_etcd(1);
-    start_broker(&A, ec.endpoints);
-    start_broker(&B, ec.endpoints);
-    start_broker(&C, ec.endpoints);
-    struct rcl *a = rcl_open(A.sock, NULL), *b = rcl_open(B.sock, NULL);
-    struct rcl *c = rcl_open(C.sock, NULL);
-    REQUIRE(a && b && c);
+    struct rcl *a, *b, *c;
+    REQUIRE(three_brokers(&a, &b, &c));
     uint64_t rid = 10;
     int lost = 0;
     for (int round = 0; round < 4; round++) {

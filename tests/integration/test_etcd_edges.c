@@ -23,9 +23,9 @@ static coord_msg m;
 static struct broker_proc bp, bp2;
 static struct etcd_cluster ec;
 
-/* A loopback HTTP server answering every request with a 404 page: its
- * port, the server's pid in *pid. */
-static int http404_start(pid_t *pid)
+/* A loopback HTTP server: its port, its pid in *pid; each connection is
+ * served by serve(fd) in a child of its own (they die with the server). */
+static int loopback_server(pid_t *pid, void (*serve)(int fd))
 {
     int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -35,16 +35,17 @@ static int http404_start(pid_t *pid)
         return -1;
     *pid = fork();
     if (*pid == 0) {
-        static const char page[] = "HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\n"
-                                   "Content-Length: 22\r\nConnection: close\r\n\r\n"
-                                   "<h1>404 Not Found</h1>";
+        signal(SIGCHLD, SIG_IGN);
         for (;;) {
             int c = accept(s, NULL, NULL);
             if (c < 0)
                 continue;
-            char buf[4096];
-            (void)read(c, buf, sizeof buf);      /* headers and a small body */
-            (void)write(c, page, sizeof page - 1);
+            if (fork() == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                close(s);
+                serve(c);
+                _exit(0);
+            }
             close(c);
         }
     }
@@ -52,16 +53,36 @@ static int http404_start(pid_t *pid)
     return ntohs(a.sin_port);
 }
 
-static void test_not_etcd_endpoint(void)
+/* Every request answered with a 404 page. */
+static void serve_404(int c)
 {
-    pid_t srv;
-    int port = http404_start(&srv);
-    REQUIRE(port > 0);
+    static const char page[] = "HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\n"
+                               "Content-Length: 22\r\nConnection: close\r\n\r\n"
+                               "<h1>404 Not Found</h1>";
+    char buf[4096];
+    (void)read(c, buf, sizeof buf);      /* headers and a small body */
+    (void)write(c, page, sizeof page - 1);
+    close(c);
+}
+
+/* bp on the etcd ledger whose one endpoint is a loopback_server(serve):
+ * a connection to it (the server's pid in *srv) */
+static struct rcl *broker_on_server(void (*serve)(int fd), pid_t *srv)
+{
+    int port = loopback_server(srv, serve);
+    if (port <= 0)
+        exit(2);
     char ep[64];
     snprintf(ep, sizeof ep, "http://127.0.0.1:%d", port);
     const char *args[] = { "--ledger", "etcd", "--etcd-endpoints", ep, NULL };
     start_or_exit(&bp, args);
-    struct rcl *c = connect_or_exit(&bp, NULL);
+    return connect_or_exit(&bp, NULL);
+}
+
+static void test_not_etcd_endpoint(void)
+{
+    pid_t srv;
+    struct rcl *c = broker_on_server(serve_404, &srv);
     coord_enc *e = rcl_begin(c, "leader.campaign", 2);
     coord_enc_kv_cstr(e, "workstream", "ws");
     coord_enc_kv_uint(e, "lease_ms", 5000);
@@ -310,33 +331,6 @@ static void fake_serve(int c)
     }
 }
 
-/* the fake etcd's port; its pid in *pid (its connections' children die with it) */
-static int fake_etcd_start(pid_t *pid)
-{
-    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t len = sizeof a;
-    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) < 0 || listen(s, 16) < 0 ||
-        getsockname(s, (struct sockaddr *)&a, &len) < 0)
-        return -1;
-    *pid = fork();
-    if (*pid == 0) {
-        signal(SIGCHLD, SIG_IGN);
-        for (;;) {
-            int c = accept(s, NULL, NULL);
-            if (c < 0)
-                continue;
-            if (fork() == 0) {
-                prctl(PR_SET_PDEATHSIG, SIGKILL);
-                close(s);
-                fake_serve(c);
-            }
-            close(c);
-        }
-    }
-    close(s);
-    return ntohs(a.sin_port);
-}
 
 /* A write Txn answered 200 without a verdict (no "succeeded", no
  * "responses") is an answer that does not decode: STORAGE, not a refusal
@@ -345,13 +339,7 @@ static int fake_etcd_start(pid_t *pid)
 static void test_write_answer_without_verdict(void)
 {
     pid_t srv;
-    int port = fake_etcd_start(&srv);
-    REQUIRE(port > 0);
-    char ep[64];
-    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", port);
-    const char *args[] = { "--ledger", "etcd", "--etcd-endpoints", ep, NULL };
-    start_or_exit(&bp, args);
-    struct rcl *c = connect_or_exit(&bp, NULL);
+    struct rcl *c = broker_on_server(fake_serve, &srv);
     coord_enc *e = rcl_begin(c, "leader.campaign", 1);
     coord_enc_kv_cstr(e, "workstream", "w");
     coord_enc_kv_uint(e, "lease_ms", 60000);
