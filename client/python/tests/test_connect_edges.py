@@ -5,6 +5,8 @@ twice it), a broker that drops us before answering hello (retried within
 connect_timeout, as documented).
 """
 import asyncio
+import os
+import signal
 import time
 
 import pytest
@@ -121,3 +123,31 @@ def test_reconnect_after_a_restart(broker):
         dt, e = elapsed(c.ping)
         assert e is None, repr(e)
         assert dt < 1.5, f"{dt:.2f} s"
+
+
+def test_async_close_while_connecting(broker):
+    """close() while another task's call is still connecting (hello not
+    answered yet): the call fails, and the connection it was opening is
+    closed, not kept as the closed client's live connection (it was: the
+    call then acquired its lock through the closed client, which stayed
+    connected and usable)."""
+    async def main():
+        c = broker.aclient()
+        async with broker.aclient() as d:
+            os.kill(broker.proc.pid, signal.SIGSTOP)       # hello waits
+            try:
+                t = asyncio.create_task(c.lock("a").acquire())
+                deadline = time.monotonic() + 5
+                while not (c._connecting is not None and c._connecting.locked()):
+                    assert time.monotonic() < deadline, "the task never started connecting"
+                    await asyncio.sleep(0.005)
+                await c.close()
+            finally:
+                os.kill(broker.proc.pid, signal.SIGCONT)
+            with pytest.raises(coord.ConnectionLost):
+                await asyncio.wait_for(t, 10)
+            assert not c.connected
+            with pytest.raises(coord.ConnectionLost):
+                await c.ping()
+            assert (await d.locks()).held == []
+    asyncio.run(main())

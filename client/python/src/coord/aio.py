@@ -265,7 +265,10 @@ class _AConn(asyncio.Protocol):
             raise no_reply(op, t) from None
 
     async def shutdown(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
+        if self.transport is None:      # still connecting (close() meanwhile): it stops there
+            self._finish(None)
+            return
+        if not self.transport.is_closing():
             self.transport.close()
         try:
             await asyncio.wait_for(asyncio.shield(self.done), 5)
@@ -903,6 +906,7 @@ class Client(ClientBase):
                          max_queued=max_queued, max_queued_bytes=max_queued_bytes)
         self._conn: Optional[_AConn] = None
         self._connecting: Optional[asyncio.Lock] = None
+        self._opening: Optional[_AConn] = None     # the connection hello is awaited on
         self.flight = _FlightAPI(self)
         self.records = _RecordAPI(self)
         self.leader = _LeaderAPI(self)
@@ -917,17 +921,33 @@ class Client(ClientBase):
         # before hello is answered (a restart racing a reconnect), and one
         # that shuts down refuses with SHUTTING_DOWN: try again within
         # connect_timeout, as the first connect does.
+        # close() meanwhile: the connection being opened is shut, and
+        # the call raises as any call on a closed client.
         deadline = time.monotonic() + self.connect_timeout
         while True:
             try:
-                return await self._open_once()
+                conn = await self._open_once()
             except calls.HelloDropped:
+                if self._closed:
+                    raise ConnectionLost("the client is closed") from None
                 if time.monotonic() >= deadline:
                     raise
                 await asyncio.sleep(0.01)
+                continue
+            if self._closed:
+                await conn.shutdown()
+                raise ConnectionLost("the client is closed")
+            return conn
 
     async def _open_once(self) -> _AConn:
         conn = _AConn(self)
+        self._opening = conn
+        try:
+            return await self._hello_on(conn)
+        finally:
+            self._opening = None
+
+    async def _hello_on(self, conn: _AConn) -> _AConn:
         await _open_socket(conn, self.socket_path, autostart_ok=self.autostart,
                            broker=self.broker_path, idle_exit=self.idle_exit,
                            timeout=self.connect_timeout)
@@ -986,9 +1006,9 @@ class Client(ClientBase):
         """Closes the connection: the broker releases our locks, resigns
         our leaderships, passes our flights on."""
         self._closed = True
-        c = self._conn
-        if c is not None:
-            await c.shutdown()
+        for c in (self._opening, self._conn):
+            if c is not None:
+                await c.shutdown()
 
     async def __aenter__(self) -> "Client":
         return await self.connect()
