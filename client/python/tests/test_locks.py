@@ -293,3 +293,41 @@ def test_lease_counts_from_the_grant_not_the_request(broker):
         t.join(5)
         assert w.held and not w.lost.wait(0.5)
         w.release()
+
+
+def test_async_cancel_while_releasing_is_not_swallowed(broker):
+    """A task cancelled while it releases a lock with a lease (or resigns
+    a leadership) raises CancelledError, and the lock is still released.
+    release() used to wait for the lease's renewal task to end and
+    swallow every exception of that wait, the task's own cancellation
+    too: the cancelled task went on as if never cancelled (here: into a
+    30 s sleep; under asyncio.timeout() or a TaskGroup, a hang)."""
+    async def main():
+        async with broker.aclient() as c, broker.aclient() as d:
+            for kind in ("lock", "leader"):
+                if kind == "lock":
+                    h = c.lock("a", lease=5)
+                    assert await h.acquire()
+                    end = h.release
+                else:
+                    h = c.leader("ws", lease=5)
+                    assert await h.campaign()
+                    end = h.resign
+
+                async def ender():
+                    await end()
+                    await asyncio.sleep(30)         # not reached once cancelled
+                t = asyncio.create_task(ender())
+                await asyncio.sleep(0)              # t runs into end() and waits there
+                t.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await asyncio.wait_for(t, 5)
+                # the release (resignation) was sent all the same
+                deadline = time.monotonic() + 5
+                while (await d.locks()).held:
+                    assert time.monotonic() < deadline, f"{kind} still held"
+                    await asyncio.sleep(0.005)
+                again = await (d.try_lock("a") if kind == "lock" else d.try_leader("ws"))
+                assert again is not None
+                await (again.release() if kind == "lock" else again.resign())
+    asyncio.run(main())

@@ -350,15 +350,6 @@ async def _granting(client: "Client", owner: Grantee, op: str, fields: Dict[str,
     return await _wait(conn, call, owner, lambda r: owner._give_back(conn, r), op, limit)
 
 
-async def _stop(task: Optional["asyncio.Task[None]"]) -> None:
-    if task is not None and task is not asyncio.current_task() and not task.done():
-        task.cancel()
-        try:
-            await task
-        except BaseException:
-            pass
-
-
 async def _renew(conn: _AConn, op: str, fields: Dict[str, Any],
                  left: float) -> Union[Reply, None, Literal[False]]:
     """A renewal sent from a lease's task: its reply; None when no reply
@@ -433,7 +424,10 @@ class Lock(LockHandle):
         held = self._release()
         if held is None:
             return
-        await _stop(self._renewer)
+        # the renewal task is cancelled, not waited for: the release goes
+        # now, and a cancellation of this task is this task's (waiting
+        # for the renewal's end swallowed it)
+        self._stop_renewal()
         try:
             r = await held[0].call("lock.release", {"lock": held[1]})
         except ConnectionLost:
@@ -675,7 +669,7 @@ class Leadership(LeaderTerm):
         term = self._resign()
         if term is None:
             return
-        await _stop(self._renewer)
+        self._stop_renewal()            # not waited for: as Lock.release
         try:
             r = await term[0].call("leader.resign", term[1])
         except ConnectionLost:
