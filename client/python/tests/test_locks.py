@@ -331,3 +331,38 @@ def test_async_cancel_while_releasing_is_not_swallowed(broker):
                 assert again is not None
                 await (again.release() if kind == "lock" else again.resign())
     asyncio.run(main())
+
+
+def test_async_cancel_with_a_frozen_broker_does_not_hang(broker):
+    """asyncio.timeout() around an acquire while the broker does not answer
+    (stopped): the timeout takes effect within request_timeout.  The
+    cancelled acquire used to wait for the outcome of its cancel with no
+    deadline, so the task hung for as long as the broker was frozen
+    (wait_for could not break it either: it waits for the task it
+    cancels).  A grant that comes once the broker answers again is
+    released."""
+    async def main():
+        async with broker.aclient(request_timeout=0.5) as c, broker.aclient() as d:
+            await c.ping()
+
+            async def acquire():
+                async with asyncio.timeout(0.2):
+                    await c.lock("a").acquire()
+            os.kill(broker.proc.pid, signal.SIGSTOP)
+            try:
+                t = asyncio.create_task(acquire())
+                done, _ = await asyncio.wait({t}, timeout=5)
+                assert t in done, "the cancelled acquire hangs while the broker is frozen"
+                with pytest.raises(TimeoutError):
+                    t.result()
+            finally:
+                os.kill(broker.proc.pid, signal.SIGCONT)
+            # the broker grants the acquire it reads first (the name is
+            # free), then the cancel, too late: the grant is handed back
+            deadline = time.monotonic() + 5
+            while (st := await d.locks()).held or st.pending:
+                assert time.monotonic() < deadline, f"left on the broker: {st}"
+                await asyncio.sleep(0.005)
+            async with c.lock("a", timeout=5):
+                pass
+    asyncio.run(main())

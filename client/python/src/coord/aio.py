@@ -315,13 +315,22 @@ async def _wait(conn: _AConn, call: _ACall, owner: Any, give_back: GiveBack,
             call.abandon = give_back
             raise no_reply(op, limit) from None
     except asyncio.CancelledError:
+        # the cancel's outcome (and a raced grant's hand-back) is waited
+        # for within request_timeout, as any request that does not wait
+        # by design: a broker that stopped answering must not hold a
+        # cancelled task (asyncio.timeout, wait_for) for as long as it is
+        # frozen; past it, a late grant is handed back when it comes
+        t = conn.client.request_timeout
         if not call.fut.done():
             conn.fire("cancel", {"target": call.rid})
             try:
-                reply = await asyncio.shield(call.fut)
+                reply = await _reply_of(call, t)
             except asyncio.CancelledError:
                 call.abandon = give_back      # cancelled again: hand back later
                 raise
+            except asyncio.TimeoutError:
+                call.abandon = give_back      # no answer: hand back later
+                raise asyncio.CancelledError from None
             except BaseException:
                 raise asyncio.CancelledError from None
         elif call.fut.exception() is None:
@@ -331,7 +340,7 @@ async def _wait(conn: _AConn, call: _ACall, owner: Any, give_back: GiveBack,
         back = give_back(reply)
         if back is not None:
             try:
-                await asyncio.shield(back.fut)
+                await _reply_of(back, t)
             except BaseException:
                 pass
         raise
