@@ -1,9 +1,12 @@
 """Single-flight and records, blocking and asyncio."""
 import asyncio
+import os
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -225,4 +228,30 @@ def test_async_flights(broker):
                 raise ValueError("boom")
             with pytest.raises(ValueError):
                 await c.once("z", bad)
+    asyncio.run(main())
+
+
+def test_async_owner_failing_with_a_frozen_broker_does_not_hang(broker):
+    """An owner function that raises while the broker does not answer: once
+    raises its exception within request_timeout (it used to wait for the
+    reply to its flight.fail with no deadline: a hang for as long as the
+    broker was frozen, where the blocking client gives up after
+    request_timeout)."""
+    async def main():
+        async with broker.aclient(request_timeout=0.5) as c, broker.aclient() as d:
+            async def fn(f):
+                os.kill(broker.proc.pid, signal.SIGSTOP)
+                raise ValueError("boom")
+            try:
+                t = asyncio.create_task(c.once("k", fn))
+                done, _ = await asyncio.wait({t}, timeout=5)
+                assert t in done, "once hangs while the broker is frozen"
+                with pytest.raises(ValueError):
+                    t.result()
+            finally:
+                os.kill(broker.proc.pid, signal.SIGCONT)
+            deadline = time.monotonic() + 5
+            while await d.flight.list():
+                assert time.monotonic() < deadline, "the flight never failed"
+                await asyncio.sleep(0.005)
     asyncio.run(main())

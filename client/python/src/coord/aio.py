@@ -1102,9 +1102,9 @@ class Client(ClientBase):
                 call = f._conn.fire("flight.fail", f._end(
                     m.flight_fail(code, msg, retryable, None, retry_after)))
                 if call is not None and isinstance(e, Exception):
-                    try:
-                        await call.fut
-                    except CoordError:
+                    try:       # within request_timeout, as the blocking client's
+                        await _reply_of(call, self.request_timeout)
+                    except (CoordError, asyncio.TimeoutError):
                         pass
                 raise
             try:
