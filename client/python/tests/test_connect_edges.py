@@ -151,3 +151,30 @@ def test_async_close_while_connecting(broker):
                 await c.ping()
             assert (await d.locks()).held == []
     asyncio.run(main())
+
+
+def test_async_connect_cancelled_before_hello_closes_the_socket(broker):
+    """A first call cancelled (asyncio.timeout) while its hello waits on a
+    broker that does not answer yet: the half-open connection is closed.
+    It used to stay open, read by the loop, for as long as the loop ran
+    (close() did not know it): one broker connection leaked per cancelled
+    connect."""
+    async def main():
+        async with broker.aclient() as d:
+            assert (await d.stats())["connections"] == 1
+            c = broker.aclient()
+            os.kill(broker.proc.pid, signal.SIGSTOP)        # hello waits
+            try:
+                with pytest.raises(TimeoutError):
+                    async with asyncio.timeout(0.2):
+                        await c.ping()
+            finally:
+                os.kill(broker.proc.pid, signal.SIGCONT)
+            assert not c.connected
+            deadline = time.monotonic() + 5
+            while (n := (await d.stats())["connections"]) != 1:
+                assert time.monotonic() < deadline, f"{n} connections: the cancelled one leaked"
+                await asyncio.sleep(0.005)
+            assert await c.ping() >= 0          # the next call connects
+            await c.close()
+    asyncio.run(main())

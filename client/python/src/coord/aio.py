@@ -264,6 +264,12 @@ class _AConn(asyncio.Protocol):
         except asyncio.TimeoutError:
             raise no_reply(op, t) from None
 
+    def abort(self) -> None:
+        """Closes at once, without waiting (nothing when closed already)."""
+        if self.transport is not None:
+            self.transport.abort()
+        self._finish(None)
+
     async def shutdown(self) -> None:
         if self.transport is None:      # still connecting (close() meanwhile): it stops there
             self._finish(None)
@@ -947,6 +953,12 @@ class Client(ClientBase):
         self._opening = conn
         try:
             return await self._hello_on(conn)
+        except BaseException:
+            # cancelled (asyncio.timeout, wait_for) before hello was
+            # answered: the half-open connection is closed, not left to
+            # the loop
+            conn.abort()
+            raise
         finally:
             self._opening = None
 
