@@ -7,6 +7,7 @@ connect_timeout, as documented).
 import asyncio
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -178,3 +179,24 @@ def test_async_connect_cancelled_before_hello_closes_the_socket(broker):
             assert await c.ping() >= 0          # the next call connects
             await c.close()
     asyncio.run(main())
+
+
+def test_a_connect_interrupted_before_hello_closes_the_socket(broker):
+    """Ctrl-C (SIGINT) while the blocking client waits for hello from a
+    broker that does not answer yet: KeyboardInterrupt, and the half-open
+    connection is closed.  It used to stay open with its reader thread
+    (the broker counted it until the process exited)."""
+    with broker.client() as d:
+        assert d.stats()["connections"] == 1
+        main = threading.main_thread().ident
+        os.kill(broker.proc.pid, signal.SIGSTOP)            # hello waits
+        t = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
+        t.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                broker.client()
+        finally:
+            t.join()
+            os.kill(broker.proc.pid, signal.SIGCONT)
+        wait_until(lambda: d.stats()["connections"] == 1,
+                   what="the interrupted connection to close")

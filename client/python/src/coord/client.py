@@ -1119,6 +1119,19 @@ class Client(ClientBase):
                            broker=self.broker_path, idle_exit=self.idle_exit,
                            timeout=self.connect_timeout)
         conn = _Conn(self, sock)
+        try:
+            return self._hello_on(conn)
+        except BaseException:
+            # interrupted (KeyboardInterrupt) before hello was answered:
+            # the half-open connection is closed, not left to its reader
+            # thread (a failed hello has closed it already)
+            conn.shutdown()
+            if conn.alive and not conn.reader.is_alive():
+                conn._lose(None)        # nobody reads it: closed here
+            raise
+
+    def _hello_on(self, conn: _Conn) -> _Conn:
+        sock = conn.sock
         call = _Call()
         # hello is registered before the reader runs: a broker that refuses
         # us at once (full: LIMIT) closes before we write, and its refusal
