@@ -163,6 +163,33 @@ def test_a_reader_interrupted_while_it_waits(broker, callers_read):
             assert c.ping() >= 0
 
 
+def test_an_interrupt_as_the_grant_comes_hands_it_back(broker, callers_read, monkeypatch):
+    """Ctrl-C landing just as the grant is read (here: SIGINT raised in the
+    main thread right after the grant registered the lock, where a real
+    one can land): KeyboardInterrupt, the block never runs, and the grant
+    is released.  It stayed held on the broker: the interrupted grant's
+    call was never completed (the interrupt left its hook), so the
+    hand-back that waits for it never ran, and with a completed call
+    the interrupted waiter handed back nothing."""
+    granted = coord.client.Lock._granted
+
+    def interrupted(self, conn, r, arrived):
+        granted(self, conn, r, arrived)
+        if r.ok and r.get("granted") and threading.current_thread() is threading.main_thread():
+            signal.raise_signal(signal.SIGINT)
+    with broker.client() as c, broker.client() as d:
+        monkeypatch.setattr(coord.client.Lock, "_granted", interrupted)
+        lk = c.lock("a")
+        with pytest.raises(KeyboardInterrupt):
+            with lk:
+                pytest.fail("ran after the interrupt")
+        monkeypatch.undo()
+        wait_until(lambda: d.locks().held == [], what="the grant to be released")
+        assert not lk.held and c.connected
+        with c.lock("a", timeout=5):
+            assert d.locks().held[0].name == "a"
+
+
 def test_mixed_calls_steals_and_idle_spells(broker):
     """Six threads mix lock cycles, waits that time out, pings, lease locks
     and pauses (so the reader thread takes the socket over and hands it

@@ -85,16 +85,20 @@ class _Call:
         self.rid = 0
 
     def _complete(self, reply: Reply) -> None:
-        if self.hook is not None:
-            try:
-                self.hook(reply)
-            except Exception:
-                pass
-        with self._mu:
-            self.reply = reply
-            self._done = True
-            self._done_lk.release()
-            ab = self._abandon
+        try:
+            if self.hook is not None:
+                try:
+                    self.hook(reply)
+                except Exception:
+                    pass
+        finally:
+            # completed even when an interruption (KeyboardInterrupt) left
+            # the hook: else its waiter (and a hand-back) waits for ever
+            with self._mu:
+                self.reply = reply
+                self._done = True
+                self._done_lk.release()
+                ab = self._abandon
         if ab is not None:
             ab(reply)
         if self.callback is not None:
@@ -526,6 +530,11 @@ def _wait(conn: _Conn, call: _Call, owner: Any, give_back: Callable[[Reply], Any
         if call.reply is None and call.exc is None:
             conn.fire("cancel", {"target": call.rid})
             call.abandon(give_back)
+        elif call.reply is not None:
+            # interrupted once the reply came (a KeyboardInterrupt held
+            # back while the frames read were handled): nobody takes the
+            # grant, hand it back
+            give_back(call.reply)
         raise
     finally:
         owner._waiting = None
