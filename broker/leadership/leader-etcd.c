@@ -1500,16 +1500,18 @@ static bool desc_behind(const struct eop *o)
 }
 
 /* after a descriptor write ended (on_idle, never inside a callback of
- * curl's): the queued ones now first of their workstream start */
+ * curl's): the queued ones now first of their workstream start.  One walk
+ * in submission order does it: one started is in flight, so those behind
+ * it stay queued; one answered at once (step frees only its own op) lets
+ * the next of its workstream start further on in the same walk. */
 static void desc_start_queued(struct etcd_ll *E)
 {
-again:
-    for (struct list *pos = E->ops.next; pos != &E->ops; pos = pos->next) {
+    struct list *pos, *tmp;
+    list_for_each_safe(pos, tmp, &E->ops) {
         struct eop *o = list_entry(pos, struct eop, link);
         if (o->queued && !desc_behind(o)) {
             o->queued = false;
-            step(o);               /* may answer o: the walk starts over */
-            goto again;
+            step(o);
         }
     }
 }
