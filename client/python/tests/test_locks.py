@@ -366,3 +366,39 @@ def test_async_cancel_with_a_frozen_broker_does_not_hang(broker):
             async with c.lock("a", timeout=5):
                 pass
     asyncio.run(main())
+
+
+def test_async_acquire_timeout_covers_a_stuck_write(broker):
+    """A lock's wait is bounded (its ``timeout`` plus ``request_timeout``,
+    for a broker that stopped answering) including the wait for the
+    transport to take the request: with the broker frozen and more than
+    the transport's high mark written behind it (other tasks'
+    publishes), ``acquire`` waited for the transport to drain with no
+    deadline, for as long as the broker was stopped.  It raises
+    ``Timeout`` at its bound; nothing is left at the broker once it runs
+    again."""
+    async def main():
+        async with broker.aclient(request_timeout=0.5) as c, broker.aclient() as d:
+            await c.ping()
+            os.kill(broker.proc.pid, signal.SIGSTOP)
+            try:
+                pubs = [asyncio.create_task(c.publish("news", b"x" * 32768)) for _ in range(40)]
+                deadline = time.monotonic() + 5
+                while not c._conn._paused:          # the writes piled up behind the broker
+                    assert time.monotonic() < deadline, "the transport never paused"
+                    await asyncio.sleep(0.005)
+                start = time.monotonic()
+                t = asyncio.create_task(c.lock("a", timeout=0.3).acquire())
+                done, _ = await asyncio.wait({t}, timeout=5)
+                assert t in done, "acquire(timeout=0.3) waits for a stuck write"
+                with pytest.raises(coord.Timeout):
+                    t.result()
+                assert time.monotonic() - start < 0.3 + 0.5 + 0.7
+            finally:
+                os.kill(broker.proc.pid, signal.SIGCONT)
+            await asyncio.gather(*pubs, return_exceptions=True)   # Timeout, as the acquire
+            deadline = time.monotonic() + 5
+            while (st := await d.locks()).held or st.pending:
+                assert time.monotonic() < deadline, f"left on the broker: {st}"
+                await asyncio.sleep(0.005)
+    asyncio.run(main())

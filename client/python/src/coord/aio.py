@@ -310,9 +310,16 @@ async def _wait(conn: _AConn, call: _ACall, owner: Any, give_back: GiveBack,
     when it comes, and raises ``Timeout`` without waiting any more."""
     owner._waiting = (conn, call)
     try:
-        await conn.drain()
         try:
-            return await _reply_of(call, limit)
+            # the limit covers the wait for the transport to take the
+            # request too (writes stuck behind a frozen broker)
+            start = conn.loop.time()
+            if limit is None:
+                await conn.drain()
+            elif conn._paused:
+                await asyncio.wait_for(conn.drain(), limit)
+            left = None if limit is None else max(0.0, limit - (conn.loop.time() - start))
+            return await _reply_of(call, left)
         except asyncio.TimeoutError:
             if call.fut.done():           # came at the last moment
                 return call.fut.result()
