@@ -218,6 +218,12 @@ static void saw_revision(struct etcd_ll *E, json_t *j)
 
 static void desc_start_queued(struct etcd_ll *E);
 
+/* a descriptor write: run one at a time per workstream (desc_behind) */
+static bool desc_write(const struct ll_req *r)
+{
+    return r->op == LL_DEFINE || r->op == LL_SET_DISABLED;
+}
+
 static void on_idle(uv_idle_t *h)
 {
     struct etcd_ll *E = h->data;
@@ -265,7 +271,7 @@ static void answer(struct eop *o, int status)
     /* a bump that did not grant gives its lease back */
     if (r->op == LL_BUMP && o->lease && (status || r->busy))
         lease_revoke(E, o->lease);
-    if (r->op == LL_DEFINE || r->op == LL_SET_DISABLED)
+    if (desc_write(r))
         E->desc_ended = true;      /* on_idle starts the next of its workstream */
     op_free(o);
     queue_done(E, r);
@@ -1471,18 +1477,14 @@ static void on_reply(void *ud, enum etcd_status st, long http, json_t *j)
     }
 }
 
-/* Descriptor writes (LL_DEFINE, LL_SET_DISABLED) of one workstream run one
- * at a time here, in the order submitted: a define is a read and a Txn
- * comparing what it read, and two in flight at once both read the same
- * descriptor, so the one refused reads again and applies its patch last,
- * whichever was submitted last (an older load's file over a newer one; a
- * blind put of the switch the same).  One at a time, each reads what the
- * one before stored, the last submitted is the last stored, and this
- * broker's memory, set from each answer in turn, ends where etcd is. */
-static bool desc_write(const struct ll_req *r)
-{
-    return r->op == LL_DEFINE || r->op == LL_SET_DISABLED;
-}
+/* Descriptor writes (desc_write) of one workstream run one at a time
+ * here, in the order submitted: a define is a read and a Txn comparing
+ * what it read, and two in flight at once both read the same descriptor,
+ * so the one refused reads again and applies its patch last, whichever
+ * was submitted last (an older load's file over a newer one; a blind put
+ * of the switch the same).  One at a time, each reads what the one before
+ * stored, the last submitted is the last stored, and this broker's memory,
+ * set from each answer in turn, ends where etcd is. */
 
 /* an earlier descriptor write of o's workstream is not answered yet
  * (E->ops is in submission order) */
@@ -1595,11 +1597,8 @@ static void on_tick(uv_timer_t *h)
         struct eop *o = list_entry(pos, struct eop, link);
         if (o->r->op != LL_BUMP || o->phase != PH_WAIT || o->inflight)
             continue;
-        if (o->r->deadline_ms && bnow >= o->r->deadline_ms) {
-            bump_expired(o);
-            continue;
-        }
-        if (now >= o->next_at)
+        /* step answers one whose deadline passed (TIMEOUT or UNAVAILABLE) */
+        if ((o->r->deadline_ms && bnow >= o->r->deadline_ms) || now >= o->next_at)
             step(o);
     }
     list_for_each_safe(pos, tmp, &E->terms)
