@@ -106,8 +106,7 @@ export class Client extends EventTarget {
     } else {
       this.#state = 'closed';
       this.#closeError = err;
-      this.#unwatchSignal?.();
-      this.#unwatchSignal = null;
+      this.#letGoOfSignal();
     }
   }
 
@@ -187,11 +186,16 @@ export class Client extends EventTarget {
     this.#unwatchSignal = () => signal.removeEventListener('abort', onAbort);
   }
 
+  /** A closed client stops listening to connect()'s signal. */
+  #letGoOfSignal() {
+    this.#unwatchSignal?.();
+    this.#unwatchSignal = null;
+  }
+
   /** Closes the client: pending calls reject with ClosedError, held things are lost. */
   close() {
     this.#closedByUser = true;
-    this.#unwatchSignal?.();
-    this.#unwatchSignal = null;
+    this.#letGoOfSignal();
     if (this.#state === 'closed') return Promise.resolve();
     const err = new ClosedError('the client was closed');
     const reconnecting = this.#state === 'reconnecting';
