@@ -7,6 +7,9 @@ client/python.  The package is imported from src/ (no install needed).
 """
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import inspect
 import os
 import select
 import shutil
@@ -89,6 +92,16 @@ class Broker:
         return subprocess.Popen([COORDCTL, "--socket", self.socket, "--no-autostart", *args],
                                 **kw)
 
+    @contextlib.contextmanager
+    def frozen(self):
+        """The broker stopped (SIGSTOP) for the block: it reads nothing and
+        answers nothing; it runs again (SIGCONT) however the block ends."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(self.proc.pid, signal.SIGCONT)
+
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
@@ -130,3 +143,18 @@ def wait_until(pred, timeout: float = 5.0, what: str = "condition"):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.005)
+
+
+async def await_until(pred, timeout: float = 5.0, what: str = "condition"):
+    """wait_until for asyncio tests: pred may return an awaitable (a broker
+    query), polled on the loop until it holds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if inspect.isawaitable(v):
+            v = await v
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)

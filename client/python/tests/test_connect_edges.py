@@ -5,7 +5,6 @@ twice it), a broker that drops us before answering hello (retried within
 connect_timeout, as documented).
 """
 import asyncio
-import os
 import signal
 import threading
 import time
@@ -13,7 +12,7 @@ import time
 import pytest
 
 import coord
-from conftest import Broker, wait_until
+from conftest import Broker, await_until, wait_until
 from fakebroker import FakeBroker
 
 
@@ -135,16 +134,11 @@ def test_async_close_while_connecting(broker):
     async def main():
         c = broker.aclient()
         async with broker.aclient() as d:
-            os.kill(broker.proc.pid, signal.SIGSTOP)       # hello waits
-            try:
+            with broker.frozen():                           # hello waits
                 t = asyncio.create_task(c.lock("a").acquire())
-                deadline = time.monotonic() + 5
-                while not (c._connecting is not None and c._connecting.locked()):
-                    assert time.monotonic() < deadline, "the task never started connecting"
-                    await asyncio.sleep(0.005)
+                await await_until(lambda: c._connecting is not None and c._connecting.locked(),
+                                  what="the task to start connecting")
                 await c.close()
-            finally:
-                os.kill(broker.proc.pid, signal.SIGCONT)
             with pytest.raises(coord.ConnectionLost):
                 await asyncio.wait_for(t, 10)
             assert not c.connected
@@ -164,18 +158,15 @@ def test_async_connect_cancelled_before_hello_closes_the_socket(broker):
         async with broker.aclient() as d:
             assert (await d.stats())["connections"] == 1
             c = broker.aclient()
-            os.kill(broker.proc.pid, signal.SIGSTOP)        # hello waits
-            try:
+            with broker.frozen():                           # hello waits
                 with pytest.raises(TimeoutError):
                     async with asyncio.timeout(0.2):
                         await c.ping()
-            finally:
-                os.kill(broker.proc.pid, signal.SIGCONT)
             assert not c.connected
-            deadline = time.monotonic() + 5
-            while (n := (await d.stats())["connections"]) != 1:
-                assert time.monotonic() < deadline, f"{n} connections: the cancelled one leaked"
-                await asyncio.sleep(0.005)
+
+            async def one_connection():
+                return (await d.stats())["connections"] == 1
+            await await_until(one_connection, what="one connection: the cancelled one closed")
             assert await c.ping() >= 0          # the next call connects
             await c.close()
     asyncio.run(main())
@@ -189,14 +180,13 @@ def test_a_connect_interrupted_before_hello_closes_the_socket(broker):
     with broker.client() as d:
         assert d.stats()["connections"] == 1
         main = threading.main_thread().ident
-        os.kill(broker.proc.pid, signal.SIGSTOP)            # hello waits
-        t = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
-        t.start()
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                broker.client()
-        finally:
-            t.join()
-            os.kill(broker.proc.pid, signal.SIGCONT)
+        with broker.frozen():                               # hello waits
+            t = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
+            t.start()
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    broker.client()
+            finally:
+                t.join()
         wait_until(lambda: d.stats()["connections"] == 1,
                    what="the interrupted connection to close")

@@ -11,7 +11,13 @@ import time
 import pytest
 
 import coord
-from conftest import child_env, wait_until
+from conftest import await_until, child_env, wait_until
+
+
+async def nothing_held(d, pending=False):
+    """No lock held at the broker (and, with pending, none waiting)."""
+    st = await d.locks()
+    return not st.held and not (pending and st.pending)
 
 
 def pending(c, n):
@@ -323,10 +329,7 @@ def test_async_cancel_while_releasing_is_not_swallowed(broker):
                 with pytest.raises(asyncio.CancelledError):
                     await asyncio.wait_for(t, 5)
                 # the release (resignation) was sent all the same
-                deadline = time.monotonic() + 5
-                while (await d.locks()).held:
-                    assert time.monotonic() < deadline, f"{kind} still held"
-                    await asyncio.sleep(0.005)
+                await await_until(lambda: nothing_held(d), what=f"{kind} released")
                 again = await (d.try_lock("a") if kind == "lock" else d.try_leader("ws"))
                 assert again is not None
                 await (again.release() if kind == "lock" else again.resign())
@@ -348,21 +351,15 @@ def test_async_cancel_with_a_frozen_broker_does_not_hang(broker):
             async def acquire():
                 async with asyncio.timeout(0.2):
                     await c.lock("a").acquire()
-            os.kill(broker.proc.pid, signal.SIGSTOP)
-            try:
+            with broker.frozen():
                 t = asyncio.create_task(acquire())
                 done, _ = await asyncio.wait({t}, timeout=5)
                 assert t in done, "the cancelled acquire hangs while the broker is frozen"
                 with pytest.raises(TimeoutError):
                     t.result()
-            finally:
-                os.kill(broker.proc.pid, signal.SIGCONT)
             # the broker grants the acquire it reads first (the name is
             # free), then the cancel, too late: the grant is handed back
-            deadline = time.monotonic() + 5
-            while (st := await d.locks()).held or st.pending:
-                assert time.monotonic() < deadline, f"left on the broker: {st}"
-                await asyncio.sleep(0.005)
+            await await_until(lambda: nothing_held(d, pending=True), what="the grant handed back")
             async with c.lock("a", timeout=5):
                 pass
     asyncio.run(main())
@@ -380,13 +377,10 @@ def test_async_acquire_timeout_covers_a_stuck_write(broker):
     async def main():
         async with broker.aclient(request_timeout=0.5) as c, broker.aclient() as d:
             await c.ping()
-            os.kill(broker.proc.pid, signal.SIGSTOP)
-            try:
+            with broker.frozen():
                 pubs = [asyncio.create_task(c.publish("news", b"x" * 32768)) for _ in range(40)]
-                deadline = time.monotonic() + 5
-                while not c._conn._paused:          # the writes piled up behind the broker
-                    assert time.monotonic() < deadline, "the transport never paused"
-                    await asyncio.sleep(0.005)
+                # the writes piled up behind the broker
+                await await_until(lambda: c._conn._paused, what="the transport to pause")
                 start = time.monotonic()
                 t = asyncio.create_task(c.lock("a", timeout=0.3).acquire())
                 done, _ = await asyncio.wait({t}, timeout=5)
@@ -394,11 +388,6 @@ def test_async_acquire_timeout_covers_a_stuck_write(broker):
                 with pytest.raises(coord.Timeout):
                     t.result()
                 assert time.monotonic() - start < 0.3 + 0.5 + 0.7
-            finally:
-                os.kill(broker.proc.pid, signal.SIGCONT)
             await asyncio.gather(*pubs, return_exceptions=True)   # Timeout, as the acquire
-            deadline = time.monotonic() + 5
-            while (st := await d.locks()).held or st.pending:
-                assert time.monotonic() < deadline, f"left on the broker: {st}"
-                await asyncio.sleep(0.005)
+            await await_until(lambda: nothing_held(d, pending=True), what="nothing left at the broker")
     asyncio.run(main())
